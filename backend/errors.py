@@ -1,0 +1,74 @@
+"""One typed error family. Every message ends with what the user can do next.
+
+Callers catch ``ConsoleError`` and show ``str(err)``; nothing below needs a traceback to be
+understood.
+"""
+from __future__ import annotations
+
+
+class ConsoleError(Exception):
+    """Base of every error the console raises on purpose.
+
+    ``problem`` says what went wrong, ``fix`` what to do about it; ``str()`` joins them.
+    """
+
+    def __init__(self, problem: str, fix: str = "") -> None:
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{problem} {fix}".strip() if fix else problem)
+
+
+class SpecError(ConsoleError):
+    """A cluster or job field holds a value we cannot use. ``field`` names it (``tasks[1].port``)."""
+
+    def __init__(self, field: str, problem: str, fix: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {problem}.", fix)
+
+
+class SpecErrors(ConsoleError):
+    """Several ``SpecError`` at once, so a form can show each next to its row."""
+
+    def __init__(self, errors: list[SpecError]) -> None:
+        self.errors = list(errors)
+        super().__init__("; ".join(str(e) for e in self.errors))
+
+
+class HostError(ConsoleError):
+    """A command or connection on one host failed."""
+
+    def __init__(self, host: str, problem: str, fix: str = "", *, command: str = "",
+                 exit_code: int | None = None, stderr_tail: str = "") -> None:
+        self.host = host
+        self.command = command
+        self.exit_code = exit_code
+        self.stderr_tail = stderr_tail
+        detail = f" (exit {exit_code})" if exit_code is not None else ""
+        tail = f" stderr: {stderr_tail.strip()[-400:]}" if stderr_tail.strip() else ""
+        super().__init__(f"{host}: {problem}{detail}.{tail}", fix)
+
+
+class HostKeyError(HostError):
+    """The host's SSH key is unknown or changed. ``fingerprint`` is what the server offered."""
+
+    def __init__(self, host: str, problem: str, fix: str, *, fingerprint: str, key_type: str) -> None:
+        self.fingerprint = fingerprint
+        self.key_type = key_type
+        super().__init__(host, problem, fix)
+
+
+class MultiHostError(ConsoleError):
+    """An action on many hosts failed on some of them; ``errors`` maps host -> error."""
+
+    def __init__(self, action: str, errors: dict[str, Exception], fix: str) -> None:
+        self.errors = dict(errors)
+        lines = "; ".join(f"{e}" for e in self.errors.values())
+        super().__init__(f"{action} failed on {len(self.errors)} host(s): {lines}", fix)
+
+
+class RunError(ConsoleError):
+    """A run cannot do what was asked (not found, not live, already live)."""
+
+
+class ArtifactError(ConsoleError):
+    """A checkpoint or export is missing, partial or corrupt."""

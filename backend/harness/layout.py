@@ -1,0 +1,42 @@
+"""Where things live inside one run directory, on any host. Standard library only.
+
+A run directory is ``<workdir>/runs/<run_id>/`` on each host, and ``runs/<run_id>/`` locally.
+Every path that one task writes carries the task's name, so hosts that share a filesystem
+(loopback test hosts, an NFS home) never write the same file.
+"""
+from __future__ import annotations
+
+import os
+
+HARNESS = "harness"            # copied harness code
+JOB = "job"                    # copied job module
+TASKS = "tasks"                # <task>.json (pid, pgid, argv, start), <task>.exit (exit code)
+LOGS = "logs"                  # <task>.log: the task's stdout and stderr, raw
+METRICS = "metrics.jsonl"      # written by the chief: one JSON line per worker every K steps
+CHECKPOINTS = "checkpoints"    # the chief's checkpoints: the real ones
+WORKER_CHECKPOINTS = "worker_checkpoints"  # <task>/: every other worker's own complete copy
+REQUESTS = "requests"          # save-now requests, read by the chief
+EXPORTS = "exports"            # <name>/ with saved_model/, model.keras, result.json
+TENSORBOARD = "tensorboard"
+STATE = "state.json"           # the local run directory's persisted run state
+
+
+def task_name(role: str, index: int) -> str:
+    """``chief-0``, ``worker-1``: the name every file of a task carries."""
+    return f"{role}-{index}"
+
+
+def run_dir(workdir: str, run_id: str) -> str:
+    return os.path.join(workdir, "runs", run_id)
+
+
+def task_file(run: str, task: str, suffix: str) -> str:
+    return os.path.join(run, TASKS, f"{task}.{suffix}")
+
+
+def log_file(run: str, task: str) -> str:
+    return os.path.join(run, LOGS, f"{task}.log")
+
+
+def worker_checkpoint_dir(run: str, task: str) -> str:
+    return os.path.join(run, WORKER_CHECKPOINTS, task)

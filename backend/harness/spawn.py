@@ -1,0 +1,174 @@
+"""Start, inspect and stop one run's tasks on this host. Standard library only; Linux.
+
+The launcher runs this file on every host (``python spawn.py start|status|stop ...``), over SSH
+or as a local subprocess, so the same code manages processes everywhere.
+
+Why a supervisor: every task runs under a small supervisor process that is the leader of a new
+session and process group. The task inherits that group, so stopping the group stops the task
+and anything it spawned, and no wrapper can leave an orphan behind (DESIGN.md fact 7). The
+supervisor ignores SIGTERM so it can record the task's exit code after the task has stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import layout
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in a process group, read from /proc."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name may hold spaces or parentheses: fields start after the last ')'.
+        fields = stat[stat.rfind(")") + 2:].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            pids.append(int(entry))
+    return pids
+
+
+def _default_signals() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # ignored dispositions survive exec: undo them
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def supervise(run: str, task: str, argv: list[str], cwd: str) -> int:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    log = open(layout.log_file(run, task), "ab", buffering=0)
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, preexec_fn=_default_signals)
+    except OSError as err:
+        log.write(f"spawn: cannot start {argv[0]!r}: {err}\n".encode())
+        _write_atomic(layout.task_file(run, task, "exit"), "127\n")
+        return 127
+    info = {"pid": proc.pid, "pgid": os.getpgid(0), "supervisor": os.getpid(), "argv": argv,
+            "started": time.time(), "tf_config": os.environ.get("TF_CONFIG")}
+    _write_atomic(layout.task_file(run, task, "json"), json.dumps(info))
+    code = proc.wait()
+    _write_atomic(layout.task_file(run, task, "exit"), f"{code}\n")
+    return 0
+
+
+def start(run: str, task: str, argv: list[str], cwd: str, wait_s: float) -> dict:
+    """Start the task's supervisor detached, wait until it has recorded the task, report it."""
+    # The environment arrives on stdin, never on a command line that `ps` would show.
+    env = {str(k): str(v) for k, v in json.loads(sys.stdin.read() or "{}").items()}
+    for sub in (layout.TASKS, layout.LOGS):
+        os.makedirs(os.path.join(run, sub), exist_ok=True)
+    for suffix in ("json", "exit"):  # a relaunch (restart, resume) starts from a clean slate
+        if os.path.exists(layout.task_file(run, task, suffix)):
+            os.remove(layout.task_file(run, task, suffix))
+    sup = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "supervise", "--run", run, "--task", task,
+         "--cwd", cwd, "--", *argv],
+        env={**os.environ, **env}, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, close_fds=True)
+    deadline = time.time() + wait_s
+    while time.time() < deadline:
+        info = _status_one(run, task)
+        if info["state"] != "starting":
+            return {**info, "supervisor": sup.pid}
+        time.sleep(0.05)
+    return {"state": "starting", "supervisor": sup.pid}
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _status_one(run: str, task: str) -> dict:
+    exit_text = _read(layout.task_file(run, task, "exit"))
+    info_text = _read(layout.task_file(run, task, "json"))
+    info = json.loads(info_text) if info_text else {}
+    if exit_text is not None:
+        return {**info, "state": "exited", "exit_code": int(exit_text.strip() or -1)}
+    if not info:
+        return {"state": "starting"}
+    alive = bool(group_members(info["pgid"]))
+    return {**info, "state": "running" if alive else "lost"}
+
+
+def stop(run: str, tasks: list[str], grace_s: float) -> dict:
+    """TERM each task's group, wait up to ``grace_s``, then KILL; report what is left (nothing)."""
+    groups = {}
+    for task in tasks:
+        info = json.loads(_read(layout.task_file(run, task, "json")) or "{}")
+        if info.get("pgid"):
+            groups[task] = info["pgid"]
+    for pgid in groups.values():
+        _signal_group(pgid, signal.SIGTERM)
+    deadline = time.time() + grace_s
+    while time.time() < deadline and any(group_members(g) for g in groups.values()):
+        time.sleep(0.1)
+    for pgid in groups.values():
+        if group_members(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+    deadline = time.time() + 5
+    while time.time() < deadline and any(group_members(g) for g in groups.values()):
+        time.sleep(0.05)
+    return {task: {"pgid": g, "left": group_members(g)} for task, g in groups.items()}
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Start, inspect and stop a run's tasks on this host.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("start", help="start one task detached; environment as JSON on stdin")
+    s.add_argument("--run", required=True); s.add_argument("--task", required=True)
+    s.add_argument("--cwd", default="."); s.add_argument("--wait", type=float, default=10.0)
+    s.add_argument("argv", nargs="+")
+    v = sub.add_parser("supervise", help=argparse.SUPPRESS)
+    v.add_argument("--run", required=True); v.add_argument("--task", required=True)
+    v.add_argument("--cwd", default=".")
+    v.add_argument("argv", nargs="+")
+    t = sub.add_parser("status", help="state of tasks as JSON")
+    t.add_argument("--run", required=True); t.add_argument("--task", action="append", required=True)
+    k = sub.add_parser("stop", help="stop tasks' process groups: TERM, then KILL")
+    k.add_argument("--run", required=True); k.add_argument("--task", action="append", required=True)
+    k.add_argument("--grace", type=float, default=10.0)
+    a = p.parse_args(argv)
+    if a.cmd == "supervise":
+        return supervise(a.run, a.task, a.argv, a.cwd)
+    if a.cmd == "start":
+        out = start(a.run, a.task, a.argv, a.cwd, a.wait)
+    elif a.cmd == "status":
+        out = {task: _status_one(a.run, task) for task in a.task}
+    else:
+        out = stop(a.run, a.task, a.grace)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The SSH adapter against real sshd servers: commands, files, host keys, auth, quoting."""
+from __future__ import annotations
+
+import pytest
+
+from backend.errors import HostError, HostKeyError
+from backend.hosts.ssh import SSHOptions, SSHTransport, fetch_host_key, fingerprint, trust_host_key
+from tests import sshd
+
+
+def transport(host, client_key, options, **kw) -> SSHTransport:
+    return SSHTransport(host.address, port=host.port, identity_file=str(client_key), options=options, **kw)
+
+
+def test_run_and_files(ssh_hosts, client_key, ssh_options, tmp_path):
+    t = transport(ssh_hosts[0], client_key, ssh_options)
+    result = t.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert t.run(["cat"], stdin=b"piped").stdout == "piped"
+    src = tmp_path / "a.txt"
+    src.write_text("hello")
+    remote = str(tmp_path / "remote" / "deep" / "a.txt")
+    t.put(str(src), remote)
+    t.get(remote, str(tmp_path / "back.txt"))
+    assert (tmp_path / "back.txt").read_text() == "hello"
+    t.close()
+
+
+def test_arguments_are_never_shell(ssh_hosts, client_key, ssh_options, tmp_path):
+    canary = tmp_path / "pwned"
+    t = transport(ssh_hosts[0], client_key, ssh_options)
+    for hostile in [f"$(touch {canary})", f"; touch {canary}", f"`touch {canary}`", f"a' ; touch {canary}; '"]:
+        assert t.run(["echo", hostile]).stdout == hostile + "\n"
+    assert not canary.exists()
+
+
+def test_unknown_host_key_refused_with_fingerprint(ssh_hosts, client_key, tmp_path):
+    options = SSHOptions(known_hosts=str(tmp_path / "empty_known_hosts"),
+                         ssh_config=str(tmp_path / "none"), allow_agent=False, look_for_keys=False)
+    host = ssh_hosts[0]
+    with pytest.raises(HostKeyError) as err:
+        transport(host, client_key, options).run(["true"])
+    expected = fingerprint(fetch_host_key(host.address, host.port))
+    assert err.value.fingerprint == expected
+    assert expected in str(err.value) and "trust" in str(err.value)
+    # The explicit action records the key; then the connection works.
+    trust_host_key(host.address, host.port, expected, known_hosts=options.known_hosts)
+    assert transport(host, client_key, options).run(["true"]).ok
+
+
+def test_trust_refuses_a_fingerprint_that_does_not_match(ssh_hosts, tmp_path):
+    with pytest.raises(HostKeyError):
+        trust_host_key(ssh_hosts[0].address, ssh_hosts[0].port, "SHA256:not-this-one",
+                       known_hosts=str(tmp_path / "kh"))
+    assert not (tmp_path / "kh").exists()
+
+
+def test_changed_host_key_refused(ssh_hosts, client_key, tmp_path):
+    # Record host 1's key under host 0's name: to the client, host 0's key "changed".
+    known = tmp_path / "known_hosts"
+    key_type, key = ssh_hosts[1].host_key_pub.split()[:2]
+    known.write_text(f"[{ssh_hosts[0].address}]:{ssh_hosts[0].port} {key_type} {key}\n")
+    options = SSHOptions(known_hosts=str(known), ssh_config=str(tmp_path / "none"),
+                         allow_agent=False, look_for_keys=False)
+    with pytest.raises(HostKeyError, match="CHANGED"):
+        transport(ssh_hosts[0], client_key, options).run(["true"])
+
+
+def test_wrong_key_refused(ssh_hosts, ssh_options, tmp_path):
+    sshd.keygen(tmp_path / "other_key")
+    with pytest.raises(HostError, match="authentication failed"):
+        transport(ssh_hosts[0], tmp_path / "other_key", ssh_options).run(["true"])
+
+
+def test_unreachable_host(client_key, ssh_options, ssh_hosts):
+    with pytest.raises(HostError, match="cannot connect"):
+        SSHTransport("127.0.0.9", port=sshd.free_port(), identity_file=str(client_key),
+                     options=ssh_options).run(["true"])
+
+
+def test_ssh_config_alias_and_jump_host(ssh_hosts, client_key, ssh_options, tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host trainer\n  HostName {ssh_hosts[1].address}\n  Port {ssh_hosts[1].port}\n"
+                      f"  IdentityFile {client_key}\n")
+    options = SSHOptions(known_hosts=ssh_options.known_hosts, ssh_config=str(config),
+                         allow_agent=False, look_for_keys=False)
+    assert SSHTransport("trainer", options=options).run(["echo", "hi"]).stdout == "hi\n"
+    jump = f"{ssh_hosts[0].address}:{ssh_hosts[0].port}"
+    # The jump host authenticates with the same key through the alias-free path.
+    config.write_text(config.read_text() + f"Host {ssh_hosts[0].address}\n  IdentityFile {client_key}\n")
+    via = SSHTransport(ssh_hosts[1].address, port=ssh_hosts[1].port, identity_file=str(client_key),
+                       jump_host=jump, options=options)
+    assert via.run(["echo", "jumped"]).stdout == "jumped\n"
+    via.close()
