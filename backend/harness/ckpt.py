@@ -1,0 +1,78 @@
+"""Checkpoints on every worker: the chief into RUN/checkpoints, others into their own folder.
+
+Every worker takes part in every save (a save can hold a collective; a worker that skips it can
+deadlock the others), and every worker holds a full copy of the variables, so each folder is
+complete on its own and resume needs no shared storage.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import keras
+import tensorflow as tf
+
+import ckpt_index
+import layout
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be used; the message names the ones that can."""
+
+
+def checkpoint_dir(run: str, task: str, is_chief: bool) -> str:
+    if is_chief:
+        return os.path.join(run, layout.CHECKPOINTS)
+    return layout.worker_checkpoint_dir(run, task)
+
+
+def describe_available(directory: str) -> str:
+    steps = [c["step"] for c in ckpt_index.list_complete(directory)]
+    return f"complete checkpoints in {directory}: {steps or 'none'}"
+
+
+class Checkpointer:
+    """tf.train.Checkpoint(model, optimizer, step) + CheckpointManager + meta files."""
+
+    def __init__(self, directory: str, model, optimizer, step_var, keep: int):
+        os.makedirs(directory, exist_ok=True)
+        self.directory = directory
+        self.step_var = step_var
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
+        # checkpoint_name + checkpoint_number=step give files ckpt-<step>.index / .data-*.
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, directory, max_to_keep=keep, checkpoint_name=ckpt_index.PREFIX)
+
+    def save(self, step: int, epoch: int, losses: dict, global_loss: float) -> str:
+        """Save at ``step`` (all workers must call this at the same step), then write meta."""
+        self.step_var.assign(step)
+        # A leftover meta from an earlier attempt would make a half-written save look complete.
+        meta = ckpt_index.meta_path(self.directory, step)
+        if os.path.exists(meta):
+            os.unlink(meta)
+        path = self.manager.save(checkpoint_number=step)
+        ckpt_index.write_json_atomic(meta, {
+            "step": int(step), "epoch": int(epoch),
+            "losses": {k: float(v) for k, v in losses.items()},
+            "global_loss": float(global_loss), "time": time.time(),
+            "tensorflow": tf.__version__, "keras": keras.__version__,
+        })
+        ckpt_index.prune_orphan_meta(self.directory)
+        return path
+
+    def restore(self, step: int) -> int:
+        """Restore ``step`` from this worker's own folder; return the restored step counter."""
+        complete = {c["step"]: c for c in ckpt_index.list_complete(self.directory)}
+        if step not in complete:
+            raise CheckpointError(
+                f"checkpoint step {step} is not complete on this worker; "
+                f"{describe_available(self.directory)}")
+        self.checkpoint.restore(complete[step]["prefix"]).assert_existing_objects_matched()
+        restored = int(self.step_var.numpy())
+        if restored != step:
+            raise CheckpointError(f"checkpoint ckpt-{step} holds step {restored}")
+        return restored
+
+    def latest_step(self) -> int | None:
+        complete = ckpt_index.list_complete(self.directory)
+        return complete[-1]["step"] if complete else None

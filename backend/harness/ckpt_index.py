@@ -1,0 +1,117 @@
+"""List complete checkpoints in a folder. Standard library only: the backend imports it to list
+checkpoints cheaply, and the launcher runs it over SSH as ``python ckpt_index.py DIR``.
+
+A checkpoint ``ckpt-<step>`` is COMPLETE only when both ``ckpt-<step>.index`` and
+``ckpt-<step>.meta.json`` exist: TensorFlow writes the ``.index`` last, and the harness writes the
+meta file only after the save returned, so the pair proves the save finished.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+
+PREFIX = "ckpt"                       # checkpoint_name given to tf.train.CheckpointManager
+_INDEX_RE = re.compile(rf"^{PREFIX}-(\d+)\.index$")
+_META_RE = re.compile(rf"^{PREFIX}-(\d+)\.meta\.json$")
+
+
+def prefix_path(directory: str, step: int) -> str:
+    """The path TensorFlow restores from: ``DIR/ckpt-<step>`` (no suffix)."""
+    return os.path.join(directory, f"{PREFIX}-{int(step)}")
+
+
+def meta_path(directory: str, step: int) -> str:
+    return prefix_path(directory, step) + ".meta.json"
+
+
+def write_json_atomic(path: str, payload: dict) -> None:
+    """Write to a temp file in the same folder, then os.replace: readers never see half a file."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(payload, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _steps(names: list[str], pattern: re.Pattern) -> set[int]:
+    return {int(m.group(1)) for m in map(pattern.match, names) if m}
+
+
+def _read_meta(path: str) -> dict | None:
+    try:
+        with open(path) as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError):
+        return None   # unreadable meta = not complete (e.g. a copy still in flight)
+    return meta if isinstance(meta, dict) else None
+
+
+def list_complete(directory: str) -> list[dict]:
+    """Complete checkpoints in ``directory``, sorted by step; [] if the folder is missing.
+
+    Each dict is the meta file's content plus ``step`` (from the file name), ``prefix`` (the
+    path to restore from), ``dir`` and ``files`` (every file of that checkpoint with its size).
+    """
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    out = []
+    for step in sorted(_steps(names, _INDEX_RE) & _steps(names, _META_RE)):
+        meta = _read_meta(meta_path(directory, step))
+        if meta is None:
+            continue
+        stem = f"{PREFIX}-{step}."
+        files = {n: os.path.getsize(os.path.join(directory, n))
+                 for n in names if n.startswith(stem) and os.path.exists(os.path.join(directory, n))}
+        out.append({**meta, "step": step, "prefix": prefix_path(directory, step),
+                    "dir": directory, "files": files})
+    return out
+
+
+def list_partial(directory: str) -> list[int]:
+    """Steps that have some checkpoint file but are not complete (for clear refusals)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    complete = {c["step"] for c in list_complete(directory)}
+    any_steps = _steps(names, _INDEX_RE) | _steps(names, _META_RE)
+    any_steps |= {int(m.group(1)) for m in
+                  (re.match(rf"^{PREFIX}-(\d+)\.data-", n) for n in names) if m}
+    return sorted(any_steps - complete)
+
+
+def prune_orphan_meta(directory: str) -> list[int]:
+    """Delete meta files whose ``.index`` is gone (the CheckpointManager removed that checkpoint)."""
+    names = os.listdir(directory)
+    orphans = sorted(_steps(names, _META_RE) - _steps(names, _INDEX_RE))
+    for step in orphans:
+        try:
+            os.unlink(meta_path(directory, step))
+        except FileNotFoundError:
+            pass
+    return orphans
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python ckpt_index.py DIR", file=sys.stderr)
+        return 2
+    json.dump(list_complete(argv[0]), sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

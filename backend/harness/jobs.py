@@ -1,0 +1,88 @@
+"""Load a job module from a file and settle its parameters. Standard library only.
+
+A job is a plain .py file (see docs/job-contract.md). The harness, the export process and the
+export's verification child all load it the same way, so custom Keras objects that the job
+registers are known wherever a model is rebuilt or loaded.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+REQUIRED = ("build_model", "make_dataset", "loss_fn", "make_optimizer")
+
+# Harness defaults; a job's DEFAULTS dict overrides them, --param key=value overrides both.
+DEFAULTS = {
+    "global_batch_size": 64,
+    "epochs": 3,
+    "steps_per_epoch": 100,
+    "log_every": 10,            # K: gather and write metrics every K steps
+    "checkpoint_every": 50,     # 0 = only at the end of each epoch
+    "keep_checkpoints": 5,
+    "seed": 0,
+    "collective_timeout_s": 60,
+    "resume_data": "skip",      # on resume: "skip" consumed batches, or "reseed" the data
+    "bare": False,              # benchmark switch: no gather, metrics, checkpoints or logs
+}
+
+
+class JobError(Exception):
+    """A job file that cannot be used; the message says what to fix."""
+
+
+def load_job(path: str):
+    """Import the job file under the module name ``job`` and check the contract."""
+    path = os.path.abspath(path)
+    if not os.path.isfile(path):
+        raise JobError(f"job file not found: {path}")
+    # The job's folder goes on sys.path so a job may import its own helper files.
+    sys.path.insert(0, os.path.dirname(path))
+    spec = importlib.util.spec_from_file_location("job", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["job"] = module
+    spec.loader.exec_module(module)
+    missing = [name for name in REQUIRED if not callable(getattr(module, name, None))]
+    if missing:
+        raise JobError(f"job {path} lacks {', '.join(missing)}; see docs/job-contract.md")
+    return module
+
+
+def _coerce(key: str, text: str, default):
+    """Give a --param the type of its default, so `epochs=2` is an int and `bare=1` a bool."""
+    if isinstance(default, bool):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise JobError(f"--param {key}={text}: expected true/false")
+    for kind in (int, float):
+        if isinstance(default, kind):
+            try:
+                return kind(text)
+            except ValueError:
+                raise JobError(f"--param {key}={text}: expected {kind.__name__}") from None
+    if default is None:   # unknown key: best effort int, float, then string
+        for kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                pass
+    return text
+
+
+def settle_params(module, overrides: list[str]) -> dict:
+    """Harness defaults < job DEFAULTS < ``key=value`` overrides."""
+    params = dict(DEFAULTS)
+    params.update(getattr(module, "DEFAULTS", {}) or {})
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise JobError(f"--param {item!r}: expected key=value")
+        params[key] = _coerce(key, text, params.get(key))
+    for key in ("global_batch_size", "epochs", "steps_per_epoch", "log_every"):
+        if int(params[key]) < 1:
+            raise JobError(f"{key} must be >= 1, got {params[key]}")
+    if params["resume_data"] not in ("skip", "reseed"):
+        raise JobError(f"resume_data must be skip or reseed, got {params['resume_data']}")
+    return params

@@ -1,0 +1,134 @@
+"""The distributed pieces of the training loop: cluster identity, strategy, step and sync.
+
+Keras 3 ``model.fit`` fails under MultiWorkerMirroredStrategy (keras-team/keras#20585), so the
+harness runs its own loop: ``strategy.run`` + ``tf.nn.compute_average_loss`` in a tf.function.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+import layout
+
+# Columns of the row every replica contributes to the sync all_gather.
+COLS = ("task_index", "loss", "step_time", "examples_per_sec", "save_flag")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    task: str            # this task's name, e.g. "worker-1"
+    tasks: tuple         # every task's name, chief first
+    is_chief: bool
+
+    @property
+    def task_index(self) -> int:
+        return self.tasks.index(self.task)
+
+
+def cluster_from_env(environ=os.environ) -> Cluster:
+    """Read TF_CONFIG; no TF_CONFIG means a single worker called ``worker-0``."""
+    cfg = json.loads(environ.get("TF_CONFIG") or "{}")
+    spec = cfg.get("cluster") or {}
+    task = cfg.get("task") or {"type": "worker", "index": 0}
+    role, index = task["type"], int(task.get("index", 0))
+    if role not in ("chief", "worker"):
+        raise ValueError(f"TF_CONFIG task type {role!r}: the harness runs chief and worker tasks")
+    tasks = tuple(layout.task_name(r, i) for r in ("chief", "worker")
+                  for i in range(len(spec.get(r, [])))) or ("worker-0",)
+    # Without a chief entry, worker 0 is the chief (MultiWorkerMirroredStrategy's rule).
+    is_chief = role == "chief" or (role == "worker" and index == 0 and not spec.get("chief"))
+    return Cluster(task=layout.task_name(role, index), tasks=tasks, is_chief=is_chief)
+
+
+def make_strategy(timeout_s: float):
+    """NCCL when this host sees a GPU, AUTO (ring) on CPU; every collective times out."""
+    impl = tf.distribute.experimental.CommunicationImplementation
+    kind = impl.NCCL if tf.config.list_physical_devices("GPU") else impl.AUTO
+    options = tf.distribute.experimental.CommunicationOptions(
+        timeout_seconds=float(timeout_s), implementation=kind)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def ensure_built(model, element_spec) -> None:
+    """Create the variables now (inside the strategy scope) if build_model left them lazy."""
+    if model.built and model.weights:
+        return
+    features = element_spec[0]
+    dummy = tf.nest.map_structure(
+        lambda s: tf.zeros([1 if d is None else d for d in s.shape], s.dtype), features)
+    model(dummy, training=False)
+
+
+def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int):
+    """A tf.function doing one step; it returns this worker's per-replica mean loss."""
+
+    def replica_step(batch):
+        features, labels = batch
+        with tf.GradientTape() as tape:
+            predictions = model(features, training=True)
+            per_example = tf.reshape(loss_fn(labels, predictions), [-1])
+            # Divide by the GLOBAL batch: the optimizer's all-reduce sums replicas' gradients.
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+            if model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return tf.reduce_mean(per_example)
+
+    @tf.function
+    def train_step(iterator):
+        return strategy.run(replica_step, args=(next(iterator),))
+
+    return train_step
+
+
+def make_sync(strategy):
+    """A tf.function that all_gathers one row per replica: every worker sees every row.
+
+    all_gather inside the replica context works where all_reduce of a tensor passed in from
+    outside failed ("destinations can not be empty"), see DESIGN fact 3.
+    """
+
+    def replica_gather(row):
+        ctx = tf.distribute.get_replica_context()
+        return ctx.all_gather(tf.reshape(row, [1, len(COLS)]), axis=0)
+
+    @tf.function
+    def sync(row):
+        return strategy.run(replica_gather, args=(row,))
+
+    return sync
+
+
+def local_mean(strategy, outputs: list) -> float:
+    """Mean of this worker's per-replica step losses over ``outputs`` (the steps since the
+    last sync); reading them here, not every step, avoids a host sync per step on GPUs."""
+    values = [v for out in outputs for v in strategy.experimental_local_results(out)]
+    return float(tf.reduce_mean(tf.stack(values)).numpy()) if values else float("nan")
+
+
+def gather_rows(strategy, sync, row: list) -> list[dict]:
+    """Run the sync collective and return one dict per replica in the cluster."""
+    gathered = sync(tf.constant(row, dtype=tf.float32))
+    matrix = strategy.experimental_local_results(gathered)[0].numpy()
+    return [dict(zip(COLS, map(float, r))) for r in matrix]
+
+
+def per_task(rows: list[dict], tasks: tuple) -> dict:
+    """Fold replica rows into one entry per task (a worker with several GPUs has several)."""
+    folded: dict = {}
+    for r in rows:
+        folded.setdefault(tasks[int(r["task_index"])], []).append(r)
+    out = {}
+    for task, items in folded.items():
+        n = len(items)
+        out[task] = {
+            "loss": sum(i["loss"] for i in items) / n,
+            "step_time": max(i["step_time"] for i in items),
+            "examples_per_sec": sum(i["examples_per_sec"] for i in items) / n,
+        }
+    out["_save"] = any(r["save_flag"] > 0 for r in rows)
+    return out

@@ -1,0 +1,50 @@
+"""Write RUN/metrics.jsonl: one JSON line per worker per sync point. Standard library only.
+
+The harness uses it, and so can a bring-your-own training script (examples/byo_script.py): copy
+this file next to the script or put the run's harness/ folder on sys.path. Only the chief writes;
+each line is flushed at once because the watch agent tails the file live.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+try:
+    import layout
+except ImportError:  # imported as backend.harness.report (tests, the backend)
+    from . import layout
+
+
+class MetricsReporter:
+    """Append metrics lines for one attempt of one run."""
+
+    def __init__(self, run_dir: str, run_id: str, attempt: int = 0):
+        os.makedirs(run_dir, exist_ok=True)
+        self.path = os.path.join(run_dir, layout.METRICS)
+        self.run_id = run_id
+        self.attempt = int(attempt)
+        # Line buffered append: several attempts of one run share the file.
+        self._fh = open(self.path, "a", buffering=1)
+
+    def log(self, task: str, step: int, epoch: int, loss: float, global_loss: float,
+            step_time: float, examples_per_sec: float, *, now: float | None = None) -> dict:
+        line = {
+            "run_id": self.run_id, "attempt": self.attempt, "task": task,
+            "step": int(step), "epoch": int(epoch),
+            "time": time.time() if now is None else float(now),
+            "loss": float(loss), "global_loss": float(global_loss),
+            "step_time": float(step_time), "examples_per_sec": float(examples_per_sec),
+        }
+        self._fh.write(json.dumps(line) + "\n")
+        self._fh.flush()
+        return line
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,79 @@
+"""The worker harness: ``python <run>/harness/train.py --run-dir RUN --job JOB.py --run-id ID``.
+
+Runs on every host of a MultiWorkerMirroredStrategy job (TF_CONFIG from the environment). Every
+``log_every`` steps (and at every checkpoint step) all workers meet in one all_gather that carries
+each worker's local loss, step time, examples/s and the chief's save-now flag; the chief writes
+metrics.jsonl and TensorBoard from it. Exit 0 on success; on failure the last line starts with
+``HARNESS FAILED``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, when imported too
+
+import jobs  # noqa: E402  (stdlib only: a bad job or --param fails before TF loads)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--job", required=True, help="job module file, see docs/job-contract.md")
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--attempt", type=int, default=0)
+    resume = p.add_mutually_exclusive_group()
+    resume.add_argument("--resume-step", type=int, default=None)
+    resume.add_argument("--resume-latest", action="store_true")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
+    return p.parse_args(argv)
+
+
+def _on_sigterm(signum, frame):
+    raise SystemExit(f"stopped by signal {signum}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    task = "?"
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        job = jobs.load_job(args.job)
+        params = jobs.settle_params(job, args.param)
+        import loop  # TensorFlow loads here
+        cluster = loop.cluster_from_env()
+        task = cluster.task
+        print(f"[{task}] harness start run={args.run_id} attempt={args.attempt} "
+              f"params={params}", flush=True)
+        import session
+        summary = session.Session(args, job, params, cluster).run()
+        print(f"[{task}] HARNESS DONE {summary}", flush=True)
+        code = 0
+    except BaseException as exc:  # noqa: BLE001 - the last line must always say why
+        traceback.print_exc()
+        sys.stderr.flush()
+        print(f"[{task}] HARNESS FAILED: {_explain(exc)}", flush=True)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit: after a peer died, TensorFlow's collective teardown can hang or abort at exit.
+    os._exit(code)
+
+
+def _explain(exc: BaseException) -> str:
+    name = type(exc).__name__
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    if "Collective ops is aborted" in str(exc) or name in ("UnavailableError",
+                                                            "DeadlineExceededError"):
+        return (f"{name}: a peer worker died or is unreachable (collective aborted or timed "
+                f"out); see the other workers' logs. {first}")
+    return f"{name}: {first}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Helpers for harness tests: real worker processes on free localhost ports, CPU only.
+
+Each worker starts in its own session (process group); teardown kills every group it started,
+so a failed test leaves no TensorFlow process behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HARNESS = os.path.join(ROOT, "backend", "harness")
+SYNTHETIC = os.path.join(ROOT, "examples", "synthetic.py")
+PYTHON = sys.executable
+# Generous: other people run TensorFlow on this 2-core machine at the same time.
+RUN_TIMEOUT = 240
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def worker_env(tf_config: dict | None) -> dict:
+    env = dict(os.environ)
+    env.update({"CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
+                "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2",
+                "PYTHONUNBUFFERED": "1"})
+    env.pop("TF_CONFIG", None)
+    if tf_config is not None:
+        env["TF_CONFIG"] = json.dumps(tf_config)
+    return env
+
+
+class Cluster:
+    """Workers of one attempt: ``procs[i]`` is task worker-i, its log in ``logs[i]``."""
+
+    def __init__(self, procs, logs, run_dir):
+        self.procs, self.logs, self.run_dir = procs, logs, run_dir
+
+    def wait(self, timeout: float = RUN_TIMEOUT) -> list[int]:
+        deadline = time.time() + timeout
+        codes = []
+        for p in self.procs:
+            try:
+                codes.append(p.wait(timeout=max(1.0, deadline - time.time())))
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"worker did not finish in {timeout}s:\n{self.tails()}")
+        return codes
+
+    def log(self, i: int) -> str:
+        with open(self.logs[i], errors="replace") as fh:
+            return fh.read()
+
+    def tails(self, n: int = 15) -> str:
+        return "\n".join(f"--- worker-{i}\n" + "\n".join(self.log(i).splitlines()[-n:])
+                         for i in range(len(self.procs)))
+
+
+class Launcher:
+    def __init__(self):
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, run_dir: str, n: int = 2, job: str = SYNTHETIC, params=(), extra=(),
+              run_id: str = "r", attempt: int = 0, bare_harness: str = HARNESS) -> Cluster:
+        os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+        ports = free_ports(n)
+        procs, logs = [], []
+        for i in range(n):
+            cfg = None if n == 1 else {
+                "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                "task": {"type": "worker", "index": i}}
+            argv = [PYTHON, os.path.join(bare_harness, "train.py"), "--run-dir", run_dir,
+                    "--job", job, "--run-id", run_id, "--attempt", str(attempt), *extra]
+            for kv in params:
+                argv += ["--param", kv]
+            log = os.path.join(run_dir, "logs", f"worker-{i}.a{attempt}.log")
+            with open(log, "w") as fh:
+                procs.append(subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
+                                              env=worker_env(cfg), start_new_session=True))
+            logs.append(log)
+        self.started += procs
+        return Cluster(procs, logs, run_dir)
+
+    def kill_all(self):
+        for p in self.started:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=30)
+
+
+@pytest.fixture
+def launcher():
+    lw = Launcher()
+    yield lw
+    lw.kill_all()
+
+
+def read_metrics(run_dir: str) -> list[dict]:
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def wait_for(pred, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
