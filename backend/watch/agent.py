@@ -1,0 +1,439 @@
+#!/usr/bin/env python3
+"""Watch agent: runs on the chief's host and streams one run directory as JSON lines on stdout.
+
+Standalone on purpose (standard library + watchdog): the launcher copies this one file to the
+chief and runs ``python agent.py --run-dir RUN [--offsets-json JSON] [--poll]``.
+
+Events, one JSON object per line:
+  metric     {"type":"metric","data":{...}}            one valid line of metrics.jsonl, verbatim
+  log        {"type":"log","task":T,"line":L}          one complete line of logs/T.log
+  skipped    {"type":"skipped","file":F,"count":N}     N lines of F dropped in this batch
+                                                       (not a JSON object, or longer than 1 MB)
+  checkpoint {"type":"checkpoint","step":S,"meta":{}}  once .index and .meta.json both exist
+  export     {"type":"export","name":N,"result":{}}    once exports/N/result.json exists
+  task_exit  {"type":"task_exit","task":T,"exit_code":C}
+  offsets    {"type":"offsets","offsets":{rel:{"inode":I,"offset":O}}}  closes every batch
+  heartbeat  {"type":"heartbeat","time":T}
+  error      {"type":"error","message":M}              (stderr may not reach the console)
+
+Offsets always point just past the last line sent, so a reader that commits a batch when its
+``offsets`` event arrives and restarts the agent with them sees every line exactly once.
+Checkpoints, exports and exits are re-sent on every start; the reader de-duplicates them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+
+MAX_LINE = 1 << 20          # a longer line is skipped and counted, never held in memory
+CHUNK = MAX_LINE + 1        # a chunk with no newline therefore always means "too long"
+HEARTBEAT_S = 2.0
+RESCAN_S = 1.0              # full rescan even without events: events can be missed (overflow)
+METRICS = "metrics.jsonl"
+SUBDIRS = ("logs", "checkpoints", "exports", "tasks")
+# inotify sees only writes made by this kernel: on these, another host's writes are invisible.
+NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "afs", "ceph", "glusterfs",
+              "lustre", "gpfs", "beegfs", "virtiofs", "sshfs", "davfs", "ncpfs"}
+
+
+class Tail:
+    """Follows one file by inode and offset; ``offset`` is always just past the last full line."""
+
+    def __init__(self, path: str, inode: int | None = None, offset: int = 0, skip: bool = False):
+        self.path, self.inode, self.offset, self.skip = path, inode, offset, skip
+        self.fh = None           # kept open so a rotated file's rest can still be read
+        self.skipped = 0
+
+    def state(self) -> dict:
+        out = {"inode": self.inode, "offset": self.offset}
+        if self.skip:
+            out["skip"] = True   # resume inside a too-long line: drop its rest too
+        return out
+
+    def read(self) -> list[bytes]:
+        lines: list[bytes] = []
+        if self.fh is not None and _inode(self.path) != self.inode:
+            lines += self._drain(self.fh, final=True)   # rotated or removed: finish the old one
+            self.fh.close()
+            # inode None: the old file is done, so _open must not look for it again
+            self.fh, self.inode, self.offset, self.skip = None, None, 0, False
+        if self.fh is None and not self._open(lines):
+            return lines
+        if os.fstat(self.fh.fileno()).st_size < self.offset:
+            self.offset, self.skip = 0, False            # shrank: truncated in place
+        return lines + self._drain(self.fh, final=False)
+
+    def _open(self, lines: list[bytes]) -> bool:
+        try:
+            fh = open(self.path, "rb")
+        except OSError:
+            return False
+        inode = os.fstat(fh.fileno()).st_ino
+        if self.inode is not None and inode != self.inode:
+            old = _find_inode(os.path.dirname(self.path), self.inode)  # rotated while we were away
+            if old:
+                with open(old, "rb") as ofh:
+                    lines += self._drain(ofh, final=True)
+            self.offset, self.skip = 0, False
+        self.fh, self.inode = fh, inode
+        return True
+
+    def _drain(self, fh, *, final: bool) -> list[bytes]:
+        out: list[bytes] = []
+        while True:
+            fh.seek(self.offset)
+            data = fh.read(CHUNK)
+            if not data:
+                return out
+            end = data.rfind(b"\n")
+            if end < 0:
+                if len(data) == CHUNK or self.skip:      # no end in sight: drop what is there
+                    self.skip, self.offset = True, self.offset + len(data)
+                    continue
+                if final:                                 # the old file will not grow: flush it
+                    out.append(data)
+                    self.offset += len(data)
+                return out                                # a partial line: wait for its end
+            parts = data[:end].split(b"\n")
+            if self.skip:
+                parts.pop(0)
+                self.skipped += 1
+                self.skip = False
+            for line in parts:
+                if len(line) > MAX_LINE:
+                    self.skipped += 1
+                else:
+                    out.append(line)
+            self.offset += end + 1
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _find_inode(folder: str, inode: int) -> str | None:
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if entry.is_file(follow_symlinks=False) and entry.inode() == inode:
+                    return entry.path
+    except OSError:
+        pass
+    return None
+
+
+def _read_json(path: str):
+    """The parsed file, or None while it is missing or still being written."""
+    try:
+        with open(path, "rb") as fh:
+            return json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+class Agent:
+    def __init__(self, run_dir: str, offsets: dict, out) -> None:
+        self.run = run_dir
+        self.out = out
+        self.tails: dict[str, Tail] = {}
+        for rel, st in offsets.items():
+            self.tails[rel] = Tail(os.path.join(run_dir, rel), st.get("inode"),
+                                   int(st.get("offset", 0)), bool(st.get("skip", False)))
+        self.seen_ckpt: set[int] = set()
+        self.seen_export: set[str] = set()
+        self.seen_exit: set[str] = set()
+
+    def _tail(self, rel: str) -> Tail:
+        if rel not in self.tails:
+            self.tails[rel] = Tail(os.path.join(self.run, rel))
+        return self.tails[rel]
+
+    def scan(self, kinds: set[str]) -> list[bytes]:
+        """One batch of encoded events for the parts of the run directory in ``kinds``."""
+        events: list[bytes] = []
+        moved = False
+        if "metrics" in kinds:
+            moved |= self._metrics(events)
+        if "logs" in kinds:
+            for name in _listdir(os.path.join(self.run, "logs")):
+                if name.endswith(".log"):
+                    moved |= self._log(name[:-4], events)
+        if "checkpoints" in kinds:
+            self._checkpoints(events)
+        if "exports" in kinds:
+            self._exports(events)
+        if "tasks" in kinds:
+            self._exits(events)
+        if moved:
+            offsets = {rel: t.state() for rel, t in self.tails.items() if t.inode is not None}
+            events.append(_enc({"type": "offsets", "offsets": offsets}))
+        return events
+
+    def _metrics(self, events: list[bytes]) -> bool:
+        tail = self._tail(METRICS)
+        before = (tail.inode, tail.offset)
+        bad = 0
+        for line in tail.read():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                ok = isinstance(json.loads(line), dict)
+            except ValueError:
+                ok = False
+            if ok:   # verbatim: the agent must stay cheap on the chief
+                events.append(b'{"type":"metric","data":' + line + b"}\n")
+            else:
+                bad += 1
+        return self._skipped(METRICS, tail, bad, events) or before != (tail.inode, tail.offset)
+
+    def _log(self, task: str, events: list[bytes]) -> bool:
+        rel = f"logs/{task}.log"
+        tail = self._tail(rel)
+        before = (tail.inode, tail.offset)
+        for line in tail.read():
+            text = line.decode("utf-8", "replace").rstrip("\r")
+            events.append(_enc({"type": "log", "task": task, "line": text}))
+        return self._skipped(rel, tail, 0, events) or before != (tail.inode, tail.offset)
+
+    @staticmethod
+    def _skipped(rel: str, tail: Tail, bad: int, events: list[bytes]) -> bool:
+        count, tail.skipped = bad + tail.skipped, 0
+        if count:
+            events.append(_enc({"type": "skipped", "file": rel, "count": count}))
+        return bool(count)
+
+    def _checkpoints(self, events: list[bytes]) -> None:
+        folder = os.path.join(self.run, "checkpoints")
+        names = set(_listdir(folder))
+        for name in names:
+            if not (name.startswith("ckpt-") and name.endswith(".index")):
+                continue
+            try:
+                step = int(name[5:-6])
+            except ValueError:
+                continue
+            meta_name = f"ckpt-{step}.meta.json"
+            if step in self.seen_ckpt or meta_name not in names:
+                continue
+            meta = _read_json(os.path.join(folder, meta_name))
+            if isinstance(meta, dict):      # else: half written, look again next time
+                self.seen_ckpt.add(step)
+                events.append(_enc({"type": "checkpoint", "step": step, "meta": meta}))
+
+    def _exports(self, events: list[bytes]) -> None:
+        folder = os.path.join(self.run, "exports")
+        for name in _listdir(folder):
+            if name.startswith(".") or name in self.seen_export:
+                continue   # .tmp-* is still being written; it is renamed when done
+            result = _read_json(os.path.join(folder, name, "result.json"))
+            if isinstance(result, dict):
+                self.seen_export.add(name)
+                events.append(_enc({"type": "export", "name": name, "result": result}))
+
+    def _exits(self, events: list[bytes]) -> None:
+        folder = os.path.join(self.run, "tasks")
+        for name in _listdir(folder):
+            task = name[:-5]
+            if not name.endswith(".exit") or task in self.seen_exit:
+                continue
+            try:
+                with open(os.path.join(folder, name), "rb") as fh:
+                    code = int(fh.read().strip())
+            except (OSError, ValueError):
+                continue   # empty while being written
+            self.seen_exit.add(task)
+            events.append(_enc({"type": "task_exit", "task": task, "exit_code": code}))
+
+
+def _enc(event: dict) -> bytes:
+    return json.dumps(event, separators=(",", ":")).encode() + b"\n"
+
+
+def kind_of(run_dir: str, path: str) -> str | None:
+    """Which part of the run directory a watchdog event touched."""
+    rel = os.path.relpath(path, run_dir)
+    head = rel.split(os.sep, 1)[0]
+    if head in SUBDIRS:
+        return head
+    if head.startswith(METRICS):
+        return "metrics"
+    return None
+
+
+def needs_polling(path: str, mounts_file: str = "/proc/mounts") -> bool:
+    """True when the run directory sits on a filesystem whose remote writes inotify misses."""
+    path = os.path.realpath(path)
+    best, fstype = "", ""
+    try:
+        with open(mounts_file) as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                point = fields[1].encode().decode("unicode_escape")   # \040 is a space
+                if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) > len(best):
+                    best, fstype = point, fields[2]
+    except OSError:
+        return False
+    return fstype in NETWORK_FS or fstype.startswith("fuse")
+
+
+class Watcher:
+    """Turns watchdog events into wake-ups of the main loop; the loop itself reads the files."""
+
+    def __init__(self, run_dir: str, *, poll: bool, interval: float) -> None:
+        from watchdog.events import FileSystemEventHandler
+        if poll:
+            from watchdog.observers.polling import PollingObserver
+            self.observer = PollingObserver(timeout=interval)
+        else:
+            from watchdog.observers import Observer
+            self.observer = Observer()
+        self.run, self.wake, self.lock = run_dir, threading.Event(), threading.Lock()
+        self.dirty: set[str] = set()
+        self.watched: set[str] = set()
+        watcher = self
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event):
+                kinds = {kind_of(watcher.run, event.src_path)}
+                if getattr(event, "dest_path", ""):
+                    kinds.add(kind_of(watcher.run, event.dest_path))
+                if event.is_directory and os.path.dirname(event.src_path) == watcher.run:
+                    kinds.add("dirs")   # a subfolder appeared: watch it too
+                kinds.discard(None)
+                if kinds:
+                    with watcher.lock:
+                        watcher.dirty |= kinds
+                    watcher.wake.set()
+
+        self.handler = Handler()
+        self.observer.start()
+
+    def ensure_watches(self) -> None:
+        """Watch the run directory and each of its subfolders once they exist (not recursive:
+        tensorboard/ and exports' SavedModels would flood us)."""
+        for path in [self.run] + [os.path.join(self.run, d) for d in SUBDIRS]:
+            if path not in self.watched and os.path.isdir(path):
+                try:
+                    self.observer.schedule(self.handler, path, recursive=False)
+                    self.watched.add(path)
+                except OSError:
+                    pass   # vanished or inotify limit: the periodic rescan still covers it
+
+    def take(self, timeout: float) -> set[str]:
+        self.wake.wait(timeout)
+        self.wake.clear()
+        with self.lock:
+            kinds, self.dirty = self.dirty, set()
+        return kinds
+
+    def stop(self) -> None:
+        self.observer.stop()
+        self.observer.join(timeout=2)
+
+
+def _stdin_closed(stop: threading.Event) -> None:
+    try:   # os.read, not sys.stdin: a daemon thread inside a buffered read aborts shutdown
+        while os.read(0, 65536):
+            pass
+    except (OSError, ValueError):
+        pass
+    stop.set()
+
+
+def _watch_stdin(stop: threading.Event) -> None:
+    """Exit with the SSH channel or pipe; /dev/null or a terminal on stdin means run until told."""
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        return
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISREG(mode):
+        threading.Thread(target=_stdin_closed, args=(stop,), daemon=True).start()
+
+
+def _load_offsets(value: str | None) -> dict:
+    if not value:
+        return {}
+    if not value.lstrip().startswith("{"):
+        with open(value) as fh:
+            value = fh.read()
+    data = json.loads(value)
+    return data.get("offsets", data) if isinstance(data, dict) else {}
+
+
+def serve(run_dir: str, offsets: dict, *, poll: bool, interval: float, out, stop) -> None:
+    agent = Agent(run_dir, offsets, out)
+    poll = poll or needs_polling(run_dir)
+    watcher = Watcher(run_dir, poll=poll, interval=interval)
+    # a signal or a closed stdin sets ``stop``: wake the loop at once rather than at its timeout
+    threading.Thread(target=lambda: (stop.wait(), watcher.wake.set()), daemon=True).start()
+    rescan_every = max(RESCAN_S, interval) if poll else RESCAN_S
+    kinds, next_rescan, next_beat = {"all"}, 0.0, 0.0
+    try:
+        while not stop.is_set():
+            now = time.monotonic()
+            if now >= next_rescan or "dirs" in kinds or "all" in kinds:
+                watcher.ensure_watches()
+                kinds = {"metrics", *SUBDIRS}
+                next_rescan = now + rescan_every
+            events = agent.scan(kinds) if kinds else []
+            if now >= next_beat:
+                events.append(_enc({"type": "heartbeat", "time": time.time()}))
+                next_beat = now + HEARTBEAT_S
+            if events:
+                out.write(b"".join(events))
+                out.flush()
+            kinds = watcher.take(min(next_rescan, next_beat) - time.monotonic())
+    finally:
+        watcher.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--offsets-json", help="offsets to resume from: JSON text or a file")
+    ap.add_argument("--poll", action="store_true", help="poll instead of inotify (NFS and kin)")
+    ap.add_argument("--poll-interval", type=float, default=0.5)
+    args = ap.parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    _watch_stdin(stop)
+    out = sys.stdout.buffer
+    try:
+        serve(os.path.abspath(args.run_dir), _load_offsets(args.offsets_json), poll=args.poll,
+              interval=args.poll_interval, out=out, stop=stop)
+    except BrokenPipeError:
+        # the reader went away: that is our signal to stop (and no traceback at exit's flush)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        return 0
+    except Exception as exc:  # noqa: BLE001 - stderr may go nowhere; tell the reader why we died
+        try:
+            out.write(_enc({"type": "error", "message": f"{type(exc).__name__}: {exc}"}))
+            out.flush()
+        except OSError:
+            pass
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
