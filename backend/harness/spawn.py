@@ -47,13 +47,13 @@ def group_members(pgid: int) -> list[int]:
 
 
 def _default_signals() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # ignored dispositions survive exec: undo them
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # ignored ones survive exec: undo
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def supervise(run: str, task: str, argv: list[str], cwd: str) -> int:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     log = open(layout.log_file(run, task), "ab", buffering=0)
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
@@ -114,24 +114,46 @@ def _status_one(run: str, task: str) -> dict:
 
 
 def stop(run: str, tasks: list[str], grace_s: float) -> dict:
-    """TERM each task's group, wait up to ``grace_s``, then KILL; report what is left (nothing)."""
-    groups = {}
+    """Stop each task's group: INT and TERM, up to ``grace_s`` later KILL; report what is left.
+
+    TensorFlow under MultiWorkerMirroredStrategy catches SIGTERM and keeps training, so SIGINT
+    (KeyboardInterrupt) goes first. KILL spares the supervisor, so it can still record the exit
+    code; a supervisor that is itself stuck is killed last and the code recorded for it.
+    """
+    infos = {}
     for task in tasks:
         info = json.loads(_read(layout.task_file(run, task, "json")) or "{}")
         if info.get("pgid"):
-            groups[task] = info["pgid"]
-    for pgid in groups.values():
-        _signal_group(pgid, signal.SIGTERM)
-    deadline = time.time() + grace_s
-    while time.time() < deadline and any(group_members(g) for g in groups.values()):
-        time.sleep(0.1)
-    for pgid in groups.values():
-        if group_members(pgid):
-            _signal_group(pgid, signal.SIGKILL)
-    deadline = time.time() + 5
-    while time.time() < deadline and any(group_members(g) for g in groups.values()):
+            infos[task] = info
+    for info in infos.values():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            _signal_group(info["pgid"], sig)
+    _wait_gone(infos.values(), grace_s)
+    for info in infos.values():
+        for pid in group_members(info["pgid"]):
+            if pid != info["supervisor"]:
+                _signal(pid, signal.SIGKILL)
+    _wait_gone(infos.values(), 5)
+    for task, info in infos.items():
+        if group_members(info["pgid"]):
+            _signal_group(info["pgid"], signal.SIGKILL)
+            if not os.path.exists(layout.task_file(run, task, "exit")):
+                _write_atomic(layout.task_file(run, task, "exit"), f"{-signal.SIGKILL}\n")
+    _wait_gone(infos.values(), 5)
+    return {task: {"pgid": i["pgid"], "left": group_members(i["pgid"])} for task, i in infos.items()}
+
+
+def _wait_gone(infos, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(group_members(i["pgid"]) for i in infos):
         time.sleep(0.05)
-    return {task: {"pgid": g, "left": group_members(g)} for task, g in groups.items()}
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -1,0 +1,43 @@
+# Two commands: `make run` opens the console, `make test` runs every test.
+# Both set up everything they need first, on a fresh Debian machine.
+VENV    := .venv
+PY      := $(VENV)/bin/python
+SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+PORT    ?= 8501
+
+.PHONY: run test system-deps bench clean help
+
+help:
+	@echo "make run    - install and start the console on http://127.0.0.1:$(PORT)"
+	@echo "make test   - install everything tests need (sshd, chromium) and run all tests"
+	@echo "make bench  - run the benchmarks in bench/"
+
+$(VENV)/.runtime: requirements.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+# Debian packages the tests drive for real: OpenSSH server and client, Chromium, ps.
+system-deps:
+	@if ! command -v /usr/sbin/sshd >/dev/null || ! command -v chromium >/dev/null || ! command -v ps >/dev/null; then \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q openssh-server openssh-client chromium procps; \
+	fi
+
+run: $(VENV)/.runtime
+	$(PY) -m streamlit run console/app.py --server.address 127.0.0.1 --server.port $(PORT) \
+	  --server.headless true --browser.gatherUsageStats false
+
+test: $(VENV)/.dev system-deps
+	$(PY) -m pytest -q tests
+
+bench: $(VENV)/.dev system-deps
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) runs test-output

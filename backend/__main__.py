@@ -1,0 +1,146 @@
+"""Command line: ``python -m backend --help``. Exit 0 on success; otherwise one line saying why."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from backend import launcher, tfconfig
+from backend.errors import ConsoleError
+from backend.hosts.ssh import SSHOptions, fetch_host_key, fingerprint, trust_host_key
+from backend.preflight import CHECKS, run_preflight
+from backend.runs import RunStore
+from backend.hosts.pool import Pool
+from backend.spec import load_cluster, load_job
+
+
+def _options(a) -> SSHOptions:
+    return SSHOptions(known_hosts=a.known_hosts, ssh_config=a.ssh_config)
+
+
+def cmd_tf_config(a) -> int:
+    cluster = load_cluster(a.cluster)
+    tfconfig.require_valid(cluster)
+    for f in tfconfig.check_cluster(cluster):
+        print(f"{f.level}: {f.field}: {f.message}", file=sys.stderr)
+    print(json.dumps(tfconfig.all_tf_configs(cluster), indent=2))
+    return 0
+
+
+def cmd_preflight(a) -> int:
+    cluster = load_cluster(a.cluster)
+    with Pool(_options(a)) as pool:
+        reports = run_preflight(cluster, pool)
+    header = ["task", "host", *CHECKS]
+    rows = [r.row() for r in reports]
+    widths = {h: max(len(h), *(len(str(r[h])) for r in rows)) for h in header}
+    print("  ".join(h.ljust(widths[h]) for h in header))
+    for r in rows:
+        print("  ".join(str(r[h]).ljust(widths[h]) for h in header))
+    bad = [r for r in reports if not r.ok]
+    if bad:
+        print(f"preflight failed on {len(bad)} of {len(reports)} task(s)", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def cmd_launch(a) -> int:
+    run = launcher.launch(load_cluster(a.cluster), load_job(a.job), store=RunStore(a.runs),
+                          options=_options(a), run_id=a.run_id)
+    print(run.run_id)
+    if a.wait:
+        statuses = run.wait(timeout=a.wait)
+        return 0 if all(s.exit_code == 0 for s in statuses) else 1
+    return 0
+
+
+def cmd_status(a) -> int:
+    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    print(f"run {run.run_id}: {run.state.phase}, attempt {run.state.attempt}")
+    for s in run.status():
+        print(f"  {s.name:<10} {s.host:<20} {s.label}" + (f"  -- {s.diagnosis}" if s.diagnosis else ""))
+    return 0
+
+
+def cmd_logs(a) -> int:
+    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    names = [a.task] if a.task else [t.name for t in run.state.tasks]
+    if a.follow:
+        for line in run.follow(names[0]):
+            print(line, flush=True)
+        return 0
+    for name in names:
+        if len(names) > 1:
+            print(f"==> {name} <==")
+        print(run.log_tail(name, 200_000), end="")
+    return 0
+
+
+def cmd_stop(a) -> int:
+    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    run.stop(grace_s=a.grace)
+    print(f"stopped {run.run_id}: no process left on any host")
+    return 0
+
+
+def cmd_runs(a) -> int:
+    for state in RunStore(a.runs).list():
+        print(f"{state.run_id}  {state.phase:<10} attempt {state.attempt}  tasks {len(state.tasks)}")
+    return 0
+
+
+def cmd_trust_host(a) -> int:
+    key = fetch_host_key(a.host, a.port)
+    fp = fingerprint(key)
+    if a.fingerprint is None:
+        print(f"{a.host}:{a.port} offers {key.get_name()} {fp}\n"
+              f"Check it on the host (ssh-keygen -lf /etc/ssh/ssh_host_*.pub), then run again with "
+              f"--fingerprint {fp}")
+        return 1
+    trust_host_key(a.host, a.port, a.fingerprint, known_hosts=a.known_hosts)
+    print(f"trusted {a.host}:{a.port} {fp} in {a.known_hosts}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m backend",
+                                description="Launch and manage TensorFlow multi-worker runs over SSH.")
+    p.add_argument("--runs", default=None, help="local runs folder (default ./runs or $TFCONSOLE_RUNS)")
+    p.add_argument("--known-hosts", default="~/.ssh/known_hosts", help="known_hosts file to verify host keys")
+    p.add_argument("--ssh-config", default="~/.ssh/config", help="ssh_config for aliases and ProxyJump")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    def add(name, fn, help):
+        s = sub.add_parser(name, help=help, description=help)
+        s.set_defaults(fn=fn)
+        return s
+    add("tf-config", cmd_tf_config, "print every task's TF_CONFIG as JSON").add_argument("cluster")
+    add("preflight", cmd_preflight, "check every host and print a table").add_argument("cluster")
+    s = add("launch", cmd_launch, "start a run on every host and print its run id")
+    s.add_argument("cluster"); s.add_argument("job")
+    s.add_argument("--run-id", help="name the run (default: a timestamp)")
+    s.add_argument("--wait", type=float, metavar="SECONDS", help="wait for the run to end")
+    add("status", cmd_status, "each task's state: starting, running, exited(code), lost").add_argument("run")
+    s = add("logs", cmd_logs, "print a run's logs")
+    s.add_argument("run"); s.add_argument("--task", help="one task, e.g. worker-1")
+    s.add_argument("--follow", action="store_true", help="keep printing new lines")
+    s = add("stop", cmd_stop, "stop every task (TERM, then KILL) and check nothing is left")
+    s.add_argument("run"); s.add_argument("--grace", type=float, default=10.0, help="seconds between TERM and KILL")
+    add("runs", cmd_runs, "list runs")
+    s = add("trust-host", cmd_trust_host, "show a host's SSH key fingerprint and, when confirmed, trust it")
+    s.add_argument("host"); s.add_argument("--port", type=int, default=22)
+    s.add_argument("--fingerprint", help="the SHA256:... fingerprint you checked")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        return a.fn(a)
+    except ConsoleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Launch, status and stop for real: two TensorFlow worker processes, over sshd and locally."""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from backend import launcher
+from backend.errors import MultiHostError
+from backend.hosts.pool import Pool
+from backend.preflight import PreflightFailed, run_preflight
+from backend.runs import RunStore
+from backend.spec import cluster_from_dict, job_from_dict
+from tests import sshd
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = str(ROOT / "examples" / "tf_config_script.py")
+
+
+def ssh_task(host, role, port, client_key, python, workdir, **extra) -> dict:
+    return {"role": role, "host": host.address, "ssh_port": host.port, "tf_port": port,
+            "identity_file": str(client_key), "python": python, "workdir": str(workdir), **extra}
+
+
+@pytest.fixture
+def ssh_cluster(ssh_hosts, client_key, python_path, tmp_path):
+    return cluster_from_dict({"tasks": [
+        ssh_task(ssh_hosts[0], "chief", sshd.free_port(), client_key, python_path, tmp_path / "h2"),
+        ssh_task(ssh_hosts[1], "worker", sshd.free_port(), client_key, python_path, tmp_path / "h3"),
+    ]})
+
+
+@pytest.fixture
+def local_cluster(python_path, tmp_path):
+    return cluster_from_dict({"tasks": [
+        {"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": sshd.free_port(),
+         "python": python_path, "workdir": str(tmp_path / "local")}
+        for _ in range(2)]})
+
+
+def script_job(*args: str, **env: str):
+    return job_from_dict({"kind": "command", "command": [SCRIPT, *args], "env": env})
+
+
+def processes_of(run) -> list[str]:
+    """Every live process of the run, from `ps`: by recorded process group or run id in argv."""
+    groups = {t.pgid for t in run.state.tasks if t.pgid}
+    out = subprocess.run(["ps", "-eo", "pid=,pgid=,stat=,args="], capture_output=True, text=True).stdout
+    left = []
+    for line in out.splitlines():
+        pid, pgid, stat, args = line.split(None, 3)
+        if stat.startswith("Z") or "ps -eo" in args:
+            continue
+        if int(pgid) in groups or run.run_id in args:
+            left.append(line)
+    return left
+
+
+def test_preflight_over_ssh(ssh_cluster, ssh_options):
+    with Pool(ssh_options) as pool:
+        reports = run_preflight(ssh_cluster, pool)
+    assert [r.ok for r in reports] == [True, True], [r.problems() for r in reports]
+
+
+def test_preflight_names_unreachable_host_and_taken_port(ssh_cluster, ssh_options, client_key, python_path, tmp_path):
+    import socket
+    busy = socket.socket()
+    busy.bind(("", 0))
+    busy.listen()
+    data = {"tasks": [
+        {**ssh_task(sshd.SSHHost("127.0.0.9", sshd.free_port(), tmp_path), "chief", sshd.free_port(),
+                    client_key, python_path, tmp_path)},
+        {"role": "worker", "host": "127.0.0.1", "transport": "local", "python": python_path,
+         "tf_port": busy.getsockname()[1], "workdir": str(tmp_path)},
+    ]}
+    with Pool(ssh_options) as pool:
+        reports = run_preflight(cluster_from_dict(data), pool)
+    busy.close()
+    assert not reports[0].ok and "cannot connect" in reports[0].checks["ssh"]["error"]
+    assert not reports[1].ok and "in use" in reports[1].checks["port"]["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["ssh", "local"])
+def test_two_workers_train_to_exit_0(kind, request, ssh_options, tmp_path):
+    cluster = request.getfixturevalue(f"{kind}_cluster")
+    run = launcher.launch(cluster, script_job("--steps", "20"), store=RunStore(tmp_path / "runs"),
+                          options=ssh_options, preflight=launcher.Preflight.SKIP)
+    statuses = run.wait(timeout=240)
+    assert [(s.state, s.exit_code) for s in statuses] == [("exited", 0), ("exited", 0)], \
+        [run.log_tail(s.name) for s in statuses]
+    for t in run.state.tasks:  # mirrored locally, and both workers really trained
+        log = (run.local_dir / "logs" / f"{t.name}.log").read_text()
+        assert "step 20 loss" in log and "done" in log
+    assert RunStore(tmp_path / "runs").load(run.run_id).phase == "finished"
+    assert processes_of(run) == []
+
+
+@pytest.mark.slow
+def test_stop_mid_training_leaves_nothing(ssh_cluster, ssh_options, tmp_path):
+    store = RunStore(tmp_path / "runs")
+    run = launcher.launch(ssh_cluster, script_job("--steps", "100000", "--sleep", "0.05"),
+                          store=store, options=ssh_options, preflight=launcher.Preflight.SKIP)
+    deadline = time.time() + 180
+    while "step 3 loss" not in run.log_tail("worker-0") and time.time() < deadline:
+        time.sleep(1)
+    assert "step 3 loss" in run.log_tail("worker-0"), "training never started"
+    assert processes_of(run)
+    # A new process (here: a new handle from the saved state) reattaches and stops the run.
+    again = launcher.attach(run.run_id, store=store, options=ssh_options)
+    again.stop(grace_s=5)
+    assert processes_of(run) == []
+    assert [s.state for s in again.status()] == ["exited", "exited"]
+    assert store.load(run.run_id).phase == "stopped"
+
+
+@pytest.mark.slow
+def test_one_task_failing_to_start_rolls_back_the_others(ssh_cluster, ssh_options, tmp_path):
+    data = {"tasks": [dict(t) for t in __import__("backend.spec", fromlist=["x"]).cluster_to_dict(ssh_cluster)["tasks"]]}
+    data["tasks"][1]["python"] = "/nonexistent/python3"
+    cluster = cluster_from_dict(data)
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(MultiHostError) as err:
+        launcher.launch(cluster, script_job("--steps", "100000", "--sleep", "0.05"), store=store,
+                        options=ssh_options, preflight=launcher.Preflight.SKIP)
+    assert "worker-0" in str(err.value) or "127.0.0.3" in str(err.value)
+    (state,) = store.list()
+    assert state.phase == "failed"
+    run = launcher.attach(state.run_id, store=store, options=ssh_options)
+    assert processes_of(run) == []
+
+
+def test_launch_refuses_when_preflight_fails(ssh_cluster, ssh_options, tmp_path):
+    data = __import__("backend.spec", fromlist=["x"]).cluster_to_dict(ssh_cluster)
+    data["tasks"][1]["python"] = "/nonexistent/python3"
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(PreflightFailed, match="nonexistent"):
+        launcher.launch(cluster_from_dict(data), script_job(), store=store, options=ssh_options)
+    assert store.list() == []
+
+
+def test_hostile_values_are_data_not_commands(ssh_cluster, ssh_options, tmp_path, python_path):
+    canary = tmp_path / "pwned"
+    hostile = f"$(touch {canary}); `touch {canary}`; touch {canary}"
+    job = job_from_dict({"kind": "command", "env": {"HOSTILE": hostile},
+                         "command": [python_path, "-c", "import os, sys; print(os.environ['HOSTILE'], sys.argv[1])", hostile]})
+    run = launcher.launch(ssh_cluster, job, store=RunStore(tmp_path / "runs"), options=ssh_options,
+                          preflight=launcher.Preflight.SKIP)
+    run.wait(timeout=60)
+    assert f"{hostile} {hostile}" in run.log_tail("chief-0")
+    assert not canary.exists()
