@@ -1,0 +1,99 @@
+"""What the run monitor has consumed, kept in the local run directory.
+
+``watch_offsets.json`` holds the agent's offsets as of the last committed batch, plus the size of
+each local mirror file at that moment. ``watch_mirror/`` holds every metric line and log line
+consumed, so a console that restarts can rebuild its store and resume the agent where it stopped.
+On open, mirror files are cut back to their committed sizes: lines written after the last commit
+will be sent again by the agent, so keeping them would count them twice.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import IO, Iterator
+
+OFFSETS_FILE = "watch_offsets.json"
+MIRROR_DIR = "watch_mirror"
+METRICS = "metrics.jsonl"
+
+
+class Journal:
+    def __init__(self, local_run_dir: str) -> None:
+        self.dir = local_run_dir
+        self.path = os.path.join(local_run_dir, OFFSETS_FILE)
+        self.mirror = os.path.join(local_run_dir, MIRROR_DIR)
+        state = _load(self.path)
+        self.offsets: dict = state.get("offsets", {})
+        self.sizes: dict[str, int] = state.get("mirror", {})
+        self.skipped: dict[str, int] = state.get("skipped", {})
+        self._files: dict[str, IO[bytes]] = {}
+        self._cut_back()
+
+    def _cut_back(self) -> None:
+        for rel in self._mirror_files():
+            path = os.path.join(self.mirror, rel)
+            if os.path.getsize(path) > self.sizes.get(rel, 0):
+                os.truncate(path, self.sizes.get(rel, 0))
+
+    def _mirror_files(self) -> list[str]:
+        out = []
+        for root, _, names in os.walk(self.mirror):
+            out += [os.path.relpath(os.path.join(root, n), self.mirror) for n in names]
+        return out
+
+    def metric_lines(self) -> Iterator[bytes]:
+        path = os.path.join(self.mirror, METRICS)
+        if os.path.exists(path):
+            with open(path, "rb") as fh:
+                yield from fh
+
+    def recent_logs(self, n: int) -> dict[str, list[str]]:
+        """The last ``n`` lines of each task's mirrored log (read from the end: logs get big)."""
+        out = {}
+        folder = os.path.join(self.mirror, "logs")
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            with open(os.path.join(folder, name), "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - n * 512))
+                lines = fh.read().decode("utf-8", "replace").splitlines()
+            out[name[:-4]] = lines[-n:]
+        return out
+
+    def commit(self, metric_lines: list[bytes], logs: dict[str, list[str]],
+               skipped: dict[str, int], offsets: dict) -> None:
+        """Mirror first, then the offsets that say those lines are consumed (atomic rename)."""
+        if metric_lines:
+            self._append(METRICS, b"\n".join(metric_lines) + b"\n")
+        for task, lines in logs.items():
+            self._append(f"logs/{task}.log", ("\n".join(lines) + "\n").encode())
+        for name, count in skipped.items():
+            self.skipped[name] = self.skipped.get(name, 0) + count
+        self.offsets = offsets
+        state = {"offsets": offsets, "mirror": self.sizes, "skipped": self.skipped}
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(state, fh)
+        os.replace(tmp, self.path)
+
+    def _append(self, rel: str, data: bytes) -> None:
+        fh = self._files.get(rel)
+        if fh is None:
+            path = os.path.join(self.mirror, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fh = self._files[rel] = open(path, "ab")
+        fh.write(data)
+        fh.flush()
+        self.sizes[rel] = fh.tell()
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()
+
+
+def _load(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,237 @@
+"""The console side of the watch agent: one background thread per live run.
+
+It starts ``agent.py`` on the chief through a transport, reads its JSON events, and commits them a
+batch at a time: metric and log lines are held until the agent's ``offsets`` event closes their
+batch, then go to the local mirror, the store and the deques together, and the offsets are saved.
+A batch cut short by a broken stream is dropped and sent again by the restarted agent, so every
+line lands exactly once. Nothing here touches Streamlit: pages read the getters, which return
+copies.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+from backend.hosts.base import Transport
+from backend.watch.journal import Journal
+
+AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
+_METRIC = b'{"type":"metric","data":'
+_STABLE_S = 5.0   # a session that lasted this long resets the reconnect backoff
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.metrics: list[bytes] = []
+        self.logs: dict[str, list[str]] = {}
+        self.skipped: dict[str, int] = {}
+
+
+class RunMonitor:
+    def __init__(self, transport_factory: Callable[[], Transport], remote_run_dir: str,
+                 local_run_dir: str, store, python: str = "python3", agent_path: str = AGENT_PATH,
+                 *, poll: bool = False, log_lines: int = 1000,
+                 backoff: tuple[float, float] = (0.5, 15.0)) -> None:
+        """``transport_factory()`` is called on every (re)connect; the monitor owns and closes
+        what it returns. ``agent_path`` is where agent.py lies on the chief's host."""
+        self._factory, self._remote, self._store = transport_factory, remote_run_dir, store
+        self._python, self._agent, self._poll = python, agent_path, poll
+        self._backoff = backoff
+        os.makedirs(local_run_dir, exist_ok=True)
+        self._journal = Journal(local_run_dir)
+        self._lock = threading.Lock()
+        self._logs: dict[str, deque] = {}
+        self._log_lines = log_lines
+        self._checkpoints: dict[int, dict] = {}
+        self._exports: dict[str, dict] = {}
+        self._exits: dict[str, int] = {}
+        self._status = {"state": "idle", "connects": 0, "last_error": "", "last_event": None,
+                        "last_heartbeat": None}
+        self._stop = threading.Event()
+        self._stream = None
+        self._thread: threading.Thread | None = None
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self) -> "RunMonitor":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="run-monitor", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        with self._lock:
+            stream = self._stream
+        if stream is not None:
+            _quietly(stream.close)   # unblocks the reader thread's readline
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._journal.close()
+        self._set(state="stopped")
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- getters (copies, safe from any thread) ------------------------------------------------
+
+    def status(self) -> dict:
+        with self._lock:
+            return dict(self._status)
+
+    def log_tasks(self) -> list[str]:
+        with self._lock:
+            return sorted(self._logs)
+
+    def logs(self, task: str) -> list[str]:
+        with self._lock:
+            return list(self._logs.get(task, ()))
+
+    def checkpoints(self) -> dict[int, dict]:
+        with self._lock:
+            return {step: dict(meta) for step, meta in sorted(self._checkpoints.items())}
+
+    def exports(self) -> dict[str, dict]:
+        with self._lock:
+            return {name: dict(res) for name, res in sorted(self._exports.items())}
+
+    def task_exits(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._exits)
+
+    def skipped(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._journal.skipped)
+
+    def offsets(self) -> dict:
+        with self._lock:
+            return json.loads(json.dumps(self._journal.offsets))
+
+    # -- the reader thread ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        self._replay()
+        delay = self._backoff[0]
+        while not self._stop.is_set():
+            began = time.monotonic()
+            self._session()
+            if self._stop.is_set():
+                break
+            stable = time.monotonic() - began >= _STABLE_S
+            delay = self._backoff[0] if stable else min(delay * 2, self._backoff[1])
+            self._set(state="reconnecting")
+            self._stop.wait(delay)
+
+    def _replay(self) -> None:
+        """Rebuild the store and log tails from the mirror of an earlier console process."""
+        chunk: list[dict] = []
+        for line in self._journal.metric_lines():
+            chunk.append(json.loads(line))
+            if len(chunk) >= 50_000:
+                self._store.add_many(chunk)
+                chunk = []
+        self._store.add_many(chunk)
+        with self._lock:
+            for task, lines in self._journal.recent_logs(self._log_lines).items():
+                self._logs[task] = deque(lines, maxlen=self._log_lines)
+
+    def _argv(self) -> list[str]:
+        argv = [self._python, self._agent, "--run-dir", self._remote]
+        if self._journal.offsets:
+            argv += ["--offsets-json", json.dumps(self._journal.offsets, separators=(",", ":"))]
+        return argv + (["--poll"] if self._poll else [])
+
+    def _session(self) -> None:
+        transport = stream = None
+        batch = _Batch()   # dropped if the stream breaks: the agent resends it from the offsets
+        try:
+            transport = self._factory()
+            stream = transport.stream(self._argv())
+            with self._lock:
+                self._stream = stream
+                self._status["connects"] += 1
+                self._status["state"] = "connected"
+            if self._stop.is_set():
+                return
+            for line in stream.stdout:
+                batch = self._on_line(line, batch)
+                if self._stop.is_set():
+                    return
+            self._set(last_error="the watch agent's output ended")
+        except Exception as exc:  # noqa: BLE001 - any failure means: reconnect and say why
+            if not self._stop.is_set():
+                self._set(last_error=f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                self._stream = None
+            if stream is not None:
+                _quietly(stream.close)
+            if transport is not None:
+                _quietly(transport.close)
+
+    def _on_line(self, line: bytes, batch: _Batch) -> _Batch:
+        if line.startswith(_METRIC):        # the hot path: parse once, at commit
+            batch.metrics.append(line[len(_METRIC):].rstrip()[:-1])
+            return batch
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            return batch                     # not ours (a shell's banner): ignore
+        kind = ev.get("type")
+        if kind == "log":
+            task = str(ev.get("task", ""))
+            if task and "/" not in task and not task.startswith("."):
+                batch.logs.setdefault(task, []).append(str(ev.get("line", "")))
+        elif kind == "skipped":
+            name = str(ev.get("file"))
+            batch.skipped[name] = batch.skipped.get(name, 0) + int(ev.get("count", 0))
+        elif kind == "offsets":
+            self._commit(batch, ev.get("offsets", {}))
+            return _Batch()
+        else:
+            self._on_other(kind, ev)
+        return batch
+
+    def _on_other(self, kind, ev: dict) -> None:
+        with self._lock:
+            if kind == "checkpoint":
+                self._checkpoints[int(ev["step"])] = dict(ev.get("meta") or {})
+            elif kind == "export":
+                self._exports[str(ev["name"])] = dict(ev.get("result") or {})
+            elif kind == "task_exit":
+                self._exits[str(ev["task"])] = int(ev["exit_code"])
+            elif kind == "heartbeat":
+                self._status["last_heartbeat"] = time.time()
+            elif kind == "error":
+                self._status["last_error"] = f"watch agent: {ev.get('message')}"
+
+    def _commit(self, batch: _Batch, offsets: dict) -> None:
+        records = []
+        for raw in batch.metrics:
+            try:
+                records.append(json.loads(raw))
+            except ValueError:
+                pass   # the agent checked it; a torn line here would be a bug, not data
+        with self._lock:   # getters see the journal's offsets and the deques move together
+            self._journal.commit(batch.metrics, batch.logs, batch.skipped, offsets)
+            for task, lines in batch.logs.items():
+                self._logs.setdefault(task, deque(maxlen=self._log_lines)).extend(lines)
+            self._status["last_event"] = time.time()
+        if records:
+            self._store.add_many(records)
+
+    def _set(self, **fields) -> None:
+        with self._lock:
+            self._status.update(fields)
+
+
+def _quietly(fn) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - closing something already broken
+        pass
