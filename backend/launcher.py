@@ -18,7 +18,7 @@ from pathlib import Path
 from backend import diagnose, tfconfig
 from backend.errors import ConsoleError, HostError, MultiHostError, RunError
 from backend.harness import layout
-from backend.hosts.pool import Pool, connection_key, failures, parallel
+from backend.hosts.pool import Pool, connection_key, failures, make_transport, parallel
 from backend.hosts.ssh import SSHOptions
 from backend.preflight import require_preflight
 from backend.runs import Attempt, RunState, RunStore, TaskState, check_run_id, new_run_id
@@ -70,6 +70,15 @@ class Run:
 
     def transport(self, name: str):
         return self.pool.transport(self.task_spec(name))
+
+    def monitor(self, store, *, poll: bool = False):
+        """A watch agent on the chief feeding ``store`` (a ``MetricsStore``); call ``.start()``."""
+        from backend.watch.monitor import RunMonitor  # watchdog is needed only by who monitors
+        chief = self.state.chief
+        spec = self.task_spec(chief.name)
+        return RunMonitor(lambda: make_transport(spec, self.pool.options), chief.remote_run_dir,
+                          str(self.local_dir), store, python=spec.python, poll=poll,
+                          agent_path=f"{chief.remote_run_dir}/{layout.HARNESS}/watch_agent.py")
 
     def _task(self, name: str) -> TaskState:
         for t in self.state.tasks:

@@ -23,6 +23,14 @@ def connection_key(task: TaskSpec) -> tuple:
     return (task.transport, task.host, task.ssh_port, task.user, task.identity_file, task.jump_host)
 
 
+def make_transport(task: TaskSpec, options: SSHOptions) -> Transport:
+    """A new, unshared transport for one task's host."""
+    if task.transport == TransportKind.LOCAL:
+        return LocalTransport(task.host)
+    return SSHTransport(task.host, port=task.ssh_port, user=task.user,
+                        identity_file=task.identity_file, jump_host=task.jump_host, options=options)
+
+
 class Pool:
     def __init__(self, options: SSHOptions | None = None) -> None:
         self.options = options or SSHOptions()
@@ -31,12 +39,7 @@ class Pool:
     def transport(self, task: TaskSpec) -> Transport:
         key = connection_key(task)
         if key not in self._open:
-            if task.transport == TransportKind.LOCAL:
-                self._open[key] = LocalTransport(task.host)
-            else:
-                self._open[key] = SSHTransport(task.host, port=task.ssh_port, user=task.user,
-                                               identity_file=task.identity_file,
-                                               jump_host=task.jump_host, options=self.options)
+            self._open[key] = make_transport(task, self.options)
         return self._open[key]
 
     def close(self) -> None:
