@@ -1,0 +1,169 @@
+"""TF_CONFIG for every task (pure functions of the cluster spec) and the checks that need the whole
+cluster at once. No I/O: the launcher decides when to refuse, the console shows the findings.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Literal
+
+from backend.errors import SpecError, SpecErrors
+from backend.spec import ClusterSpec, Role, TransportKind
+
+# TensorFlow lists chief and workers in "cluster"; an evaluator only learns its own task entry.
+_LISTED_ROLES = (Role.CHIEF, Role.WORKER)
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
+
+
+def tf_config(cluster: ClusterSpec, task_position: int) -> dict:
+    """TF_CONFIG for ``cluster.tasks[task_position]``."""
+    indexed = cluster.indexed()
+    if isinstance(task_position, bool) or not isinstance(task_position, int) \
+            or not 0 <= task_position < len(indexed):
+        raise SpecError("task_position", f"no task at position {task_position!r}",
+                        f"Use a position from 0 to {len(indexed) - 1}.")
+    task, index = indexed[task_position]
+    listed = {role.value: [t.address for t in cluster.tasks if t.role is role] for role in _LISTED_ROLES}
+    return {"cluster": {role: addrs for role, addrs in listed.items() if addrs},
+            "task": {"type": task.role.value, "index": index}}
+
+
+def all_tf_configs(cluster: ClusterSpec) -> dict[str, dict]:
+    names = cluster.task_names()
+    return {names[i]: tf_config(cluster, i) for i in range(len(names))}
+
+
+def export_lines(cluster: ClusterSpec) -> dict[str, str]:
+    """Shell lines an operator can paste to start a task by hand."""
+    return {name: "export TF_CONFIG=" + shlex.quote(json.dumps(cfg, separators=(",", ":")))
+            for name, cfg in all_tf_configs(cluster).items()}
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Literal["error", "warning", "info"]
+    field: str
+    message: str  # ends with what to do
+    # Kept apart so require_valid can rebuild a SpecError without re-parsing the message.
+    problem: str = field(default="", compare=False, repr=False)
+    fix: str = field(default="", compare=False, repr=False)
+
+
+def _finding(level: str, where: str, problem: str, fix: str = "") -> Finding:
+    return Finding(level, where, f"{problem}. {fix}".strip(), problem=problem, fix=fix)
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_key(host: str) -> str:
+    """One spelling per address, so "::1" and "0:0::1" or "Node1" and "node1" compare equal."""
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        return host.lower()
+
+
+def _check_roles(cluster: ClusterSpec) -> list[Finding]:
+    out = []
+    chiefs = [i for i, t in enumerate(cluster.tasks) if t.role is Role.CHIEF]
+    workers = [t for t in cluster.tasks if t.role is Role.WORKER]
+    evaluators = [i for i, t in enumerate(cluster.tasks) if t.role is Role.EVALUATOR]
+    for i in chiefs[1:]:
+        out.append(_finding("error", f"tasks[{i}].role", f"{len(chiefs)} tasks are chief",
+                            "Make exactly one task the chief and the others workers."))
+    if not chiefs and not workers:
+        out.append(_finding("error", "tasks", "the cluster has no chief and no worker",
+                            "Add at least one worker (or a chief) task."))
+    elif not chiefs:
+        out.append(_finding("info", "tasks", f"no chief: worker 0 ({workers[0].address}) acts as chief"))
+    for i in evaluators[1:]:
+        out.append(_finding("warning", f"tasks[{i}].role", "TensorFlow runs a single evaluator",
+                            "Keep one evaluator task and make the others workers."))
+    return out
+
+
+def _check_ports(cluster: ClusterSpec, names: list[str]) -> list[Finding]:
+    """Ranges again (a spec built around __post_init__ could skip them) and collisions."""
+    out = []
+    by_address: dict[tuple[str, int], int] = {}
+    local_ports: dict[int, int] = {}
+    for i, task in enumerate(cluster.tasks):
+        if not _is_int_in(task.tf_port, 1024, 65535):
+            out.append(_finding("error", f"tasks[{i}].tf_port", f"tf_port {task.tf_port!r} is out of range",
+                                "Use a port from 1024 to 65535."))
+        if task.ssh_port is not None and not _is_int_in(task.ssh_port, 1, 65535):
+            out.append(_finding("error", f"tasks[{i}].ssh_port", f"ssh_port {task.ssh_port!r} is out of range",
+                                "Use a port from 1 to 65535."))
+        key = (_host_key(task.host), task.tf_port)
+        if key in by_address:
+            j = by_address[key]
+            out.append(_finding("error", f"tasks[{i}].tf_port",
+                                f"{names[j]} and {names[i]} both use {task.address}",
+                                "Give each task on the same host its own tf_port."))
+        else:
+            by_address[key] = i
+            # Local tasks share this machine whatever address they name, so a port can serve only one.
+            if task.transport is TransportKind.LOCAL and task.tf_port in local_ports:
+                j = local_ports[task.tf_port]
+                out.append(_finding("error", f"tasks[{i}].tf_port",
+                                    f"{names[j]} and {names[i]} both run on this machine on port {task.tf_port}",
+                                    "Give each local task its own tf_port."))
+        if task.transport is TransportKind.LOCAL:
+            local_ports.setdefault(task.tf_port, i)
+    return out
+
+
+def _is_int_in(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _check_loopback(cluster: ClusterSpec) -> list[Finding]:
+    loop = [i for i, t in enumerate(cluster.tasks) if _is_loopback(t.host)]
+    if not loop or len(loop) == len(cluster.tasks):
+        return []
+    remote = next(t.host for t in cluster.tasks if not _is_loopback(t.host))
+    return [_finding("error", f"tasks[{i}].host",
+                     f"{cluster.tasks[i].host} is a loopback address, so remote hosts such as {remote} "
+                     "could not reach this task",
+                     "Use an address the other hosts can route to (this machine's LAN name or IP).")
+            for i in loop]
+
+
+def _check_gpus(cluster: ClusterSpec, names: list[str]) -> list[Finding]:
+    out, owner = [], {}
+    for i, task in enumerate(cluster.tasks):
+        machine = "this machine" if task.transport is TransportKind.LOCAL else _host_key(task.host)
+        for gpu in task.gpus:
+            if (machine, gpu) in owner:
+                out.append(_finding("warning", f"tasks[{i}].gpus",
+                                    f"{names[owner[machine, gpu]]} and {names[i]} share GPU {gpu}",
+                                    "Give each task on a host its own GPUs, or expect them to compete for memory."))
+            owner.setdefault((machine, gpu), i)
+    return out
+
+
+def check_cluster(cluster: ClusterSpec) -> list[Finding]:
+    """Every problem with the cluster as a whole: errors first, then warnings, then info."""
+    names = cluster.task_names()
+    found = (_check_roles(cluster) + _check_ports(cluster, names) + _check_loopback(cluster)
+             + _check_gpus(cluster, names))
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(found, key=lambda f: order[f.level])
+
+
+def require_valid(cluster: ClusterSpec) -> None:
+    """Raise SpecErrors built from the error-level findings, if there are any."""
+    errors = [SpecError(f.field, f.problem or f.message.rstrip("."), f.fix)
+              for f in check_cluster(cluster) if f.level == "error"]
+    if errors:
+        raise SpecErrors(errors)
+
