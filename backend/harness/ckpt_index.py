@@ -36,6 +36,7 @@ def write_json_atomic(path: str, payload: dict) -> None:
             json.dump(payload, fh, indent=1, sort_keys=True)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)   # mkstemp makes 0600; the watch agent may run as another user
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -128,3 +128,29 @@ def wait_for(pred, timeout: float, what: str, interval: float = 0.2):
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class TrainedRun:
+    """One finished two-worker run shared by several tests (it costs ~10 s of CPU)."""
+
+    STEPS_PER_EPOCH = 100
+    EPOCHS = 2
+    PARAMS = ("epochs=2", "steps_per_epoch=100", "log_every=10", "checkpoint_every=50",
+              "keep_checkpoints=10", "seed=3")
+
+    def __init__(self, run_dir, cluster):
+        self.run_dir, self.cluster = run_dir, cluster
+        self.metrics = read_metrics(run_dir)
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    lw = Launcher()
+    try:
+        run_dir = str(tmp_path_factory.mktemp("trained") / "run")
+        cluster = lw.start(run_dir, n=2, params=TrainedRun.PARAMS, run_id="shared")
+        codes = cluster.wait()
+        assert codes == [0, 0], cluster.tails()
+        yield TrainedRun(run_dir, cluster)
+    finally:
+        lw.kill_all()

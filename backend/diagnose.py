@@ -1,0 +1,56 @@
+"""Explain a failed worker's log in plain words. Standard library only.
+
+``diagnose(log_text)`` looks for failures we know (checked on TF 2.21 / Keras 3.15) and returns
+one explanation ending with what to do, or for any other traceback its last exception line, or
+None when the log shows no failure.
+"""
+from __future__ import annotations
+
+import re
+
+_KERAS_FIT = re.compile(r"Attempt to convert a value \(PerReplica")
+_PEER_DIED = re.compile(r"Collective ops is aborted|UnavailableError|"
+                        r"DeadlineExceededError.*[Cc]ollective")
+_OUTCOME = re.compile(r"HARNESS (DONE|FAILED)")
+_HARNESS_FAILED = re.compile(r"HARNESS FAILED: (.+)$", re.M)
+# "SomeError: text" or "package.module.SomeError: text" at the start of a line.
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)"
+                             r"(?::.*)?$")
+
+KERAS_FIT = (
+    "Keras 3 model.fit does not work under MultiWorkerMirroredStrategy: it fails with "
+    "'Attempt to convert a value (PerReplica ...)' (keras-team/keras#20585). Train with this "
+    "console's harness (a custom loop: write a job module, see docs/job-contract.md), or use "
+    "tf_keras (Keras 2) in a bring-your-own script and report losses with MetricsReporter.")
+PEER_DIED = (
+    "A peer worker died or became unreachable, so the collective operation was aborted "
+    "(UnavailableError: Collective ops is aborted). This worker is a casualty: open the other "
+    "workers' logs to find the one that failed first, fix it, and restart or resume the run.")
+
+
+def _last_exception_line(text: str) -> str | None:
+    if "Traceback (most recent call last)" not in text:
+        return None
+    tail = text[text.rindex("Traceback (most recent call last)"):]
+    hits = [ln.strip() for ln in tail.splitlines() if _EXCEPTION_LINE.match(ln.strip())]
+    return hits[-1] if hits else None
+
+
+def diagnose(log_text: str) -> str | None:
+    """Return a plain-words explanation of the failure in ``log_text``, or None."""
+    if not log_text:
+        return None
+    outcomes = _OUTCOME.findall(log_text)
+    if outcomes and outcomes[-1] == "DONE":
+        return None   # the harness's last attempt in this log finished well
+    if _KERAS_FIT.search(log_text):
+        return KERAS_FIT
+    if _PEER_DIED.search(log_text):
+        return PEER_DIED
+    last = _last_exception_line(log_text)
+    if last:
+        return f"The worker stopped with an error: {last}"
+    failed = _HARNESS_FAILED.findall(log_text)
+    if failed:
+        return f"The worker stopped with an error: {failed[-1].strip()}"
+    return None

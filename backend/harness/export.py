@@ -1,0 +1,218 @@
+"""Export a checkpoint: ``python <run>/harness/export.py --run-dir RUN --job JOB.py [--step S]
+[--name NAME] [--formats savedmodel,keras]``. Runs on the chief host, no strategy, CPU only.
+
+Restores a COMPLETE checkpoint from RUN/checkpoints into a freshly built model, writes
+RUN/exports/.tmp-<name>/{saved_model/, model.keras}, reloads both in a FRESH process and
+compares predictions on a probe batch, writes result.json, then renames the folder to
+RUN/exports/<name>/. Never overwrites: an existing name is refused with exit code 2, as is a
+checkpoint that is not complete. Any other failure exits 1 and removes only its own tmp folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ["CUDA_VISIBLE_DEVICES"] = ""   # before TensorFlow loads: export never needs a GPU
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ckpt_index  # noqa: E402
+import jobs  # noqa: E402
+import layout  # noqa: E402
+
+TOLERANCE = 1e-5
+FORMATS = ("savedmodel", "keras")
+PATHS = {"savedmodel": "saved_model", "keras": "model.keras"}
+
+
+class Refused(Exception):
+    """Nothing was attempted: exit code 2."""
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--job", required=True)
+    p.add_argument("--step", type=int, default=None, help="default: latest complete checkpoint")
+    p.add_argument("--name", default=None, help="default: step-<S>-<timestamp>")
+    p.add_argument("--formats", default=",".join(FORMATS))
+    p.add_argument("--verify", default=None, help=argparse.SUPPRESS)  # the fresh child process
+    return p.parse_args(argv)
+
+
+def choose_checkpoint(run_dir: str, step: int | None) -> dict:
+    folder = os.path.join(run_dir, layout.CHECKPOINTS)
+    complete = ckpt_index.list_complete(folder)
+    if not complete:
+        raise Refused(f"no complete checkpoint in {folder}")
+    if step is None:
+        return complete[-1]
+    for c in complete:
+        if c["step"] == step:
+            return c
+    raise Refused(f"checkpoint step {step} is not complete (or missing) in {folder}; "
+                  f"{_next_good(complete, step)}")
+
+
+def _next_good(complete: list, step: int) -> str:
+    older = [c["step"] for c in complete if c["step"] < step]
+    newer = [c["step"] for c in complete if c["step"] > step]
+    parts = [f"the next good one is step {older[-1]}"] if older else []
+    parts += [f"a newer good one is step {newer[0]}"] if newer else []
+    steps = [c["step"] for c in complete]
+    return "; ".join(parts + [f"complete steps: {steps}"])
+
+
+def _probe(job, tf):
+    if callable(getattr(job, "probe_batch", None)):
+        return job.probe_batch()
+    ds = job.make_dataset(tf.distribute.InputContext(), 16, 0)
+    return next(iter(ds))[0]
+
+
+def _flat(tf, value):
+    return [tf.convert_to_tensor(v).numpy() for v in tf.nest.flatten(value)]
+
+
+def _save_arrays(path: str, arrays: list) -> None:
+    import numpy as np
+    np.savez(path, *arrays)
+
+
+def _load_arrays(path: str) -> list:
+    import numpy as np
+    with np.load(path) as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def export(args, formats: list[str]) -> dict:
+    chosen = choose_checkpoint(args.run_dir, args.step)
+    step = chosen["step"]
+    name = args.name or f"step-{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if "/" in name or name.startswith("."):
+        raise Refused(f"export name {name!r}: no '/' and no leading '.'")
+    exports = os.path.join(args.run_dir, layout.EXPORTS)
+    final = os.path.join(exports, name)
+    if os.path.exists(final):
+        raise Refused(f"export {name!r} already exists in {exports}; choose another --name")
+    os.makedirs(exports, exist_ok=True)
+    tmp = os.path.join(exports, f".tmp-{name}")
+    try:
+        os.mkdir(tmp)   # atomic: a second export with the same name cannot share our folder
+    except FileExistsError:
+        raise Refused(f"{tmp} exists: an export named {name!r} is running or crashed; "
+                      f"remove it if no export is running") from None
+    try:
+        result = _export_into(args, chosen, tmp, formats)
+        result.update(name=name, paths={f: os.path.join(final, PATHS[f]) for f in formats})
+        ckpt_index.write_json_atomic(os.path.join(tmp, "result.json"), result)
+        os.rename(tmp, final)   # fails rather than replace if `final` appeared meanwhile
+        return result
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)   # only our own tmp folder, never `final`
+        raise
+
+
+def _export_into(args, chosen: dict, tmp: str, formats: list[str]) -> dict:
+    import tensorflow as tf
+    job = jobs.load_job(args.job)
+    model = job.build_model()
+    probe = _probe(job, tf)
+    model(probe, training=False)   # create the variables so restore fills them now
+    try:
+        status = tf.train.Checkpoint(model=model).restore(chosen["prefix"])
+        status.expect_partial().assert_existing_objects_matched()
+    except Exception as exc:  # noqa: BLE001 - truncated files raise IndexError, OpError, ...
+        complete = ckpt_index.list_complete(chosen["dir"])
+        raise RuntimeError(f"checkpoint step {chosen['step']} cannot be restored "
+                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                           f"{_next_good(complete, chosen['step'])}") from exc
+    expected = _flat(tf, model(probe, training=False))
+    if "savedmodel" in formats:
+        model.export(os.path.join(tmp, PATHS["savedmodel"]), verbose=False)
+    if "keras" in formats:
+        model.save(os.path.join(tmp, PATHS["keras"]))
+    diffs = _verify_in_child(args.job, tmp, formats, _flat(tf, probe), expected)
+    worst = max(diffs.values())
+    if not worst <= TOLERANCE:
+        raise RuntimeError(f"exported model disagrees with the checkpoint: max abs diff {diffs} "
+                           f"> {TOLERANCE}")
+    return {"step": chosen["step"], "checkpoint": chosen["prefix"], "formats": formats,
+            "sizes": {f: _size(os.path.join(tmp, PATHS[f])) for f in formats},
+            "match": True, "max_abs_diff": worst, "diffs": diffs, "tolerance": TOLERANCE,
+            "created": time.time(), "tensorflow": tf.__version__}
+
+
+def _size(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def _verify_in_child(job_path, tmp, formats, probe, expected) -> dict:
+    """Load the files in a new interpreter: proves they stand alone, no state from this one."""
+    with tempfile.TemporaryDirectory(prefix="export-probe-") as work:
+        _save_arrays(os.path.join(work, "probe.npz"), probe)
+        _save_arrays(os.path.join(work, "expected.npz"), expected)
+        spec = json.dumps({"dir": tmp, "formats": formats, "work": work})
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run-dir", tmp,
+                               "--job", job_path, "--verify", spec],
+                              capture_output=True, text=True, env=env, timeout=600)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("VERIFY ")]
+        if proc.returncode != 0 or not lines:
+            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+            raise RuntimeError(f"verification process failed (exit {proc.returncode}):\n{tail}")
+        return json.loads(lines[-1][len("VERIFY "):])
+
+
+def verify(job_path: str, spec: dict) -> dict:
+    import numpy as np
+    import tensorflow as tf
+    import keras
+    job = jobs.load_job(job_path)   # registers the job's custom Keras objects, if any
+    leaves = _load_arrays(os.path.join(spec["work"], "probe.npz"))
+    # Same structure as the parent's probe (a tensor, a dict, ...), the parent's exact values.
+    probe = leaves[0] if len(leaves) == 1 else tf.nest.pack_sequence_as(_probe(job, tf), leaves)
+    expected = _load_arrays(os.path.join(spec["work"], "expected.npz"))
+    got = {}
+    if "savedmodel" in spec["formats"]:
+        loaded = tf.saved_model.load(os.path.join(spec["dir"], "saved_model"))  # keep a ref:
+        got["savedmodel"] = loaded.serve(probe)   # its variables die with the object
+    if "keras" in spec["formats"]:
+        got["keras"] = keras.models.load_model(os.path.join(spec["dir"], "model.keras"))(
+            probe, training=False)
+    return {f: max(float(np.max(np.abs(np.asarray(a) - b)))
+                   for a, b in zip(_flat(tf, out), expected)) for f, out in got.items()}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.verify:
+        print("VERIFY " + json.dumps(verify(args.job, json.loads(args.verify))), flush=True)
+        return 0
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    try:
+        bad = [f for f in formats if f not in FORMATS]
+        if bad or not formats:
+            raise Refused(f"--formats {args.formats!r}: choose from {','.join(FORMATS)}")
+        result = export(args, formats)
+    except Refused as exc:
+        print(f"EXPORT REFUSED: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - one clear last line for the console
+        import traceback
+        traceback.print_exc()
+        print(f"EXPORT FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    print("EXPORT OK " + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

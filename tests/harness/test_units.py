@@ -1,0 +1,153 @@
+"""Pure tests: checkpoint listing, diagnose(), job parameters. No TensorFlow in this process."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from backend import diagnose as dg
+from backend.harness import ckpt_index, jobs
+
+from .conftest import HARNESS, PYTHON
+
+
+def touch(path, text=""):
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def make_ckpt(folder, step, *, index=True, meta=True, data=True):
+    if index:
+        touch(os.path.join(folder, f"ckpt-{step}.index"), "i")
+    if data:
+        touch(os.path.join(folder, f"ckpt-{step}.data-00000-of-00001"), "dd")
+    if meta:
+        touch(os.path.join(folder, f"ckpt-{step}.meta.json"), json.dumps({"step": step}))
+
+
+def test_list_complete_ignores_partial_checkpoints(tmp_path):
+    make_ckpt(tmp_path, 10)
+    make_ckpt(tmp_path, 20, meta=False)            # save cut short: .index, no meta
+    make_ckpt(tmp_path, 30, index=False)           # meta left over, checkpoint removed
+    make_ckpt(tmp_path, 40)
+    touch(tmp_path / "ckpt-50.meta.json", "{half")  # unreadable meta
+    touch(tmp_path / "ckpt-50.index")
+    steps = [c["step"] for c in ckpt_index.list_complete(str(tmp_path))]
+    assert steps == [10, 40]
+    assert ckpt_index.list_partial(str(tmp_path)) == [20, 30, 50]
+    first = ckpt_index.list_complete(str(tmp_path))[0]
+    assert first["prefix"] == str(tmp_path / "ckpt-10")
+    assert set(first["files"]) == {"ckpt-10.index", "ckpt-10.data-00000-of-00001",
+                                   "ckpt-10.meta.json"}
+
+
+def test_list_complete_sorts_numerically_and_handles_missing_dir(tmp_path):
+    for step in (100, 9, 25):
+        make_ckpt(tmp_path, step)
+    assert [c["step"] for c in ckpt_index.list_complete(str(tmp_path))] == [9, 25, 100]
+    assert ckpt_index.list_complete(str(tmp_path / "nope")) == []
+
+
+def test_prune_orphan_meta(tmp_path):
+    make_ckpt(tmp_path, 1)
+    make_ckpt(tmp_path, 2, index=False, data=False)
+    assert ckpt_index.prune_orphan_meta(str(tmp_path)) == [2]
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-1.data-00000-of-00001", "ckpt-1.index",
+                                           "ckpt-1.meta.json"]
+
+
+def test_ckpt_index_cli_prints_json(tmp_path):
+    make_ckpt(tmp_path, 7)
+    make_ckpt(tmp_path, 8, meta=False)
+    out = subprocess.run([PYTHON, os.path.join(HARNESS, "ckpt_index.py"), str(tmp_path)],
+                         capture_output=True, text=True, check=True, timeout=60)
+    assert [c["step"] for c in json.loads(out.stdout)] == [7]
+
+
+KERAS_FIT_LOG = """
+Epoch 1/3
+Traceback (most recent call last):
+  File "train.py", line 40, in <module>
+    model.fit(ds, epochs=3)
+  File ".../keras/src/utils/traceback_utils.py", line 122, in error_handler
+    raise e.with_traceback(filtered_tb) from None
+ValueError: Attempt to convert a value (PerReplica:{
+  0: <tf.Tensor: shape=(), dtype=float32, numpy=2.3>
+}) with an unsupported type (<class 'tensorflow.python.distribute.values.PerReplica'>)
+"""
+
+PEER_LOG = """[worker-0] step 40/300 epoch 1 loss 1.0 global_loss 1.0 5 ms/step 6000 ex/s
+Traceback (most recent call last):
+tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is aborted by: ...
+[worker-0] HARNESS FAILED: UnavailableError: a peer worker died
+"""
+
+OTHER_LOG = """2025 I tensorflow noise
+Traceback (most recent call last):
+  File "job.py", line 3, in make_dataset
+    raise KeyError("x")
+KeyError: 'x'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "train.py", line 9, in main
+RuntimeError: job broke: no data
+[worker-1] HARNESS FAILED: RuntimeError: job broke: no data
+"""
+
+
+def test_diagnose_keras_fit_under_multiworker():
+    text = dg.diagnose(KERAS_FIT_LOG)
+    assert "model.fit" in text and "harness" in text and "tf_keras" in text
+
+
+def test_diagnose_peer_died():
+    assert "peer worker died" in dg.diagnose(PEER_LOG)
+
+
+def test_diagnose_generic_traceback_gives_last_exception_line():
+    assert dg.diagnose(OTHER_LOG) == "The worker stopped with an error: RuntimeError: job broke: no data"
+
+
+def test_diagnose_clean_or_finished_logs():
+    assert dg.diagnose("") is None
+    assert dg.diagnose("[worker-0] step 10/20 loss 1.0\n[worker-0] HARNESS DONE {}\n") is None
+    # an earlier failed attempt, then a successful one, in the same log
+    assert dg.diagnose(PEER_LOG + "[worker-0] HARNESS DONE {}\n") is None
+
+
+def test_job_params_layering(tmp_path):
+    job = tmp_path / "j.py"
+    job.write_text("DEFAULTS = {'epochs': 7, 'lr': 0.1}\n"
+                   "def build_model(): pass\ndef make_dataset(c, b, s): pass\n"
+                   "def loss_fn(y, p): pass\ndef make_optimizer(): pass\n")
+    module = jobs.load_job(str(job))
+    params = jobs.settle_params(module, ["steps_per_epoch=5", "lr=0.5", "bare=1", "name=x"])
+    assert params["epochs"] == 7 and params["steps_per_epoch"] == 5
+    assert params["lr"] == 0.5 and params["bare"] is True and params["name"] == "x"
+    assert params["global_batch_size"] == 64 and params["collective_timeout_s"] == 60
+    with pytest.raises(jobs.JobError):
+        jobs.settle_params(module, ["epochs=many"])
+
+
+def test_job_missing_functions_is_a_clear_error(tmp_path):
+    job = tmp_path / "bad.py"
+    job.write_text("def build_model(): pass\n")
+    with pytest.raises(jobs.JobError, match="make_dataset, loss_fn, make_optimizer"):
+        jobs.load_job(str(job))
+
+
+def test_metrics_reporter_writes_contract_lines(tmp_path):
+    from backend.harness.report import MetricsReporter
+    with MetricsReporter(str(tmp_path), "r1", 2) as rep:
+        rep.log("worker-1", 10, 1, 0.5, 0.4, 0.01, 6400.0)
+    line = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert set(line) == {"run_id", "attempt", "task", "step", "epoch", "time", "loss",
+                         "global_loss", "step_time", "examples_per_sec"}
+    assert line["attempt"] == 2 and line["task"] == "worker-1"
+
+
+def test_units_do_not_import_tensorflow():
+    assert "tensorflow" not in sys.modules
