@@ -54,10 +54,31 @@ def cmd_launch(a) -> int:
 
 
 def cmd_status(a) -> int:
+    from backend import keeper
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
     print(f"run {run.run_id}: {run.state.phase}, attempt {run.state.attempt}")
     for s in run.status():
         print(f"  {s.name:<10} {s.host:<20} {s.label}" + (f"  -- {s.diagnosis}" if s.diagnosis else ""))
+    for t in run.state.attempts:
+        resumed = "scratch" if t.resume_step is None else f"step {t.resume_step}"
+        print(f"  attempt {t.number}: from {resumed}, last step {t.last_step if t.last_step is not None else '-'}, "
+              f"{'ended: ' + str(t.reason) if t.ended else 'running'}")
+    pid = keeper.keeper_pid(run.local_dir)
+    if pid:
+        print(f"  keeper: pid {pid} (restarts on failure; log {run.local_dir / keeper.KEEPER_LOG})")
+    failure = run.local_dir / keeper.FAILURE_LOG
+    if run.state.phase == "failed" and failure.exists():
+        print(f"last failure ({failure}):")
+        print("\n".join(failure.read_text().splitlines()[-40:]))
+    return 0
+
+
+def cmd_keep(a) -> int:
+    from dataclasses import asdict
+    from backend.keeper import Keeper
+    options = SSHOptions(**{**asdict(_options(a)), **json.loads(a.ssh_options or "{}")})
+    phase = Keeper(a.run, store=RunStore(a.runs), options=options, poll_s=a.poll).run()
+    print(f"run {a.run}: {phase}")
     return 0
 
 
@@ -124,6 +145,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--follow", action="store_true", help="keep printing new lines")
     s = add("stop", cmd_stop, "stop every task (TERM, then KILL) and check nothing is left")
     s.add_argument("run"); s.add_argument("--grace", type=float, default=10.0, help="seconds between TERM and KILL")
+    s = add("keep", cmd_keep, "watch a run and restart it on failure (launch starts this detached)")
+    s.add_argument("run"); s.add_argument("--poll", type=float, default=1.0, help="seconds between checks")
+    s.add_argument("--ssh-options", help="SSHOptions as JSON (launch passes its own)")
     add("runs", cmd_runs, "list runs")
     s = add("trust-host", cmd_trust_host, "show a host's SSH key fingerprint and, when confirmed, trust it")
     s.add_argument("host"); s.add_argument("--port", type=int, default=22)

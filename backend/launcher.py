@@ -6,6 +6,7 @@ run's state is saved locally (``backend.runs``) so any later process can reattac
 """
 from __future__ import annotations
 
+import base64
 import enum
 import io
 import json
@@ -22,13 +23,21 @@ from backend.hosts.pool import Pool, connection_key, failures, make_transport, p
 from backend.hosts.ssh import SSHOptions
 from backend.preflight import require_preflight
 from backend.runs import Attempt, RunState, RunStore, TaskState, check_run_id, new_run_id
-from backend.spec import ClusterSpec, JobKind, JobSpec, TaskSpec, cluster_from_dict, cluster_to_dict, job_from_dict, job_to_dict
+from backend.spec import ClusterSpec, JobKind, JobSpec, RestartMode, TaskSpec, cluster_from_dict, cluster_to_dict, job_from_dict, job_to_dict
 
 HARNESS_DIR = Path(__file__).parent / "harness"
 AGENT = Path(__file__).parent / "watch" / "agent.py"
 START_CHECK_S = 3.0   # a task that dies this soon after starting failed to start
-UNPACK = ("import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|')"
-          ".extractall(sys.argv[1], filter='data')")
+# One command per host per attempt: unpack the harness, then start that host's tasks.
+BOOT = """import base64, io, json, os, sys, tarfile
+run = sys.argv[1]
+req = json.load(sys.stdin)
+tar = tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["bundle"])))
+tar.extractall(run, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+sys.path.insert(0, os.path.join(run, "harness"))
+import spawn
+print(json.dumps(spawn.start_many(run, req["tasks"], req["wait"])))
+"""
 
 
 class Preflight(enum.Enum):
@@ -97,8 +106,9 @@ class Run:
                 for g in groups.values()]
 
     def _spawn(self, spec: TaskSpec, run_dir: str, args: list[str], **kw):
+        # -S: spawn.py needs only the standard library, and skipping site-packages saves startup.
         return self.pool.transport(spec).run(
-            [spec.python, f"{run_dir}/{layout.HARNESS}/spawn.py", *args], **kw)
+            [spec.python, "-S", f"{run_dir}/{layout.HARNESS}/spawn.py", *args], **kw)
 
     def status(self) -> list[TaskStatus]:
         def one(item):
@@ -141,8 +151,14 @@ class Run:
         finally:
             stream.close()
 
-    def stop(self, *, grace_s: float = 10.0, reason: str = "stopped") -> None:
-        """TERM then KILL every task's process group; raise unless nothing is left anywhere."""
+    def stop(self, *, grace_s: float = 10.0, reason: str = "stopped", phase: str = "stopped") -> None:
+        """TERM then KILL every task's process group; raise unless nothing is left anywhere.
+
+        ``phase`` is what the run becomes: the keeper passes ``restarting``; any other caller's
+        stop leaves a marker first, so a keeper that is restarting the run sees it and yields.
+        """
+        if phase == "stopped":
+            mark_stop_requested(self.local_dir)
         def one(item):
             spec, run_dir, names = item
             argv = ["stop", "--run", run_dir, "--grace", str(grace_s)] + [a for n in names for a in ("--task", n)]
@@ -154,7 +170,7 @@ class Run:
         errors = failures(parallel(one, self._by_host()))
         self.mirror_logs()
         if self.state.live:
-            self.finish_attempt(reason, phase="stopped")
+            self.finish_attempt(reason, phase=phase)
         if errors:
             raise MultiHostError("stop", errors, "Check those hosts; `stop` can be run again.")
 
@@ -179,8 +195,15 @@ class Run:
         """Block until every task has exited (or is lost); refresh the saved phase."""
         deadline = time.time() + timeout
         while True:
-            statuses = self.status()
-            if all(s.state in ("exited", "lost") for s in statuses):
+            if self.job.restart.mode == RestartMode.ON_FAILURE:
+                # The keeper owns the outcome of such a run (a failed task may be restarted).
+                self.state = self.store.load(self.run_id)
+                if not self.state.live:
+                    return self.status()
+                statuses = []
+            else:
+                statuses = self.status()
+            if statuses and all(s.state in ("exited", "lost") for s in statuses):
                 ok = all(s.state == "exited" and s.exit_code == 0 for s in statuses)
                 self.mirror_logs()
                 self.finish_attempt("finished" if ok else "failed", phase="finished" if ok else "failed")
@@ -201,6 +224,14 @@ class Run:
             raise HostError(chief.host, "could not write the save request", "Check the chief's disk.",
                             stderr_tail=result.stderr)
         return name
+
+
+STOP_MARKER = "stop.requested"   # in the local run dir: written by a user's stop, read by the keeper
+
+
+def mark_stop_requested(local_dir: Path) -> None:
+    local_dir.mkdir(parents=True, exist_ok=True)
+    (local_dir / STOP_MARKER).write_text(f"{time.time()}\n")
 
 
 # -- launching ------------------------------------------------------------------------------
@@ -262,24 +293,11 @@ def launch(cluster: ClusterSpec, job: JobSpec, *, store: RunStore | None = None,
                       for i, (n, t) in enumerate(zip(names, cluster.tasks))])
     store.save(state)
     run = Run(state, store, pool)
-    ship(run, job)
     start_attempt(run, resume_step=None)
+    if job.restart.mode == RestartMode.ON_FAILURE:
+        from backend import keeper  # it imports this module
+        keeper.start_keeper(run)
     return run
-
-
-def ship(run: Run, job: JobSpec) -> None:
-    bundle = _bundle(job)
-    def one(item):
-        spec, run_dir, _ = item
-        result = run.pool.transport(spec).run([spec.python, "-c", UNPACK, run_dir], stdin=bundle, timeout=120)
-        if not result.ok:
-            raise HostError(spec.host, f"could not copy the harness to {run_dir}",
-                            "Check that the working directory is writable (preflight).",
-                            stderr_tail=result.stderr)
-    errors = failures(parallel(one, run._by_host()))
-    if errors:
-        run.finish_attempt("failed to start", phase="failed")
-        raise MultiHostError("copying the harness", errors, "Nothing was started. Fix those hosts and launch again.")
 
 
 def start_attempt(run: Run, *, resume_step: int | None) -> None:
@@ -289,20 +307,31 @@ def start_attempt(run: Run, *, resume_step: int | None) -> None:
     run.state.phase = "launching"
     run.store.save(run.state)
 
-    def one(t: TaskState) -> dict:
-        spec = run.cluster.tasks[t.position]
-        env = task_env(run.cluster, t.position, run.job, t.remote_run_dir, run.run_id, attempt, t.name)
-        argv = ["start", "--run", t.remote_run_dir, "--task", t.name, "--",
-                *task_argv(run.job, spec, t.remote_run_dir, run.run_id, attempt, resume_step)]
-        result = run._spawn(spec, t.remote_run_dir, argv, stdin=json.dumps(env).encode(), timeout=60)
-        info = json.loads(result.stdout) if result.ok else {}
-        if info.get("state") not in ("running", "exited") or (info["state"] == "exited" and info["exit_code"] != 0):
-            raise HostError(spec.host, f"task {t.name} did not start",
-                            "Check the task's Python and command.", stderr_tail=result.stderr + run.log_tail(t.name, 2000))
-        t.pid, t.pgid, t.started = info.get("pid"), info.get("pgid"), info.get("started")
-        return info
+    bundle = base64.b64encode(_bundle(run.job)).decode()
 
-    errors = failures(parallel(one, [(t.name, t) for t in run.state.tasks]))
+    def one(item) -> None:
+        spec, run_dir, names = item
+        tasks = [run._task(n) for n in names]
+        request = {"bundle": bundle, "wait": 10, "tasks": [
+            {"task": t.name,
+             "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),
+             "env": task_env(run.cluster, t.position, run.job, run_dir, run.run_id, attempt, t.name)}
+            for t in tasks]}
+        result = run.pool.transport(spec).run([spec.python, "-S", "-c", BOOT, run_dir],
+                                              stdin=json.dumps(request).encode(), timeout=120)
+        if not result.ok:
+            raise HostError(spec.host, f"could not start {', '.join(names)} in {run_dir}",
+                            "Check the task's Python and that the working directory is writable (preflight).",
+                            stderr_tail=result.stderr)
+        answers = json.loads(result.stdout.strip().splitlines()[-1])
+        for t in tasks:
+            info = answers[t.name]
+            if info["state"] not in ("running", "exited") or (info["state"] == "exited" and info["exit_code"] != 0):
+                raise HostError(spec.host, f"task {t.name} did not start", "Check the task's Python and command.",
+                                stderr_tail=run.log_tail(t.name, 2000))
+            t.pid, t.pgid, t.started = info.get("pid"), info.get("pgid"), info.get("started")
+
+    errors = failures(parallel(one, run._by_host()))
     if not errors:
         time.sleep(START_CHECK_S)
         errors = {s.name: HostError(s.host, f"task {s.name} exited at once with code {s.exit_code}",
@@ -310,7 +339,7 @@ def start_attempt(run: Run, *, resume_step: int | None) -> None:
                   for s in run.status() if s.state in ("exited", "lost") and s.exit_code != 0}
     if errors:
         try:
-            run.stop(grace_s=5, reason="failed to start")
+            run.stop(grace_s=5, reason="failed to start", phase="failed")
         except ConsoleError:
             pass  # the launch error below is the one to show; stop's own error names leftovers
         run.finish_attempt("failed to start", phase="failed")

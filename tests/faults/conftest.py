@@ -1,0 +1,146 @@
+"""Helpers for the failure-injection suite: real clusters, real kills, and the checks that every
+scenario ends with: no process of the run on any host, and every TF port free to bind again."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from backend import keeper, launcher
+from backend.runs import RunStore
+from backend.spec import cluster_from_dict, job_from_dict
+from tests import sshd
+from tests.integration.test_launch import processes_of, ssh_task
+
+ROOT = Path(__file__).resolve().parents[2]
+SYNTHETIC = str(ROOT / "examples" / "synthetic.py")
+# Small enough for 2 cores: 300 steps of a 16-32-32-1 MLP, a checkpoint every 40 steps.
+PARAMS = {"epochs": 1, "steps_per_epoch": 300, "checkpoint_every": 40, "log_every": 5,
+          "global_batch_size": 32, "collective_timeout_s": 30}
+# Keeps TensorFlow to one thread per op on this 2-core machine; quiets its C++ noise.
+TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+_RESULTS: dict[str, dict] = {}
+
+
+def harness_job(module: str = SYNTHETIC, *, max_restarts: int = 3, backoff_s: float = 1.0,
+                stall_timeout_s: float = 120.0, **params):
+    return job_from_dict({"kind": "harness", "module": module, "params": {**PARAMS, **params},
+                          "env": TF_ENV, "restart": {"mode": "on_failure", "max_restarts": max_restarts,
+                                                     "backoff_s": backoff_s, "stall_timeout_s": stall_timeout_s}})
+
+
+def command_job(code: str, python: str, **restart):
+    return job_from_dict({"kind": "command", "command": [python, "-c", code],
+                          "restart": {"mode": "on_failure", **restart}})
+
+
+@pytest.fixture
+def local_cluster(python_path, tmp_path):
+    return cluster_from_dict({"tasks": [
+        {"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": sshd.free_port(),
+         "python": python_path, "workdir": str(tmp_path / "local")} for _ in range(2)]})
+
+
+@pytest.fixture
+def ssh_cluster(ssh_hosts, client_key, python_path, tmp_path):
+    return cluster_from_dict({"tasks": [
+        ssh_task(ssh_hosts[0], "chief", sshd.free_port(), client_key, python_path, tmp_path / "h2"),
+        ssh_task(ssh_hosts[1], "worker", sshd.free_port(), client_key, python_path, tmp_path / "h3"),
+    ]})
+
+
+@pytest.fixture
+def store(tmp_path):
+    return RunStore(tmp_path / "runs")
+
+
+def record(name: str, **figures) -> None:
+    """Keep a scenario's measured figures for the JSON file and the summary printed at the end."""
+    _RESULTS[name] = {k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items()}
+    print(f"FAULT {name}: {json.dumps(_RESULTS[name])}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def results_file(tmp_path_factory):
+    path = tmp_path_factory.getbasetemp() / "fault_results.json"
+    yield path
+    if _RESULTS:
+        path.write_text(json.dumps(_RESULTS, indent=1))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _RESULTS:
+        terminalreporter.section("fault scenarios (measured)")
+        for name, figures in _RESULTS.items():
+            terminalreporter.write_line(f"{name}: {json.dumps(figures)}")
+
+
+def metrics(run) -> list[dict]:
+    """The chief's metrics.jsonl (every scenario's chief host is this machine)."""
+    path = Path(os.path.expanduser(f"~/{run.state.chief.remote_run_dir}")
+                if not os.path.isabs(run.state.chief.remote_run_dir) else run.state.chief.remote_run_dir)
+    path = path / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.2):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def wait_phase(store, run_id: str, phases: tuple[str, ...], timeout: float):
+    return wait_for(lambda: (s := store.load(run_id)).phase in phases and s, timeout,
+                    f"run {run_id} to become {'/'.join(phases)}", poll=0.5)
+
+
+def kill_task(run, name: str) -> float:
+    """kill -9 the task's training process (not its supervisor, which records the exit code)."""
+    info = json.loads(Path(_local(run._task(name).remote_run_dir), "tasks", f"{name}.json").read_text())
+    os.kill(info["pid"], signal.SIGKILL)
+    return time.time()
+
+
+def _local(path: str) -> str:
+    return path if os.path.isabs(path) else os.path.expanduser(f"~/{path}")
+
+
+def port_free(port: int) -> bool:
+    # TensorFlow's server listens on every interface, so test the same bind (as preflight does).
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def assert_nothing_left(run, store) -> None:
+    """No keeper, no task process of the run anywhere, every TF port bindable."""
+    wait_for(lambda: keeper.keeper_pid(store.path(run.run_id)) is None, 30, "the keeper to exit")
+    wait_for(lambda: processes_of(run) == [], 30, f"no process of the run: {processes_of(run)}")
+    for spec in run.cluster.tasks:
+        wait_for(lambda: port_free(spec.tf_port), 30, f"TF port {spec.tf_port} to bind")
+
+
+def steps_seen(rows: list[dict], task: str) -> list[int]:
+    """Steps of ``task`` as a reader that honours attempts sees them: a new attempt's rows
+    replace the old attempt's rows from its first step on."""
+    kept: dict[int, int] = {}
+    for r in rows:
+        if r["task"] != task:
+            continue
+        for step in [s for s, a in kept.items() if a < r["attempt"] and s >= r["step"]]:
+            del kept[step]
+        kept[r["step"]] = r["attempt"]
+    return sorted(kept)

@@ -1,0 +1,57 @@
+"""The keeper's rules, with plain command jobs (no TensorFlow): quick and exact."""
+from __future__ import annotations
+
+import pytest
+
+from backend import keeper, launcher
+from tests.faults.conftest import assert_nothing_left, command_job, wait_for, wait_phase
+
+FAIL_LATER = "import sys, time; time.sleep(4); sys.exit(3)"   # past launch's 3 s start check
+HANG = "import time; time.sleep(600)"
+
+
+@pytest.mark.slow
+def test_user_stop_wins_over_a_pending_restart(local_cluster, store, python_path):
+    job = command_job(FAIL_LATER, python_path, max_restarts=3, backoff_s=8)
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    assert keeper.keeper_pid(run.local_dir), "launch started no keeper"
+    wait_phase(store, run.run_id, ("restarting",), 60)      # the keeper is in its backoff
+    launcher.attach(run.run_id, store=store).stop(grace_s=2)
+    assert_nothing_left(run, store)
+    state = store.load(run.run_id)
+    assert state.phase == "stopped" and len(state.attempts) == 1, state
+    assert "exited(3)" in state.attempts[0].reason
+    assert "stopped" in (run.local_dir / keeper.KEEPER_LOG).read_text()
+
+
+@pytest.mark.slow
+def test_a_stalled_run_is_restarted_then_failed(local_cluster, store, python_path):
+    job = command_job(HANG, python_path, max_restarts=1, backoff_s=0.2, stall_timeout_s=3)
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 60)
+    assert state.phase == "failed"
+    assert [a.reason.split(":")[0] for a in state.attempts] == ["stalled", "stalled"]
+    assert [a.resume_step for a in state.attempts] == [None, None]   # no checkpoint: from scratch
+    assert_nothing_left(run, store)
+
+
+def test_a_second_keeper_is_refused(local_cluster, store, python_path, tmp_path):
+    import fcntl
+    from backend.errors import RunError
+    from backend.runs import RunState
+    store.save(RunState("r1", 0.0, {"tasks": []}, {"kind": "command", "command": ["x"]}, []))
+    with open(store.path("r1") / keeper.KEEPER_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(RunError, match="already has a keeper"):
+            keeper.Keeper("r1", store=store).run()
+
+
+def test_failure_reason_names_the_first_failure_not_the_casualty():
+    from backend import diagnose
+    from backend.launcher import TaskStatus
+    statuses = [TaskStatus("chief-0", "h", "exited", 1, diagnose.PEER_DIED),
+                TaskStatus("worker-0", "h", "exited", -9)]
+    assert keeper.failure_reason(statuses) == "worker-0 exited(-9)"
+    assert keeper.failure_reason([TaskStatus("chief-0", "h", "exited", 0),
+                                  TaskStatus("worker-0", "h", "running")]) is None
+    assert keeper.failure_reason([TaskStatus("worker-0", "h", "lost")]) == "worker-0 lost"
