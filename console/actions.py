@@ -1,0 +1,99 @@
+"""Run actions behind the buttons: start, save now, export, restore. Plain functions: each
+returns a result or raises ConsoleError, whose text the page shows as it is."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from backend import checkpoints
+from backend.errors import ArtifactError, ConsoleError, SpecError
+from backend.launcher import Preflight, launch
+from backend.spec import JobSpec
+from console import cluster_actions, forms
+from console.live import LiveRun, Registry, require_live
+
+
+@dataclass
+class StartResult:
+    live: LiveRun | None = None
+    errors: list[str] = field(default_factory=list)
+    preflight: dict | None = None
+
+
+def start(rows: list[dict], job: JobSpec, registry: Registry) -> StartResult:
+    """Check the cluster, run the preflight, launch on every host and start watching."""
+    cluster, problems = forms.check_rows(rows)
+    if cluster is None or forms.blocking(problems):
+        return StartResult(errors=["The cluster has errors; fix them on the Cluster page. "
+                                   + p.text() for p in problems if p.level == "error"])
+    report = cluster_actions.preflight(cluster, registry.options)
+    if report["error"] or report["failures"]:
+        return StartResult(errors=[report["error"] or "Preflight failed, nothing was started. "
+                                   "Fix each host in the table, then start again."], preflight=report)
+    try:
+        run = launch(cluster, job, store=registry.store, options=registry.options,
+                     preflight=Preflight.SKIP)
+    except ConsoleError as err:
+        return StartResult(errors=[str(err)], preflight=report)
+    live = registry.put(run)
+    live.ensure_monitor()
+    return StartResult(live=live, preflight=report)
+
+
+def save_now(live: LiveRun, wait_s: float = 120) -> int | None:
+    require_live(live.run, "save a checkpoint")
+    return checkpoints.save_now(live.run, wait_s=wait_s)
+
+
+def list_checkpoints(live: LiveRun) -> list[dict]:
+    """The chief's checkpoints: from the monitor while live (no extra process), else asked."""
+    if live.run.state.live and live.monitor is not None:
+        found = live.monitor.checkpoints()
+        if found:
+            return [{"step": step, **meta} for step, meta in found.items()]
+    try:
+        return checkpoints.list_checkpoints(live.run)
+    except ConsoleError:
+        if live.monitor is not None:
+            return [{"step": step, **meta} for step, meta in live.monitor.checkpoints().items()]
+        raise
+
+
+def checkpoint_rows(found: list[dict]) -> list[dict]:
+    import time
+    rows = []
+    for c in sorted(found, key=lambda c: c.get("step", 0)):
+        files = c.get("files") or {}
+        rows.append({"step": c.get("step"), "epoch": c.get("epoch"),
+                     "loss": c.get("global_loss"),
+                     "time": time.strftime("%H:%M:%S", time.localtime(c["time"])) if c.get("time") else "",
+                     "size (KB)": round(sum(files.values()) / 1024, 1) if files else None})
+    return rows
+
+
+def export(live: LiveRun, step: int | None, formats: tuple[str, ...], name: str | None) -> dict:
+    if not formats:
+        raise ArtifactError("no format chosen", "Tick SavedModel, .keras or both.")
+    with live.lock:
+        return checkpoints.export(live.run, step=step, name=name or None, formats=formats)
+
+
+def fetch_keras(live: LiveRun, result: dict) -> bytes:
+    """The exported model.keras as bytes, copied into the local run folder first."""
+    name = result.get("name")
+    if not name:
+        raise ArtifactError("the export result names no export", "Export again.")
+    folder = live.run.local_dir / "downloads" / name
+    os.makedirs(folder, exist_ok=True)
+    path = checkpoints.fetch_export_file(live.run, name, "model.keras", str(folder / "model.keras"))
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def restore(live: LiveRun, step: int) -> None:
+    if step is None:
+        raise SpecError("step", "no checkpoint chosen", "Pick a checkpoint step.")
+    with live.lock:
+        checkpoints.restore(live.run, int(step))
+    live.ensure_monitor()
+    live.refresh(force=True)

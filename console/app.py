@@ -1,0 +1,26 @@
+"""Entry point: ``streamlit run console/app.py``. Navigation over the pages in ../pages."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:   # `streamlit run console/app.py` puts only console/ on the path
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from console import state  # noqa: E402
+
+PAGES = ROOT / "pages"
+
+st.set_page_config(page_title="TF training console", page_icon="📈", layout="wide")
+state.init()
+nav = st.navigation([
+    st.Page(str(PAGES / "launch.py"), title="Launch", icon="🚀", url_path="launch", default=True),
+    st.Page(str(PAGES / "monitor.py"), title="Monitor", icon="📈", url_path="monitor"),
+    st.Page(str(PAGES / "checkpoints.py"), title="Checkpoints", icon="💾", url_path="checkpoints"),
+    st.Page(str(PAGES / "cluster.py"), title="Cluster", icon="🖧", url_path="cluster"),
+    st.Page(str(PAGES / "runs.py"), title="Runs", icon="🗂", url_path="runs"),
+])
+nav.run()

@@ -1,0 +1,99 @@
+"""Cluster page actions: preflight and host-key trust, as plain results plus small renderers."""
+from __future__ import annotations
+
+import pandas as pd
+import paramiko
+import streamlit as st
+
+from backend.errors import ConsoleError
+from backend.hosts.pool import Pool
+from backend.hosts.ssh import SSHOptions, fetch_host_key, fingerprint, trust_host_key
+from backend.preflight import run_preflight
+from backend.spec import ClusterSpec, TransportKind
+
+
+def preflight(cluster: ClusterSpec, options: SSHOptions) -> dict:
+    """{"rows": table rows, "failures": ["task (host): problem; ..."], "error": text or ""}."""
+    try:
+        with Pool(options) as pool:
+            reports = run_preflight(cluster, pool)
+    except ConsoleError as err:
+        return {"rows": [], "failures": [], "error": str(err)}
+    return {"rows": [r.row() for r in reports], "error": "",
+            "failures": [f"{r.task} ({r.host}): " + "; ".join(r.problems()) for r in reports if not r.ok]}
+
+
+def _cell_style(value) -> str:
+    text = str(value)
+    if text.startswith("ok"):
+        return "background-color: #d4f7dc"
+    if text.startswith("FAIL"):
+        return "background-color: #ffd6d6"
+    return ""
+
+
+def show_preflight(result: dict) -> None:
+    if result["error"]:
+        st.error(result["error"])
+        return
+    frame = pd.DataFrame(result["rows"])
+    st.dataframe(frame.style.map(_cell_style), hide_index=True, width="stretch",
+                 key="preflight_table")
+    for line in result["failures"]:
+        st.error(line)
+    if not result["failures"]:
+        st.success("Every host passed the preflight.")
+
+
+def ssh_targets(cluster: ClusterSpec) -> list[str]:
+    """Distinct "host:port" of the SSH tasks (port 22 when the task sets none)."""
+    out = []
+    for task in cluster.tasks:
+        if task.transport is TransportKind.SSH:
+            target = f"{task.host}:{task.ssh_port or 22}"
+            if target not in out:
+                out.append(target)
+    return out
+
+
+def _split(target: str) -> tuple[str, int]:
+    host, _, port = target.rpartition(":")
+    return host, int(port)
+
+
+def fetch_key(target: str) -> dict:
+    """The key the host offers now, for the operator to compare before trusting it."""
+    host, port = _split(target)
+    try:
+        key = fetch_host_key(host, port)
+    except (OSError, paramiko.SSHException, EOFError) as err:
+        return {"target": target, "error": f"{target}: could not read its host key ({err}). "
+                                           "Check the host name, the SSH port and that sshd runs."}
+    return {"target": target, "host": host, "port": port, "fingerprint": fingerprint(key),
+            "key_type": key.get_name(), "error": ""}
+
+
+def trust(info: dict, options: SSHOptions) -> str:
+    """Record the key in known_hosts if it still has the fingerprint shown; raises HostKeyError."""
+    try:
+        return trust_host_key(info["host"], info["port"], info["fingerprint"], known_hosts=options.known_hosts)
+    except (OSError, paramiko.SSHException, EOFError) as err:
+        raise ConsoleError(f"{info['target']}: could not trust its key ({err}).",
+                           "Check that the host is reachable and try again.") from None
+
+
+def show_host_key(info: dict | None, options: SSHOptions) -> None:
+    if not info:
+        return
+    if info["error"]:
+        st.error(info["error"])
+        return
+    st.code(f"{info['target']} offers {info['key_type']} {info['fingerprint']}", language=None)
+    st.caption("Compare it with the host's own (ssh-keygen -lf /etc/ssh/ssh_host_*.pub) before trusting.")
+    if st.button(f"Trust {info['target']} with this fingerprint", key="hostkey_trust", type="primary"):
+        try:
+            trust(info, options)
+            st.success(f"Trusted {info['target']} ({info['fingerprint']}) in {options.known_hosts}.")
+            st.session_state.host_key = None
+        except ConsoleError as err:
+            st.error(str(err))

@@ -1,0 +1,129 @@
+"""Plain functions behind the cluster and launch forms: table rows <-> specs, and messages per row.
+
+No Streamlit here, so every rule can be tested with plain asserts.
+"""
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend import tfconfig
+from backend.errors import SpecError, SpecErrors
+from backend.spec import ClusterSpec, JobSpec, cluster_from_dict, job_from_dict
+
+COLUMNS = ("role", "host", "transport", "tf_port", "ssh_port", "user", "identity_file",
+           "jump_host", "python", "workdir", "gpus")
+INT_COLUMNS = ("tf_port", "ssh_port")
+_ROW = re.compile(r"^tasks\[(\d+)\]")
+JOB_PARAMS = ("epochs", "steps_per_epoch", "global_batch_size", "checkpoint_every", "log_every")
+
+
+def cluster_rows(data: dict) -> list[dict]:
+    """Rows for the table editor: one per task, every column present (None when unset)."""
+    rows = []
+    for task in data.get("tasks", []):
+        row = {c: task.get(c) for c in COLUMNS}
+        row["transport"] = row["transport"] or "ssh"
+        gpus = row["gpus"]
+        row["gpus"] = ",".join(str(g) for g in gpus) if isinstance(gpus, (list, tuple)) else gpus
+        rows.append(row)
+    return rows
+
+
+def _blank(value) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    return isinstance(value, str) and not value.strip()
+
+
+def rows_to_dict(rows: list[dict]) -> dict:
+    """Table rows -> the dict cluster_from_dict reads; blank cells mean "use the default".
+
+    Fully blank rows (a row just added) are skipped. Whole floats (the table's numbers) become ints.
+    """
+    tasks = []
+    for row in rows:
+        task = {}
+        for column in COLUMNS:
+            value = row.get(column)
+            if _blank(value):
+                continue
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if isinstance(value, str):
+                value = value.strip()
+            task[column] = value
+        if task:
+            tasks.append(task)
+    return {"tasks": tasks}
+
+
+@dataclass
+class Problem:
+    level: str          # error, warning, info
+    row: int | None     # 0-based table row, None for the cluster as a whole
+    field: str
+    message: str
+
+    def text(self) -> str:
+        where = f"Row {self.row + 1}" if self.row is not None else "Cluster"
+        return f"{where}: {self.message}"
+
+
+def _row_of(field: str) -> int | None:
+    match = _ROW.match(field)
+    return int(match.group(1)) if match else None
+
+
+def check_rows(rows: list[dict]) -> tuple[ClusterSpec | None, list[Problem]]:
+    """The cluster (or None) and every problem, each tied to its table row when it has one."""
+    data = rows_to_dict(rows)
+    try:
+        cluster = cluster_from_dict(data)
+    except SpecErrors as err:
+        return None, [Problem("error", _row_of(e.field), e.field, str(e)) for e in err.errors]
+    except SpecError as err:
+        return None, [Problem("error", _row_of(err.field), err.field, str(err))]
+    problems = [Problem(f.level, _row_of(f.field), f.field, f.message)
+                for f in tfconfig.check_cluster(cluster)]
+    return cluster, problems
+
+
+def blocking(problems: list[Problem]) -> bool:
+    return any(p.level == "error" for p in problems)
+
+
+# ---- jobs -----------------------------------------------------------------------------------
+
+def examples(folder: Path) -> list[str]:
+    """Example job modules: every examples/*.py that defines a model for the harness."""
+    out = []
+    for path in sorted(Path(folder).glob("*.py")):
+        text = path.read_text(errors="replace")
+        if "def build_model" in text:
+            out.append(path.name)
+    return out
+
+
+def build_job(*, source: str, module: str = "", command: str = "", params: dict | None = None,
+              restart_mode: str = "never", max_restarts: int = 3, base_dir: Path | None = None) -> JobSpec:
+    """A JobSpec from the launch form; raises SpecErrors (e.g. "no file at ...") for bad input.
+
+    ``source`` is "module" (a harness job file) or "command" (a program run on every host).
+    """
+    restart = {"mode": restart_mode, "max_restarts": int(max_restarts)}
+    if source == "command":
+        data = {"kind": "command", "command": shlex.split(command) if command.strip() else [],
+                "restart": restart}
+    else:
+        data = {"kind": "harness", "module": module.strip(), "restart": restart,
+                "params": {k: int(v) for k, v in (params or {}).items() if v is not None}}
+        if not data["module"]:
+            raise SpecErrors([SpecError("module", "no job module given",
+                                        "Pick an example or type the path of a job .py file.")])
+    return job_from_dict(data, base_dir=base_dir)

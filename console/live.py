@@ -1,0 +1,254 @@
+"""One live run as the console holds it: the Run handle, its monitor and metrics, and a lock.
+
+No Streamlit here. A ``LiveRun`` is shared by every browser session (it lives in a
+``st.cache_resource`` registry), so everything it changes goes through its lock, and the
+monitor's background thread only fills the thread-safe ``MetricsStore`` and its own getters.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from backend import checkpoints
+from backend.errors import ConsoleError, RunError
+from backend.hosts.ssh import SSHOptions
+from backend.launcher import Run, TaskStatus, attach, start_attempt
+from backend.metrics import MetricsStore
+from backend.runs import RunStore
+from backend.spec import RestartMode
+
+STATUS_EVERY_S = 2.0   # a status check starts one small process per host: not every rerun
+
+
+class LiveRun:
+    """A run handle plus what the console keeps about it between reruns."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.lock = threading.RLock()          # actions that change the run's state
+        self.metrics = MetricsStore()
+        self.monitor = None
+        self.statuses: list[TaskStatus] = []
+        self.status_error = ""
+        self._status_at = 0.0
+        self._train_info: dict | None = None
+        self._train_attempt = -1
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    def ensure_monitor(self):
+        """Start the watch agent once; a new store replays the local mirror from offset 0."""
+        with self.lock:
+            if self.monitor is None:
+                self.monitor = self.run.monitor(self.metrics).start()
+            return self.monitor
+
+    def close(self) -> None:
+        with self.lock:
+            if self.monitor is not None:
+                self.monitor.stop()
+                self.monitor = None
+
+    def refresh(self, *, force: bool = False) -> list[TaskStatus]:
+        """Task states, at most every STATUS_EVERY_S; marks the run finished when all tasks are.
+
+        Never waits on an action in progress (export, restore): it then returns the last states.
+        """
+        if not force and time.time() - self._status_at < STATUS_EVERY_S:
+            return self.statuses
+        if not self.lock.acquire(blocking=force):
+            return self.statuses
+        try:
+            self._status_at = time.time()
+            if not self.run.state.live and self.statuses and not force:
+                return self.statuses
+            try:
+                self.statuses = self.run.status()
+                self.status_error = ""
+            except ConsoleError as err:
+                self.status_error = str(err)
+                return self.statuses
+            if self.run.state.phase == "running":
+                try:
+                    settle(self.run, self.statuses)
+                except ConsoleError as err:
+                    self.status_error = str(err)
+            return self.statuses
+        finally:
+            self.lock.release()
+
+    def train_info(self) -> dict | None:
+        """The chief's train.json (total_steps, steps_per_epoch, ...), read once per attempt."""
+        if self._train_info is not None and self._train_attempt == self.run.state.attempt:
+            return self._train_info
+        chief = self.run.state.chief
+        try:
+            result = self.run.transport(chief.name).run(
+                ["cat", f"{chief.remote_run_dir}/train.json"], timeout=10)
+        except ConsoleError:
+            return self._train_info
+        if result.ok and result.stdout.strip():
+            try:
+                info = json.loads(result.stdout)
+            except ValueError:
+                return self._train_info
+            if info.get("attempt", self.run.state.attempt) == self.run.state.attempt:
+                self._train_info, self._train_attempt = info, self.run.state.attempt
+            return info
+        return self._train_info
+
+
+def settle(run: Run, statuses: list[TaskStatus]) -> str | None:
+    """When every task has ended: record how, and restart it if the job's policy says so.
+
+    Returns the new phase, or None while tasks still run.
+    """
+    if not statuses or not all(s.state in ("exited", "lost") for s in statuses):
+        return None
+    ok = all(s.state == "exited" and s.exit_code == 0 for s in statuses)
+    run.mirror_logs()
+    if ok:
+        run.finish_attempt("finished", phase="finished")
+        return "finished"
+    bad = next((s for s in statuses if not (s.state == "exited" and s.exit_code == 0)), statuses[0])
+    reason = f"{bad.name} {bad.label}" + (f": {bad.diagnosis}" if bad.diagnosis else "")
+    policy = run.job.restart
+    restarts = max(0, run.state.attempt - 1)
+    if policy.mode == RestartMode.ON_FAILURE and restarts < policy.max_restarts:
+        run.finish_attempt(reason, phase="restarting")
+        time.sleep(min(policy.backoff_s, 10.0))
+        steps = [c["step"] for c in _safe_checkpoints(run)]
+        start_attempt(run, resume_step=max(steps) if steps else None)
+        return "running"
+    run.finish_attempt(reason, phase="failed")
+    return "failed"
+
+
+def _safe_checkpoints(run: Run) -> list[dict]:
+    try:
+        return checkpoints.list_checkpoints(run)
+    except ConsoleError:
+        return []
+
+
+def require_live(run: Run, action: str) -> None:
+    if not run.state.live:
+        raise RunError(f"run {run.run_id} is {run.state.phase}, not live, so it cannot {action}",
+                       "Pick a live run on the Runs page, or start a new one on the Launch page.")
+
+
+def stop(live: LiveRun, grace_s: float = 10.0) -> None:
+    require_live(live.run, "be stopped")
+    with live.lock:
+        live.run.stop(grace_s=grace_s)
+    live.refresh(force=True)
+
+
+# ---- progress -------------------------------------------------------------------------------
+
+@dataclass
+class Progress:
+    step: int | None = None
+    total: int | None = None
+    epoch: int | None = None
+    epochs: int | None = None
+    eta_s: float | None = None
+    steps_per_s: float | None = None
+
+    @property
+    def fraction(self) -> float:
+        if not self.step or not self.total:
+            return 0.0
+        return max(0.0, min(1.0, self.step / self.total))
+
+    def text(self) -> str:
+        if self.step is None:
+            return "waiting for the first metrics..."
+        parts = [f"step {self.step}" + (f" / {self.total}" if self.total else "")]
+        if self.epoch is not None:
+            parts.append(f"epoch {self.epoch}" + (f" / {self.epochs}" if self.epochs else ""))
+        if self.steps_per_s:
+            parts.append(f"{self.steps_per_s:.1f} steps/s")
+        if self.eta_s is not None:
+            parts.append("ETA " + format_duration(self.eta_s))
+        return " · ".join(parts)
+
+
+def progress(steps: np.ndarray, times: np.ndarray, info: dict | None, *, window: int = 20) -> Progress:
+    """Step, epoch and ETA from the global-loss series (steps, wall times) and train.json."""
+    out = Progress()
+    if len(steps):
+        out.step = int(steps[-1])
+    if info:
+        out.total = info.get("total_steps")
+        out.epochs = info.get("epochs")
+        spe = info.get("steps_per_epoch")
+        if out.step is not None and spe:
+            out.epoch = min(out.step // spe + (1 if out.step % spe else 0), out.epochs or 10**9) or 1
+    recent = slice(-window, None)
+    s, t = np.asarray(steps[recent], dtype=float), np.asarray(times[recent], dtype=float)
+    ok = np.isfinite(t)
+    s, t = s[ok], t[ok]
+    if len(s) >= 2 and t[-1] > t[0]:
+        out.steps_per_s = float((s[-1] - s[0]) / (t[-1] - t[0]))
+        if out.total and out.step is not None and out.steps_per_s > 0:
+            out.eta_s = max(0.0, (out.total - out.step) / out.steps_per_s)
+    return out
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, sec = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {sec:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def step_times(store: MetricsStore) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, wall times) of the first task (the chief reports every worker at once)."""
+    tasks = store.tasks()
+    if not tasks:
+        return np.empty(0, np.int64), np.empty(0)
+    s = store.series(tasks[0])
+    return s.step, s.time
+
+
+# ---- the registry -------------------------------------------------------------------------
+
+@dataclass
+class Registry:
+    """Run id -> LiveRun, for one runs folder. Shared across sessions; safe from any thread."""
+    store: RunStore
+    options: SSHOptions = field(default_factory=SSHOptions)
+    _runs: dict = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def put(self, run: Run) -> LiveRun:
+        with self._lock:
+            live = self._runs.get(run.run_id)
+            if live is None:
+                live = self._runs[run.run_id] = LiveRun(run)
+            return live
+
+    def get(self, run_id: str) -> LiveRun:
+        """The held run, or one reattached from its saved state (raises RunError if none)."""
+        with self._lock:
+            live = self._runs.get(run_id)
+            if live is None:
+                live = self._runs[run_id] = LiveRun(attach(run_id, store=self.store, options=self.options))
+            return live
+
+    def close(self) -> None:
+        with self._lock:
+            for live in self._runs.values():
+                live.close()
+            self._runs.clear()

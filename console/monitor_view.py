@@ -1,0 +1,64 @@
+"""What the monitor fragment draws, built by plain functions (testable without a browser)."""
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+
+from console import figures
+from console.live import LiveRun, Progress, progress, step_times
+
+ERROR_LINE = re.compile(r"Traceback|Error\b|Exception\b|HARNESS FAILED|\bFATAL\b|\bCRITICAL\b|"
+                        r"^E\d{4} |\bfailed\b", re.IGNORECASE)
+# TensorFlow's C++ start-up chatter: kept in the raw log, hidden here on request.
+NOISE = re.compile(r"^[IW]\d{4} |oneDNN custom operations|cuda_?(drivers|executor)|cuInit|"
+                   r"This TensorFlow binary is optimized|rebuild TensorFlow with|"
+                   r"Unable to register cu(DNN|FFT|BLAS)|computation placer already registered|"
+                   r"TF-TRT Warning|absl::InitializeLog")
+
+
+@dataclass
+class Snapshot:
+    progress: Progress
+    loss: go.Figure
+    step_time: go.Figure
+    throughput: go.Figure
+    monitor: dict = field(default_factory=dict)
+    tasks: list[str] = field(default_factory=list)
+
+
+def snapshot(live: LiveRun, smoothing: float = 0.0) -> Snapshot:
+    store = live.metrics
+    steps, times = step_times(store)
+    return Snapshot(progress=progress(steps, times, live.train_info() if len(steps) else None),
+                    loss=figures.loss_figure(store, smoothing=smoothing),
+                    step_time=figures.step_time_figure(store),
+                    throughput=figures.throughput_figure(store),
+                    monitor=live.monitor.status() if live.monitor else {},
+                    tasks=[t.name for t in live.run.state.tasks])
+
+
+def filter_log(lines: list[str], query: str = "", *, hide_noise: bool = True,
+               errors_only: bool = False, last: int = 300) -> list[str]:
+    out = []
+    q = query.strip().lower()
+    for line in lines:
+        if hide_noise and NOISE.search(line):
+            continue
+        if q and q not in line.lower():
+            continue
+        if errors_only and not ERROR_LINE.search(line):
+            continue
+        out.append(line)
+    return out[-last:]
+
+
+def log_html(lines: list[str]) -> str:
+    """A scrolling <pre> with error lines in red; every line escaped."""
+    body = "\n".join(
+        f'<span style="color:#b00020;font-weight:600">{html.escape(line)}</span>'
+        if ERROR_LINE.search(line) else html.escape(line) for line in lines)
+    return ('<pre style="max-height:360px;overflow:auto;font-size:12px;background:#f7f7f9;'
+            f'padding:8px;border-radius:6px;white-space:pre-wrap">{body or "(no lines)"}</pre>')

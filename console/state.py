@@ -1,0 +1,91 @@
+"""Session state, initialised in one place, and the long-lived objects every session shares.
+
+Per browser session (``st.session_state``): the cluster being edited, the job form, the current
+run id and the results of the last preflight. Shared by all sessions (``st.cache_resource``): one
+``Registry`` per runs folder, holding each run's handle, monitor and metrics store by run id.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+from backend.errors import ConsoleError
+from backend.hosts.ssh import SSHOptions
+from backend.runs import RunStore, default_root
+from backend.spec import cluster_to_dict, default_cluster, default_job, job_to_dict
+from console.forms import cluster_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+# Every session key, with how to build its first value.
+DEFAULTS = {
+    "cluster_rows": lambda: cluster_rows(cluster_to_dict(default_cluster(sys.executable))),
+    "cluster_current": lambda: None,     # the edited rows, as other pages read them
+    "cluster_version": lambda: 0,        # bumped to give the table editor fresh rows
+    "job_default": lambda: job_to_dict(default_job(EXAMPLES)),
+    "run_id": lambda: None,              # the current run
+    "preflight": lambda: None,           # [row dict] of the last preflight
+    "host_key": lambda: None,            # {"host", "port", "fingerprint", "key_type"} to confirm
+    "confirm_stop": lambda: False,
+    "confirm_restore": lambda: None,
+    "last_export": lambda: None,
+    "ssh_aliases": lambda: [],
+}
+
+
+def init() -> None:
+    for key, make in DEFAULTS.items():
+        if key not in st.session_state:
+            st.session_state[key] = make()
+
+
+@st.cache_resource(show_spinner=False)
+def _registry(root: str):
+    from console.live import Registry
+    return Registry(RunStore(root), SSHOptions())
+
+
+def registry():
+    """The shared registry for the runs folder in use ($TFCONSOLE_RUNS or ./runs)."""
+    return _registry(str(default_root()))
+
+
+def run_store() -> RunStore:
+    return registry().store
+
+
+def current_run():
+    """The LiveRun the session works on, or None. A new session picks the newest live run
+    (else the newest run), so a browser reload or an app restart shows it again."""
+    init()
+    run_id = st.session_state.run_id
+    if run_id is None:
+        states = run_store().list()
+        live = [s for s in states if s.live]
+        pick = (live or states or [None])[0]
+        if pick is None:
+            return None
+        run_id = st.session_state.run_id = pick.run_id
+    try:
+        return registry().get(run_id)
+    except ConsoleError as err:
+        st.error(str(err))
+        st.session_state.run_id = None
+        return None
+
+
+def cluster_rows_now() -> list[dict]:
+    """The cluster table as last edited (the built-in default until someone edits it)."""
+    init()
+    return st.session_state.cluster_current or st.session_state.cluster_rows
+
+
+def set_cluster_rows(rows: list[dict]) -> None:
+    """Replace the table's rows (an import): the editor gets a new key and starts from them."""
+    st.session_state.cluster_rows = rows
+    st.session_state.cluster_current = rows
+    st.session_state.cluster_version += 1
+    st.session_state.preflight = None

@@ -1,0 +1,63 @@
+"""Small Streamlit pieces that several pages share: run header, task states, stop with confirm."""
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from backend.errors import ConsoleError
+from console import live as live_mod
+
+
+def run_header(live) -> None:
+    state = live.run.state
+    restarts = max(0, state.attempt - 1)
+    st.markdown(f"**Run `{live.run_id}`** — {state.phase}, attempt {state.attempt}"
+                + (f" ({restarts} restart(s))" if restarts else ""))
+
+
+def status_rows(statuses) -> list[dict]:
+    return [{"task": s.name, "host": s.host, "state": s.label,
+             "diagnosis": s.diagnosis or ""} for s in statuses]
+
+
+def status_table(live, *, key: str) -> None:
+    statuses = live.refresh()
+    if live.status_error:
+        st.warning(live.status_error)
+    if statuses:
+        st.dataframe(pd.DataFrame(status_rows(statuses)), hide_index=True, width="stretch", key=key)
+        for s in statuses:
+            if s.diagnosis:
+                st.error(f"{s.name}: {s.diagnosis}")
+
+
+def attempts_table(live) -> None:
+    rows = [{"attempt": a.number, "started": time.strftime("%H:%M:%S", time.localtime(a.started)),
+             "resumed from step": a.resume_step, "ended": a.reason or ("running" if a.ended is None else "")}
+            for a in live.run.state.attempts]
+    if len(rows) > 1:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
+def stop_controls(live, *, key: str) -> None:
+    """A Stop button that asks before it stops; errors (a run not live) show as st.error."""
+    ss = st.session_state
+    flag = f"{key}_confirm"
+    if st.button("Stop run", key=f"{key}_stop", disabled=live is None):
+        ss[flag] = True
+    if ss.get(flag):
+        st.warning(f"Stop run {live.run_id}? Every task gets TERM, then KILL after 10 s.")
+        yes, no = st.columns(2)
+        if yes.button("Yes, stop it", key=f"{key}_yes", type="primary"):
+            ss[flag] = False
+            try:
+                with st.spinner("Stopping every task..."):
+                    live_mod.stop(live)
+                st.success(f"Stopped {live.run_id}: no process is left on any host.")
+            except ConsoleError as err:
+                st.error(str(err))
+        if no.button("Cancel", key=f"{key}_no"):
+            ss[flag] = False
+            st.rerun()

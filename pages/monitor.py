@@ -1,0 +1,55 @@
+"""Monitor: live loss per worker and global, step time, throughput, progress, logs, status."""
+import streamlit as st
+
+from console import monitor_view, state, widgets
+
+state.init()
+st.title("Monitor")
+live = state.current_run()
+if live is None:
+    st.info("No run yet: start one on the Launch page.")
+    st.stop()
+live.ensure_monitor()
+widgets.run_header(live)
+
+smoothing = st.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="smoothing")
+
+
+@st.fragment(run_every=2)
+def live_panel() -> None:
+    snap = monitor_view.snapshot(live, smoothing)
+    p = snap.progress
+    st.progress(p.fraction, text=p.text())
+    conn = snap.monitor.get("state", "idle")
+    if snap.monitor.get("last_error") and conn != "connected":
+        st.caption(f"watch: {conn} — {snap.monitor['last_error']}")
+    st.plotly_chart(snap.loss, key="loss_chart", width="stretch")
+    a, b = st.columns(2)
+    a.plotly_chart(snap.step_time, key="step_time_chart", width="stretch")
+    b.plotly_chart(snap.throughput, key="throughput_chart", width="stretch")
+    widgets.status_table(live, key="monitor_status")
+    widgets.attempts_table(live)
+
+
+live_panel()
+
+st.subheader("Logs")
+c1, c2, c3, c4 = st.columns([2, 3, 1, 1])
+task = c1.selectbox("Task", [t.name for t in live.run.state.tasks], key="log_task")
+query = c2.text_input("Search", key="log_query", placeholder="text to find")
+errors_only = c3.checkbox("Errors only", key="log_errors")
+hide_noise = c4.checkbox("Hide TF noise", value=True, key="log_noise")
+
+
+@st.fragment(run_every=2)
+def log_panel() -> None:
+    lines = live.monitor.logs(task) if live.monitor else []
+    shown = monitor_view.filter_log(lines, query, hide_noise=hide_noise, errors_only=errors_only)
+    st.html(monitor_view.log_html(shown))
+
+
+log_panel()
+
+if not live.run.state.live:
+    st.caption(f"This run is {live.run.state.phase}: there is nothing left to stop.")
+widgets.stop_controls(live, key="monitor")

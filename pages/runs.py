@@ -1,0 +1,43 @@
+"""Runs: past and live runs, reattach one as the current run, compare two runs' loss."""
+import pandas as pd
+import streamlit as st
+
+from console import runs_view, state
+from console.figures import compare_figure
+
+state.init()
+ss = st.session_state
+st.title("Runs")
+store = state.run_store()
+states = store.list()
+if not states:
+    st.info(f"No run under {store.root} yet: start one on the Launch page.")
+    st.stop()
+
+st.dataframe(pd.DataFrame(runs_view.run_rows(states)), hide_index=True, width="stretch", key="runs_table")
+ids = [s.run_id for s in states]
+current = ss.run_id if ss.run_id in ids else ids[0]
+pick = st.selectbox("Run", ids, index=ids.index(current), key="runs_pick")
+if st.button("Make it the current run", key="runs_select", disabled=pick == ss.run_id):
+    ss.run_id = pick
+    live = state.current_run()
+    if live is not None:
+        st.success(f"Run {pick} is now the current run ({live.run.state.phase}); "
+                   "the Monitor and Checkpoints pages show it.")
+
+st.subheader("Compare loss")
+if len(ids) < 2:
+    st.info("Compare needs two runs.")
+    st.stop()
+a_col, b_col = st.columns(2)
+a = a_col.selectbox("Run A", ids, index=0, key="compare_a")
+b = b_col.selectbox("Run B", ids, index=1, key="compare_b")
+smoothing = st.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="compare_smoothing")
+stores = {r: runs_view.load_metrics(store.path(r)) for r in {a, b}}
+series = [stores[r].global_loss() for r in (a, b)]
+empty = [r for r, (x, _) in zip((a, b), series) if not len(x)]
+if empty:
+    st.warning(f"No metrics recorded locally for {', '.join(empty)}: open it on the Monitor page once "
+               "so the console copies its history.")
+st.plotly_chart(compare_figure(series[0], series[1], labels=(a, b), smoothing=smoothing),
+                key="compare_chart", width="stretch")

@@ -1,0 +1,38 @@
+"""Launch page: a missing job file is refused; Start launches two local workers; Stop asks first."""
+from __future__ import annotations
+
+from backend.runs import RunStore
+from tests.app.conftest import errors, local_rows
+
+
+def test_missing_job_file_is_an_error(page, runs_dir):
+    at = page("launch")
+    assert not at.exception
+    assert any("No run yet" in i.value for i in at.info)
+    at.radio(key="job_source").set_value("Module path").run()
+    at.text_input(key="job_module").input("examples/no_such_job.py")
+    at.button(key="start_button").click().run()
+    assert not at.exception
+    assert any("no file at" in m and "no_such_job.py" in m for m in errors(at)), errors(at)
+    assert RunStore(runs_dir).list() == []
+
+
+def test_start_then_stop_with_confirmation(page, runs_dir):
+    at = page("launch", cluster_rows=local_rows())
+    at.number_input(key="param_epochs").set_value(1)
+    at.number_input(key="param_steps_per_epoch").set_value(2000)   # still running when we stop
+    at.button(key="start_button").click().run()
+    assert not at.exception
+    assert not errors(at), errors(at)
+    assert any("started" in s.value for s in at.success)
+    run_id = at.session_state["run_id"]
+    assert RunStore(runs_dir).load(run_id).live
+    assert at.button(key="start_button").disabled              # one live run at a time
+
+    at.button(key="launch_stop").click().run()
+    assert any("Stop run" in w.value for w in at.warning)       # asks first
+    assert RunStore(runs_dir).load(run_id).live
+    at.button(key="launch_yes").click().run()
+    assert not at.exception
+    assert any("no process is left" in s.value for s in at.success), errors(at)
+    assert RunStore(runs_dir).load(run_id).phase == "stopped"
