@@ -193,7 +193,7 @@ class Agent:
             line = line.strip()
             if not line:
                 continue
-            try:
+            try:   # one parse per line: joining lines into one array could glue torn ones
                 ok = isinstance(json.loads(line), dict)
             except ValueError:
                 ok = False

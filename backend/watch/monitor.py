@@ -18,6 +18,7 @@ from typing import Callable
 
 from backend.hosts.base import Transport
 from backend.watch.journal import Journal
+from backend.watch.lines import parse_metric_lines
 
 AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
 _METRIC = b'{"type":"metric","data":'
@@ -34,12 +35,13 @@ class _Batch:
 class RunMonitor:
     def __init__(self, transport_factory: Callable[[], Transport], remote_run_dir: str,
                  local_run_dir: str, store, python: str = "python3", agent_path: str = AGENT_PATH,
-                 *, poll: bool = False, log_lines: int = 1000,
+                 *, poll: bool = False, poll_interval: float = 0.5, log_lines: int = 1000,
                  backoff: tuple[float, float] = (0.5, 15.0)) -> None:
         """``transport_factory()`` is called on every (re)connect; the monitor owns and closes
         what it returns. ``agent_path`` is where agent.py lies on the chief's host."""
         self._factory, self._remote, self._store = transport_factory, remote_run_dir, store
         self._python, self._agent, self._poll = python, agent_path, poll
+        self._poll_interval = poll_interval
         self._backoff = backoff
         os.makedirs(local_run_dir, exist_ok=True)
         self._journal = Journal(local_run_dir)
@@ -129,13 +131,13 @@ class RunMonitor:
 
     def _replay(self) -> None:
         """Rebuild the store and log tails from the mirror of an earlier console process."""
-        chunk: list[dict] = []
+        chunk: list[bytes] = []
         for line in self._journal.metric_lines():
-            chunk.append(json.loads(line))
-            if len(chunk) >= 50_000:
-                self._store.add_many(chunk)
+            chunk.append(line.rstrip(b"\n"))
+            if len(chunk) >= 100_000:
+                self._store.add_columns(parse_metric_lines(chunk)[0])
                 chunk = []
-        self._store.add_many(chunk)
+        self._store.add_columns(parse_metric_lines(chunk)[0])
         with self._lock:
             for task, lines in self._journal.recent_logs(self._log_lines).items():
                 self._logs[task] = deque(lines, maxlen=self._log_lines)
@@ -144,7 +146,9 @@ class RunMonitor:
         argv = [self._python, self._agent, "--run-dir", self._remote]
         if self._journal.offsets:
             argv += ["--offsets-json", json.dumps(self._journal.offsets, separators=(",", ":"))]
-        return argv + (["--poll"] if self._poll else [])
+        if self._poll:   # else the agent still polls by itself on NFS, CIFS, fuse and kin
+            argv += ["--poll", "--poll-interval", str(self._poll_interval)]
+        return argv
 
     def _session(self) -> None:
         transport = stream = None
@@ -211,19 +215,13 @@ class RunMonitor:
                 self._status["last_error"] = f"watch agent: {ev.get('message')}"
 
     def _commit(self, batch: _Batch, offsets: dict) -> None:
-        records = []
-        for raw in batch.metrics:
-            try:
-                records.append(json.loads(raw))
-            except ValueError:
-                pass   # the agent checked it; a torn line here would be a bug, not data
         with self._lock:   # getters see the journal's offsets and the deques move together
             self._journal.commit(batch.metrics, batch.logs, batch.skipped, offsets)
             for task, lines in batch.logs.items():
                 self._logs.setdefault(task, deque(maxlen=self._log_lines)).extend(lines)
             self._status["last_event"] = time.time()
-        if records:
-            self._store.add_many(records)
+        if batch.metrics:
+            self._store.add_columns(parse_metric_lines(batch.metrics)[0])
 
     def _set(self, **fields) -> None:
         with self._lock:

@@ -169,3 +169,23 @@ def test_tasks_sort_numerically():
     s = MetricsStore()
     s.add_many([rec(f"worker-{i}", 0) for i in (10, 2, 1)] + [rec("chief-0", 0)])
     assert s.tasks() == ["chief-0", "worker-1", "worker-2", "worker-10"]
+
+
+def test_a_batch_spanning_a_restart_keeps_the_new_attempt():
+    s = MetricsStore()
+    batch = [rec(t, i) for i in range(10) for t in ("chief-0", "worker-1")]
+    batch += [rec(t, i, attempt=1, loss=9.0) for i in range(5, 9) for t in ("chief-0", "worker-1")]
+    batch += [rec("chief-0", 12, attempt=0)]          # a straggling line of the old attempt
+    assert s.add_many(batch) == 28
+    for task in ("chief-0", "worker-1"):
+        ser = s.series(task)
+        assert list(ser.step) == list(range(9)) and list(ser.loss[5:]) == [9.0] * 4
+    assert list(s.global_loss()[0]) == list(range(9))
+
+
+def test_odd_values_do_not_break_a_batch():
+    s = MetricsStore()
+    assert s.add_many([rec("chief-0", 1, loss="oops"), rec("chief-0", 2, attempt=None),
+                       rec("chief-0", 3, step_time=None), rec("chief-0", 2 ** 70)]) == 3
+    ser = s.series("chief-0")
+    assert math.isnan(ser.loss[0]) and math.isnan(ser.step_time[2]) and s.rejected == 1

@@ -206,3 +206,22 @@ def test_a_batch_cut_short_is_dropped_and_the_agent_resumes_from_committed_offse
         assert "--offsets-json" not in argvs[0]
     finally:
         mon.stop()
+
+
+def test_monitor_over_real_ssh_and_the_agent_dies_with_its_channel(
+        dirs, ssh_hosts, client_key, ssh_options, python_path):
+    from backend.hosts.ssh import SSHTransport
+    run, local = dirs
+    host = ssh_hosts[0]
+    factory = lambda: SSHTransport(host.address, port=host.port, identity_file=str(client_key),
+                                   options=ssh_options)
+    store = MetricsStore()
+    mon = RunMonitor(factory, str(run), str(local), store, python=python_path,
+                     backoff=(0.05, 0.2)).start()
+    try:
+        produce(run, 100)
+        wait_for(lambda: store.progress() == 99 and len(mon.logs("chief-0")) == 100, what="ssh")
+        assert mon.logs("chief-0") == expected_log(100)
+    finally:
+        mon.stop()
+    wait_for(lambda: not agent_pids(run), timeout=10, what="the remote agent to exit")
