@@ -1,0 +1,161 @@
+"""Failure injection with real TensorFlow workers: kill -9 a worker or the chief, kill the CLI,
+a host whose sshd is down, a job that raises. Each records its measured figures (see record())."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from backend import keeper, launcher
+from backend.errors import ConsoleError
+from backend.spec import cluster_to_dict, job_to_dict
+from tests import sshd
+from tests.faults.conftest import (PARAMS, assert_nothing_left, harness_job, kill_task, metrics, record,
+                                   steps_seen, wait_for, wait_phase)
+from tests.integration.test_launch import processes_of
+
+pytestmark = pytest.mark.slow
+TOTAL = PARAMS["epochs"] * PARAMS["steps_per_epoch"]
+EXPECTED = list(range(PARAMS["log_every"], TOTAL + 1, PARAMS["log_every"]))
+
+
+def _past_first_checkpoint(run) -> bool:
+    return any(r["step"] > PARAMS["checkpoint_every"] for r in metrics(run))
+
+
+def _kill_and_recover(run, store, victim: str, name: str) -> None:
+    wait_for(lambda: _past_first_checkpoint(run), 150, "training past the first checkpoint")
+    killed = kill_task(run, victim)
+    state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 240)
+    assert state.phase == "finished", (state, run.log_tail(victim))
+    first, second = state.attempts[0], state.attempts[1]
+    assert len(state.attempts) == 2 and victim in first.reason, state.attempts
+    rows = metrics(run)
+    died_at = max(r["step"] for r in rows if r["attempt"] == first.number)
+    resumed = min(r["time"] for r in rows if r["attempt"] == second.number)
+    redone = died_at - (second.resume_step or 0)
+    assert 0 <= redone <= PARAMS["checkpoint_every"], (died_at, second.resume_step)
+    for task in {r["task"] for r in rows}:
+        assert steps_seen(rows, task) == EXPECTED, task
+    assert second.last_step == TOTAL
+    record(name, detect_s=first.ended - killed, restart_issued_s=second.started - killed,
+           training_again_s=resumed - killed, killed_after_step=died_at,
+           resumed_from=second.resume_step, steps_redone=redone, attempts=len(state.attempts))
+    assert_nothing_left(run, store)
+
+
+def test_kill_worker_local(local_cluster, store):
+    run = launcher.launch(local_cluster, harness_job(), store=store, preflight=launcher.Preflight.SKIP)
+    _kill_and_recover(run, store, "worker-1", "kill -9 non-chief worker (local)")
+
+
+def test_kill_chief_over_ssh(ssh_cluster, ssh_options, store):
+    run = launcher.launch(ssh_cluster, harness_job(), store=store, options=ssh_options,
+                          preflight=launcher.Preflight.SKIP)
+    _kill_and_recover(run, store, "chief-0", "kill -9 chief (ssh)")
+
+
+def test_sshd_down_before_launch(ssh_hosts, ssh_options, client_key, python_path, tmp_path, store):
+    down = sshd.make_host(tmp_path / "sshd4", "127.0.0.4", client_key.parent / "authorized_keys")
+    with open(ssh_options.known_hosts, "a") as f:
+        f.write(sshd.known_hosts_line(down))
+    down.stop()
+    from tests.integration.test_launch import ssh_task
+    from backend.spec import cluster_from_dict
+    cluster = cluster_from_dict({"tasks": [
+        ssh_task(ssh_hosts[0], "chief", sshd.free_port(), client_key, python_path, tmp_path / "h2"),
+        ssh_task(down, "worker", sshd.free_port(), client_key, python_path, tmp_path / "h4")]})
+    started = time.time()
+    with pytest.raises(ConsoleError) as err:
+        launcher.launch(cluster, harness_job(), store=store, options=ssh_options, run_id="down-1")
+    assert "127.0.0.4" in str(err.value) and str(err.value).rstrip().endswith("again."), err.value
+    assert store.list() == [] and not (tmp_path / "h2" / "runs" / "down-1").exists()
+    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+    assert "down-1" not in ps
+    record("sshd down on one host before launch", refused_after_s=time.time() - started,
+           error=str(err.value)[:160])
+
+
+def test_kill_the_cli_training_goes_on(local_cluster, store, tmp_path):
+    from backend.metrics import MetricsStore
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster_to_dict(local_cluster)))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job_to_dict(harness_job())))
+    cli = subprocess.Popen([sys.executable, "-m", "backend", "--runs", str(store.root), "launch",
+                            str(tmp_path / "cluster.yaml"), str(tmp_path / "job.yaml"), "--run-id", "cli-1",
+                            "--wait", "600"], cwd=keeper.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: store.path("cli-1").exists() and store.load("cli-1").phase == "running", 120, "launch")
+    run = launcher.attach("cli-1", store=store)
+    wait_for(lambda: any(r["step"] >= 20 for r in metrics(run)), 150, "training")
+    cli.send_signal(signal.SIGKILL)
+    cli.wait(timeout=10)
+    killed_at = max(r["step"] for r in metrics(run))
+    # A new process attaches: the keeper and the tasks outlived the CLI.
+    again = launcher.attach("cli-1", store=store)
+    assert keeper.keeper_pid(again.local_dir) and [s.state for s in again.status()] == ["running"] * 2
+    seen = MetricsStore()
+    monitor = again.monitor(seen).start()
+    try:
+        state = wait_phase(store, "cli-1", ("finished", "failed", "stopped"), 240)
+        wait_for(lambda: "worker-1" in seen.tasks() and seen.series("worker-1").step.size
+                 and seen.series("worker-1").step[-1] == TOTAL, 60, "the monitor to see the last step")
+    finally:
+        monitor.stop()
+    assert state.phase == "finished" and len(state.attempts) == 1, state
+    for task in ("worker-0", "worker-1"):
+        assert list(seen.series(task).step) == EXPECTED, task
+    record("kill the launching CLI", cli_killed_at_step=killed_at, restarts=0,
+           steps_seen_once=len(EXPECTED), training_went_on=True)
+    assert_nothing_left(run, store)
+
+
+FAILING_AT_START = '''
+import tensorflow as tf   # the import alone outlasts launch's 3 s start check
+from keras import layers
+
+def build_model():
+    raise RuntimeError("boom: this job cannot build its model")
+
+def make_dataset(ctx, batch_size, seed):
+    return tf.data.Dataset.range(1)
+
+def loss_fn(y, p):
+    return tf.square(y - p)
+
+def make_optimizer():
+    return None
+'''
+
+
+def test_failing_job_ends_failed_with_its_traceback(local_cluster, store, tmp_path):
+    module = tmp_path / "failing_job.py"
+    module.write_text(FAILING_AT_START)
+    started = time.time()
+    run = launcher.launch(local_cluster, harness_job(str(module), max_restarts=2, backoff_s=0.5),
+                          store=store, preflight=launcher.Preflight.SKIP)
+    state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 240)
+    assert state.phase == "failed" and len(state.attempts) == 3, state.attempts
+    assert all("boom" in a.reason or "failed to start" in a.reason for a in state.attempts), state.attempts
+    out = subprocess.run([sys.executable, "-m", "backend", "--runs", str(store.root), "status", run.run_id],
+                         capture_output=True, text=True, cwd=keeper.REPO_ROOT).stdout
+    assert "Traceback (most recent call last)" in out and "RuntimeError: boom" in out, out
+    assert out.count("attempt ") >= 3, out
+    record("job raising at start (max_restarts=2)", failed_after_s=time.time() - started,
+           attempts=len(state.attempts))
+    assert_nothing_left(run, store)
+
+
+def test_job_raising_at_import_is_refused_by_launch(local_cluster, store, tmp_path):
+    module = tmp_path / "bad_import.py"
+    module.write_text("raise ImportError('no such thing: this job cannot import')\n")
+    with pytest.raises(ConsoleError, match="no such thing"):
+        launcher.launch(local_cluster, harness_job(str(module)), store=store, run_id="imp-1",
+                        preflight=launcher.Preflight.SKIP)
+    state = store.load("imp-1")
+    assert state.phase == "failed" and len(state.attempts) == 1
+    assert keeper.keeper_pid(store.path("imp-1")) is None
+    assert_nothing_left(launcher.attach("imp-1", store=store), store)
