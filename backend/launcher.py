@@ -312,7 +312,7 @@ def start_attempt(run: Run, *, resume_step: int | None) -> None:
     def one(item) -> None:
         spec, run_dir, names = item
         tasks = [run._task(n) for n in names]
-        request = {"bundle": bundle, "wait": 10, "tasks": [
+        request = {"bundle": bundle, "wait": 20, "tasks": [
             {"task": t.name,
              "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),
              "env": task_env(run.cluster, t.position, run.job, run_dir, run.run_id, attempt, t.name)}
@@ -326,7 +326,9 @@ def start_attempt(run: Run, *, resume_step: int | None) -> None:
         answers = json.loads(result.stdout.strip().splitlines()[-1])
         for t in tasks:
             info = answers[t.name]
-            if info["state"] not in ("running", "exited") or (info["state"] == "exited" and info["exit_code"] != 0):
+            # "starting": the supervisor runs but a loaded host has not recorded the pid yet;
+            # the status check below and stop() read the pid from the host, so that is fine.
+            if info["state"] == "lost" or (info["state"] == "exited" and info["exit_code"] != 0):
                 raise HostError(spec.host, f"task {t.name} did not start", "Check the task's Python and command.",
                                 stderr_tail=run.log_tail(t.name, 2000))
             t.pid, t.pgid, t.started = info.get("pid"), info.get("pgid"), info.get("started")

@@ -70,27 +70,35 @@ def supervise(run: str, task: str, argv: list[str], cwd: str) -> int:
     return 0
 
 
-def start(run: str, task: str, argv: list[str], cwd: str, wait_s: float) -> dict:
-    """Start the task's supervisor detached, wait until it has recorded the task, report it."""
-    # The environment arrives on stdin, never on a command line that `ps` would show.
-    env = {str(k): str(v) for k, v in json.loads(sys.stdin.read() or "{}").items()}
+def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> subprocess.Popen:
+    """Start one task's supervisor detached, in a new session; it records the task's pid."""
     for sub in (layout.TASKS, layout.LOGS):
         os.makedirs(os.path.join(run, sub), exist_ok=True)
     for suffix in ("json", "exit"):  # a relaunch (restart, resume) starts from a clean slate
         if os.path.exists(layout.task_file(run, task, suffix)):
             os.remove(layout.task_file(run, task, suffix))
-    sup = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "supervise", "--run", run, "--task", task,
+    # The environment goes to the supervisor directly, never on a command line `ps` would show.
+    return subprocess.Popen(
+        [sys.executable, "-S", os.path.abspath(__file__), "supervise", "--run", run, "--task", task,
          "--cwd", cwd, "--", *argv],
-        env={**os.environ, **env}, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, close_fds=True)
+        env={**os.environ, **{str(k): str(v) for k, v in env.items()}}, start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+
+
+def start_many(run: str, tasks: list[dict], wait_s: float = 10.0) -> dict:
+    """Start every task of this host at once; wait until each has recorded its pid (or ended).
+
+    ``tasks`` holds ``{"task", "argv", "env"}`` for each task; the answer maps task -> status.
+    """
+    sups = {t["task"]: start(run, t["task"], t["argv"], t.get("env", {})) for t in tasks}
     deadline = time.time() + wait_s
+    out = {name: {"state": "starting"} for name in sups}
     while time.time() < deadline:
-        info = _status_one(run, task)
-        if info["state"] != "starting":
-            return {**info, "supervisor": sup.pid}
-        time.sleep(0.05)
-    return {"state": "starting", "supervisor": sup.pid}
+        out = {name: {**_status_one(run, name), "supervisor": sup.pid} for name, sup in sups.items()}
+        if all(info["state"] != "starting" for info in out.values()):
+            break
+        time.sleep(0.02)
+    return out
 
 
 def _read(path: str) -> str | None:
@@ -166,10 +174,8 @@ def _signal_group(pgid: int, sig: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Start, inspect and stop a run's tasks on this host.")
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("start", help="start one task detached; environment as JSON on stdin")
-    s.add_argument("--run", required=True); s.add_argument("--task", required=True)
-    s.add_argument("--cwd", default="."); s.add_argument("--wait", type=float, default=10.0)
-    s.add_argument("argv", nargs="+")
+    s = sub.add_parser("start", help='start tasks detached; stdin: {"tasks": [{"task", "argv", "env"}]}')
+    s.add_argument("--run", required=True); s.add_argument("--wait", type=float, default=10.0)
     v = sub.add_parser("supervise", help=argparse.SUPPRESS)
     v.add_argument("--run", required=True); v.add_argument("--task", required=True)
     v.add_argument("--cwd", default=".")
@@ -183,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "supervise":
         return supervise(a.run, a.task, a.argv, a.cwd)
     if a.cmd == "start":
-        out = start(a.run, a.task, a.argv, a.cwd, a.wait)
+        out = start_many(a.run, json.loads(sys.stdin.read())["tasks"], a.wait)
     elif a.cmd == "status":
         out = {task: _status_one(a.run, task) for task in a.task}
     else:
