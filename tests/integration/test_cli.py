@@ -67,9 +67,13 @@ def test_launch_status_logs_stop(files):
         while "step 2 loss" not in cli("logs", run_id, "--task", "worker-1", runs=runs).stdout:
             assert time.time() < deadline, "no training output"
             time.sleep(1)
-        tasks = cli("status", run_id, runs=runs).stdout.splitlines()[1:]
+        tasks = task_lines(cli("status", run_id, runs=runs).stdout)
         assert [line.split()[-1] for line in tasks] == ["running", "running"], tasks
     finally:
         assert "no process left" in cli("stop", run_id, runs=runs).stdout
-    tasks = cli("status", run_id, runs=runs).stdout.splitlines()[1:]
-    assert all("exited" in line for line in tasks), tasks
+    tasks = task_lines(cli("status", run_id, runs=runs).stdout)
+    assert len(tasks) == 2 and all("exited" in line for line in tasks), tasks
+
+
+def task_lines(status: str) -> list[str]:
+    return [line for line in status.splitlines() if line.strip().startswith("worker-")]
