@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backend import checkpoints
 from backend.errors import ConsoleError, RunError
 from backend.hosts.ssh import SSHOptions
-from backend.launcher import Run, TaskStatus, attach, start_attempt
+from backend.launcher import Run, TaskStatus, attach
 from backend.metrics import MetricsStore
 from backend.runs import RunStore
 from backend.spec import RestartMode
@@ -66,6 +65,7 @@ class LiveRun:
             return self.statuses
         try:
             self._status_at = time.time()
+            self.reload()
             if not self.run.state.live and self.statuses and not force:
                 return self.statuses
             try:
@@ -82,6 +82,13 @@ class LiveRun:
             return self.statuses
         finally:
             self.lock.release()
+
+    def reload(self) -> None:
+        """Take the saved state: a keeper, the CLI or another console may have changed it."""
+        try:
+            self.run.state = self.run.store.load(self.run_id)
+        except ConsoleError as err:
+            self.status_error = str(err)
 
     def train_info(self) -> dict | None:
         """The chief's train.json (total_steps, steps_per_epoch, ...), read once per attempt."""
@@ -105,10 +112,12 @@ class LiveRun:
 
 
 def settle(run: Run, statuses: list[TaskStatus]) -> str | None:
-    """When every task has ended: record how, and restart it if the job's policy says so.
+    """When every task has ended, record how (finished or failed); the new phase, or None.
 
-    Returns the new phase, or None while tasks still run.
+    An on_failure job is left alone: its keeper process owns the outcome and may restart it.
     """
+    if run.job.restart.mode == RestartMode.ON_FAILURE:
+        return None
     if not statuses or not all(s.state in ("exited", "lost") for s in statuses):
         return None
     ok = all(s.state == "exited" and s.exit_code == 0 for s in statuses)
@@ -116,30 +125,15 @@ def settle(run: Run, statuses: list[TaskStatus]) -> str | None:
     if ok:
         run.finish_attempt("finished", phase="finished")
         return "finished"
-    bad = next((s for s in statuses if not (s.state == "exited" and s.exit_code == 0)), statuses[0])
-    reason = f"{bad.name} {bad.label}" + (f": {bad.diagnosis}" if bad.diagnosis else "")
-    policy = run.job.restart
-    restarts = max(0, run.state.attempt - 1)
-    if policy.mode == RestartMode.ON_FAILURE and restarts < policy.max_restarts:
-        run.finish_attempt(reason, phase="restarting")
-        time.sleep(min(policy.backoff_s, 10.0))
-        steps = [c["step"] for c in _safe_checkpoints(run)]
-        start_attempt(run, resume_step=max(steps) if steps else None)
-        return "running"
-    run.finish_attempt(reason, phase="failed")
+    bad = next(s for s in statuses if not (s.state == "exited" and s.exit_code == 0))
+    run.finish_attempt(f"{bad.name} {bad.label}" + (f": {bad.diagnosis}" if bad.diagnosis else ""),
+                       phase="failed")
     return "failed"
-
-
-def _safe_checkpoints(run: Run) -> list[dict]:
-    try:
-        return checkpoints.list_checkpoints(run)
-    except ConsoleError:
-        return []
 
 
 def require_live(run: Run, action: str) -> None:
     if not run.state.live:
-        raise RunError(f"run {run.run_id} is {run.state.phase}, not live, so it cannot {action}",
+        raise RunError(f"run {run.run_id} is {run.state.phase}, not live, so it cannot {action}.",
                        "Pick a live run on the Runs page, or start a new one on the Launch page.")
 
 

@@ -58,3 +58,37 @@ def local_rows() -> list[dict]:
     for row in rows:
         row["tf_port"] = free_port()
     return rows
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """A real two-worker run that has ended, with checkpoints: (runs root, run id)."""
+    from backend.launcher import Preflight, launch
+    from backend.runs import RunStore
+    from backend.spec import job_from_dict
+    from console.forms import check_rows
+    root = tmp_path_factory.mktemp("finished") / "runs"
+    cluster, _ = check_rows(local_rows())
+    job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
+                         "params": {"epochs": 2, "steps_per_epoch": 30, "checkpoint_every": 20,
+                                    "log_every": 5}})
+    run = launch(cluster, job, store=RunStore(root), preflight=Preflight.SKIP)
+    statuses = run.wait(timeout=180)
+    assert all(s.exit_code == 0 for s in statuses), [run.log_tail(s.name, 2000) for s in statuses]
+    yield root, run.run_id
+    from console import state
+    state._registry(str(root.resolve())).close()
+
+
+@pytest.fixture
+def on_finished(finished_run, monkeypatch):
+    """Pages see the finished run's folder; returns a page opener and the run id."""
+    root, run_id = finished_run
+    monkeypatch.setenv("TFCONSOLE_RUNS", str(root))
+
+    def open_page(name: str, **session) -> AppTest:
+        at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
+        for key, value in session.items():
+            at.session_state[key] = value
+        return at.run()
+    return open_page, run_id

@@ -1,0 +1,57 @@
+"""Monitor page: a finished run's history comes back; Stop on it is refused with an error."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from console import monitor_view, state
+from tests.app.conftest import errors
+
+
+def _wait_for_metrics(live, tasks=2, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if len(live.metrics.tasks()) >= tasks and len(live.metrics.global_loss()[0]) >= 12:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"no metrics after {timeout} s: {live.monitor.status()}")
+
+
+def test_history_of_a_finished_run(on_finished):
+    open_page, run_id = on_finished
+    at = open_page("monitor")
+    assert not at.exception
+    assert any(run_id in m.value for m in at.markdown)
+    live = state.registry().get(run_id)        # the same shared object the page used
+    _wait_for_metrics(live)
+    snap = monitor_view.snapshot(live)          # the fragment's body, as a function
+    workers = [t for t in snap.loss.data if t.name != "global (mean of workers)"]
+    assert [t.name for t in workers] == ["worker-0", "worker-1"]
+    for trace in workers:
+        y = np.asarray(trace.y)
+        assert y[-3:].mean() < y[:3].mean()     # the loss falls
+    assert snap.progress.step == 60 and snap.progress.total == 60
+    assert snap.progress.fraction == 1.0
+    assert len(snap.step_time.data) == 2 and len(snap.throughput.data) == 2
+    at.run()                                    # a rerun draws the charts from the filled store
+    assert not at.exception
+
+
+def test_stop_on_a_finished_run_is_an_error(on_finished):
+    open_page, run_id = on_finished
+    at = open_page("monitor")
+    at.button(key="monitor_stop").click().run()
+    at.button(key="monitor_yes").click().run()
+    assert not at.exception
+    assert any("not live" in m for m in errors(at)), errors(at)
+
+
+def test_log_filter_and_highlight():
+    lines = ["I0000 00:00 noise", "step 10 loss 0.5", "Traceback (most recent call last):",
+             "ValueError: bad <input>"]
+    assert monitor_view.filter_log(lines) == lines[1:]
+    assert monitor_view.filter_log(lines, "loss") == ["step 10 loss 0.5"]
+    assert monitor_view.filter_log(lines, errors_only=True) == lines[2:]
+    html = monitor_view.log_html(lines[1:])
+    assert "&lt;input&gt;" in html and html.count("color:#b00020") == 2
