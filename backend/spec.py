@@ -10,18 +10,12 @@ because a form wants them as findings it can show, not as a refusal to load.
 """
 from __future__ import annotations
 
-import copy
-import ipaddress
-import math
 import os
-import re
-import shlex
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Mapping
 
-import yaml
 
 from backend.errors import SpecError, SpecErrors
 
@@ -46,400 +40,32 @@ class JobKind(str, Enum):
     HARNESS = "harness"
     COMMAND = "command"
 
-
-# ---- field parsers ----------------------------------------------------------------------------
-# Each parser takes (value, where) and returns the normalised value or raises SpecError(where, ...)
-# (SpecErrors for nested mappings). They never raise anything else, whatever the input type.
-
-_REQUIRED = object()
-
-_HOSTNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")  # no leading '-': it would be an ssh option
-_USER = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
-_COMMAND_NAME = re.compile(r"[A-Za-z0-9_./+~:@%,=-]{1,4096}")  # no whitespace, quotes or shell metacharacters
-_IPV6_CHARS = re.compile(r"[0-9A-Fa-f:.]{2,45}")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DIGITS = re.compile(r"[0-9]{1,6}")
-_HOST_RULE = ("Use a hostname, IP address or ~/.ssh/config alias: letters, digits, '.', '-' and '_' "
-              "(an IPv6 address may be in [brackets]); no spaces, quotes or shell characters.")
-_PATH_RULE = "Use a plain path with no newline or NUL character, not starting with '-'."
-# Known harness params that must be whole numbers, with their minimum; other params are free.
-_INT_PARAMS = {"epochs": 1, "steps_per_epoch": 1, "global_batch_size": 1, "log_every": 1,
-               "checkpoint_every": 0, "keep_checkpoints": 0, "seed": None}
-
-
-def _show(value: object) -> str:
-    """A short repr for messages; never raises (huge ints refuse str() in Python 3.11+)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a message helper must not fail
-        return f"a {type(value).__name__}"
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _whole(value: object) -> int | None:
-    """An int from an int, an integral float (spreadsheet cells) or a digit string; else None."""
-    if _is_int(value):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
-        return int(value.strip())
-    return None
-
-
-def _text(value: object, where: str, fix: str) -> str:
-    if not isinstance(value, str):
-        raise SpecError(where, f"expected text, got {_show(value)}", fix)
-    return value
-
-
-def _enum(kind: type[Enum]):
-    allowed = ", ".join(m.value for m in kind)
-
-    def parse(value: object, where: str) -> Enum:
-        if isinstance(value, kind):
-            return value
-        if isinstance(value, str):
-            for member in kind:
-                if member.value == value.strip().lower():
-                    return member
-        raise SpecError(where, f"unknown value {_show(value)}", f"Use one of: {allowed}.")
-    return parse
-
-
-def _host(value: object, where: str) -> str:
-    text = _text(value, where, _HOST_RULE).strip(" ")
-    if not text:
-        raise SpecError(where, "host is empty", _HOST_RULE)
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    if ":" in text:
-        try:
-            # The character check first: ipaddress accepts any "%scope" suffix, shell characters included.
-            if not _IPV6_CHARS.fullmatch(text):
-                raise ValueError(text)
-            ipaddress.IPv6Address(text)
-        except ValueError:
-            raise SpecError(where, f"{_show(value)} is neither a hostname nor an IPv6 address",
-                            "Put the port in tf_port or ssh_port, not in host.") from None
-        return text
-    if not _HOSTNAME.fullmatch(text):
-        raise SpecError(where, f"{_show(value)} has characters a hostname cannot have", _HOST_RULE)
-    return text
-
-
-def _port(low: int):
-    def parse(value: object, where: str) -> int:
-        number = _whole(value)
-        if number is None:
-            raise SpecError(where, f"expected a whole number, got {_show(value)}",
-                            f"Use a port number from {low} to 65535.")
-        if not low <= number <= 65535:
-            raise SpecError(where, f"port {number} is out of range", f"Use a port number from {low} to 65535.")
-        return number
-    return parse
-
-
-def _user(value: object, where: str) -> str:
-    fix = "Use a POSIX user name: a letter or '_' first, then letters, digits, '.', '-', '_' (at most 32)."
-    if not _USER.fullmatch(_text(value, where, fix)):
-        raise SpecError(where, f"{_show(value)} is not a valid user name", fix)
-    return value
-
-
-def _plain_path(value: object, where: str) -> str:
-    text = _text(os.fspath(value) if isinstance(value, os.PathLike) else value, where, _PATH_RULE)
-    if any(c in text for c in "\0\n\r") or text.startswith("-") or len(text) > 4096:
-        raise SpecError(where, f"{_show(value)} is not a plain path", _PATH_RULE)
-    return text
-
-
-def _jump_host(value: object, where: str) -> str:
-    fix = "Write it as [user@]host[:port], with an IPv6 host in [brackets]."
-    text = _text(value, where, fix)
-    user, _, rest = text.rpartition("@")
-    if user:
-        _user(user, where)
-    if rest.startswith("["):
-        host, bracket, port = rest[1:].partition("]")
-        if not bracket or (port and not port.startswith(":")):
-            raise SpecError(where, f"{_show(value)} is not [user@]host[:port]", fix)
-        port = port[1:]
-    else:
-        if rest.count(":") > 1:
-            raise SpecError(where, f"{_show(value)} has an IPv6 host without brackets", fix)
-        host, _, port = rest.partition(":")
-    _host(host, where)
-    if port or rest.endswith(":"):
-        _port(1)(port, where)
-    return text
-
-
-def _command_name(value: object, where: str) -> str:
-    fix = "Use an interpreter name or path with no spaces, quotes or shell characters, e.g. python3."
-    text = _text(value, where, fix)
-    if not _COMMAND_NAME.fullmatch(text) or text.startswith("-"):
-        raise SpecError(where, f"{_show(value)} is not a plain command name or path", fix)
-    return text
-
-
-def _workdir(value: object, where: str) -> str:
-    fix = "Use a folder path relative to the remote home (or absolute), with no '..' and no newline."
-    text = _text(value, where, fix)
-    if any(c in text for c in "\0\n\r") or len(text) > 4096:
-        raise SpecError(where, f"{_show(value)} has a newline or NUL character", fix)
-    # Relative paths already mean "under the home folder"; keeping "~" would need a shell to expand it.
-    if text in ("~", "~/"):
-        text = "."
-    elif text.startswith("~/"):
-        text = text[2:].lstrip("/") or "."
-    elif text.startswith("~"):
-        raise SpecError(where, f"{_show(value)} names another user's home", fix)
-    if ".." in PurePosixPath(text).parts:
-        raise SpecError(where, f"{_show(value)} has a '..' component", fix)
-    return text
-
-
-def _gpus(value: object, where: str) -> tuple[int, ...]:
-    fix = "List GPU indices as numbers, like [0, 1] or \"0,1\"; leave empty for CPU only."
-    if value is None or value == "":
-        return ()
-    if isinstance(value, str):
-        items: list = [part.strip() for part in value.split(",")]
-    elif isinstance(value, (list, tuple)):
-        items = list(value)
-    else:
-        items = [value]
-    out = []
-    for item in items:
-        number = None if isinstance(item, float) else _whole(item)
-        if number is None or number < 0:
-            raise SpecError(where, f"{_show(item)} is not a GPU index", fix)
-        if number in out:
-            raise SpecError(where, f"GPU {number} is listed twice", fix)
-        out.append(number)
-    return tuple(out)
-
-
-def _count(value: object, where: str) -> int:
-    if not _is_int(value) or value < 0:
-        raise SpecError(where, f"expected a whole number of 0 or more, got {_show(value)}", "Use 0, 1, 2, ...")
-    return value
-
-
-def _seconds(value: object, where: str) -> float:
-    number = value if _is_int(value) else value if isinstance(value, float) and math.isfinite(value) else None
-    if number is None or number < 0:
-        raise SpecError(where, f"expected seconds of 0 or more, got {_show(value)}", "Use a number like 5 or 0.5.")
-    return float(min(number, 1e12))  # a huge int would overflow float()
-
-
-def _module_path(value: object, where: str) -> str:
-    text = _plain_path(value, where)
-    if not text.endswith(".py"):
-        raise SpecError(where, f"{_show(value)} is not a .py file", "Give the path of a job module ending in .py.")
-    return text
-
-
-def _command(value: object, where: str) -> tuple[str, ...]:
-    fix = "Give the command as a list of arguments, like [train.py, --lr, '0.1']."
-    if isinstance(value, str):
-        try:
-            value = shlex.split(value)
-        except ValueError as err:
-            raise SpecError(where, f"cannot split {_show(value)}: {err}", fix) from None
-    if not isinstance(value, (list, tuple)):
-        raise SpecError(where, f"expected a list, got {_show(value)}", fix)
-    out = []
-    for i, arg in enumerate(value):
-        if _is_int(arg) or (isinstance(arg, float) and math.isfinite(arg)):
-            arg = str(arg)
-        if not isinstance(arg, str) or "\0" in arg:
-            raise SpecError(f"{where}[{i}]", f"{_show(arg)} is not a text argument", fix)
-        out.append(arg)
-    return tuple(out)
-
-
-def _mapping(value: object, where: str, fix: str) -> Mapping:
-    if not isinstance(value, Mapping):
-        raise SpecError(where, f"expected a mapping, got {_show(value)}", fix)
-    return value
-
-
-def _params(value: object, where: str) -> dict:
-    fix = "Use identifier keys (like epochs) with number, text or true/false values."
-    errors, out = [], {}
-    for key, item in _mapping(value, where, fix).items():
-        name = f"{where}.{key}" if isinstance(key, str) else where
-        try:
-            out[_identifier(key, name, fix)] = _param_value(key, item, name, fix)
-        except SpecError as err:
-            errors.append(err)
-    if errors:
-        raise SpecErrors(errors)
-    return out
-
-
-def _identifier(key: object, where: str, fix: str) -> str:
-    if not isinstance(key, str) or not _IDENT.fullmatch(key):
-        raise SpecError(where, f"key {_show(key)} is not an identifier", fix)
-    return key
-
-
-def _param_value(key: str, item: object, where: str, fix: str) -> object:
-    if key in _INT_PARAMS:
-        low = _INT_PARAMS[key]
-        if not _is_int(item) or (low is not None and item < low):
-            raise SpecError(where, f"expected a whole number{'' if low is None else f' of {low} or more'}, "
-                                   f"got {_show(item)}", fix)
-    if isinstance(item, float) and not math.isfinite(item):
-        raise SpecError(where, f"{_show(item)} is not a finite number", fix)
-    if not isinstance(item, (bool, int, float, str)) or (isinstance(item, str) and "\0" in item):
-        raise SpecError(where, f"{_show(item)} is not a number, text or true/false", fix)
-    return item
-
-
-def _env(value: object, where: str) -> dict:
-    fix = "Use names like OMP_NUM_THREADS ([A-Za-z_][A-Za-z0-9_]*) with text values; quote true/false."
-    errors, out = [], {}
-    for key, item in _mapping(value, where, fix).items():
-        name = f"{where}.{key}" if isinstance(key, str) else where
-        try:
-            _identifier(key, name, fix)
-            if key == "TF_CONFIG":  # the console writes TF_CONFIG per task; a user copy would break it
-                raise SpecError(name, "TF_CONFIG is set by the console", "Remove it from env.")
-            if _is_int(item) or (isinstance(item, float) and math.isfinite(item)):
-                item = str(item)
-            if not isinstance(item, str) or "\0" in item:
-                raise SpecError(name, f"{_show(item)} is not a text value", fix)
-            out[key] = item
-        except SpecError as err:
-            errors.append(err)
-    if errors:
-        raise SpecErrors(errors)
-    return out
-
-
-def _unknown_keys(data: Mapping, allowed, prefix: str) -> list[SpecError]:
-    return [SpecError(prefix + (key if isinstance(key, str) else _show(key)), f"unknown key {_show(key)}",
-                      f"Use only: {', '.join(allowed)}.")
-            for key in data if key not in allowed]
-
-
-def _parse_fields(data: Mapping, table: dict, prefix: str) -> tuple[dict, list[SpecError]]:
-    """Parse every field in ``table`` from ``data``; return the values and all the errors."""
-    errors = _unknown_keys(data, table, prefix)
-    values = {}
-    for name, (parse, default) in table.items():
-        value = data.get(name)
-        if value is None or (isinstance(value, str) and value == ""):
-            # Empty form cells and YAML nulls mean "not given".
-            if default is _REQUIRED:
-                errors.append(SpecError(prefix + name, f"{name} is missing", f"Give a value for {name}."))
-            else:
-                values[name] = copy.copy(default)
-            continue
-        try:
-            values[name] = parse(value, prefix + name)
-        except SpecError as err:
-            errors.append(err)
-        except SpecErrors as errs:
-            errors += errs.errors
-    return values, errors
-
-
-def _plain(value: object) -> object:
-    """Enums and tuples as YAML-friendly scalars and lists."""
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, tuple):
-        return list(value)
-    return value
-
-
-def _read_yaml(path: str | Path) -> object:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, ValueError) as err:  # ValueError: bad UTF-8 or a NUL in the path
-        raise SpecError("file", f"cannot read {path}: {getattr(err, 'strerror', None) or err}",
-                        "Check the path and that the file is UTF-8 text.") from None
-    try:
-        return yaml.safe_load(text)
-    except Exception as err:  # noqa: BLE001 - yaml also raises ValueError/RecursionError on hostile text
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise SpecError("file", f"{path} is not valid YAML: {first}",
-                        "Fix the YAML at the line shown.") from None
-
-
-def _write_yaml(data: dict, path: str | Path) -> None:
-    # Write beside and rename, so a crash never leaves a half-written spec behind.
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _hostfile_slots(text: object) -> tuple[list[tuple[str, int]], list[SpecError]]:
-    """(host, slot index on that host) for every slot in a hostfile, and the bad lines."""
-    if not isinstance(text, str):
-        return [], [SpecError("hostfile", f"expected text, got {_show(text)}", "Paste the hostfile's text.")]
-    fix = "Write each line as 'host slots=N' (N from 1 to 1024); '#' starts a comment."
-    slots, errors, used = [], [], {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        words = raw.split("#", 1)[0].split()
-        if not words:
-            continue
-        where = f"line {number}"
-        count = 1
-        for word in words[1:]:
-            key, _, val = word.partition("=")
-            count = _whole(val) if key == "slots" and _DIGITS.fullmatch(val) else None
-            if count is None or not 1 <= count <= 1024:
-                errors.append(SpecError(where, f"cannot read {_show(word)}", fix))
-                break
-        try:
-            host = _host(words[0], where)
-        except SpecError as err:
-            errors.append(err)
-            continue
-        if count is None or not 1 <= count <= 1024:
-            continue
-        first = used.get(host, 0)
-        slots += [(host, first + k) for k in range(count)]
-        used[host] = first + count
-    return slots, errors
-
-
-_HOST_LINE = re.compile(r"\s*host(?:\s*=\s*|\s+)(.*)", re.IGNORECASE)
-
-
-def _ssh_config_aliases(path: str | Path) -> list[str]:
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError) as err:
-        raise SpecError("file", f"cannot read {path}: {getattr(err, 'strerror', None) or err}",
-                        "Check the path and its permissions.") from None
-    aliases: list[str] = []
-    for line in text.splitlines():
-        match = _HOST_LINE.fullmatch(line.split("#", 1)[0])
-        for word in (match.group(1).split() if match else []):
-            word = word.strip("\"'")
-            if any(c in word for c in "*?!"):
-                continue  # patterns match many hosts; only a concrete alias can be a task's host
-            try:
-                alias = _host(word, "host")
-            except SpecError:
-                continue
-            if alias not in aliases:
-                aliases.append(alias)
-    return aliases
-
+from backend._fields import (  # noqa: F401  (parsers shared by the field tables below)
+    _REQUIRED,
+    _show,
+    _enum,
+    _host,
+    _port,
+    _user,
+    _plain_path,
+    _jump_host,
+    _command_name,
+    _workdir,
+    _gpus,
+    _count,
+    _seconds,
+    _module_path,
+    _command,
+    _params,
+    _env,
+    _unknown_keys,
+    _parse_fields,
+    _plain,
+    _read_yaml,
+    _write_yaml,
+    _hostfile_slots,
+    _ssh_config_aliases,
+)
 
 # Field tables: name -> (parser, default). _REQUIRED marks fields with no default. The order is
 # the order fields are written to YAML and listed in "unknown key" messages.
