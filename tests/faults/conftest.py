@@ -63,19 +63,22 @@ def record(name: str, **figures) -> None:
     """Keep a scenario's measured figures for the JSON file and the summary printed at the end."""
     _RESULTS[name] = {k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items()}
     print(f"FAULT {name}: {json.dumps(_RESULTS[name])}")
+    if _RESULTS_FILE:   # written at once: an interrupted suite still leaves what it measured
+        _RESULTS_FILE[0].write_text(json.dumps(_RESULTS, indent=1))
+
+
+_RESULTS_FILE: list[Path] = []
 
 
 @pytest.fixture(scope="session", autouse=True)
 def results_file(tmp_path_factory):
-    path = tmp_path_factory.getbasetemp() / "fault_results.json"
-    yield path
-    if _RESULTS:
-        path.write_text(json.dumps(_RESULTS, indent=1))
+    _RESULTS_FILE[:] = [tmp_path_factory.getbasetemp() / "fault_results.json"]
+    return _RESULTS_FILE[0]
 
 
 def pytest_terminal_summary(terminalreporter):
     if _RESULTS:
-        terminalreporter.section("fault scenarios (measured)")
+        terminalreporter.section(f"fault scenarios (measured; also in {_RESULTS_FILE[0]})")
         for name, figures in _RESULTS.items():
             terminalreporter.write_line(f"{name}: {json.dumps(figures)}")
 
