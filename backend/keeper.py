@@ -239,7 +239,10 @@ class Keeper:
         # The task that failed first, not the peers whose collective it aborted.
         first = [s for s in failing if s.diagnosis != diagnose.PEER_DIED] or failing
         tails = [f"==> {s.name} ({s.label}) <==\n{traceback_tail(run.log_tail(s.name))}" for s in first]
-        (run.local_dir / FAILURE_LOG).write_text(f"{reason}\n\n" + "\n".join(tails))
+        (run.local_dir / FAILURE_LOG).write_text(
+            f"gave up after {run.job.restart.max_restarts} restart(s): {reason}\n"
+            "Fix the cause shown below, then launch again (or restore from a checkpoint).\n\n"
+            + "\n".join(tails))
         self.log(f"giving up after {run.job.restart.max_restarts} restart(s): {reason}")
         if stop_requested(run.local_dir, run.state.attempts[-1].started):
             return "stopped"
