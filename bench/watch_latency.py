@@ -36,12 +36,11 @@ class TimedStore(MetricsStore):
         super().__init__()
         self.arrived: dict[int, float] = {}
 
-    def add_many(self, records):
+    def add_columns(self, cols):
         now = time.perf_counter()
-        records = list(records)
-        for r in records:
-            self.arrived.setdefault(r["step"], now)
-        return super().add_many(records)
+        for step in cols["step"].tolist():
+            self.arrived.setdefault(step, now)
+        return super().add_columns(cols)
 
 
 def loopback_ssh(tmp: Path):
@@ -101,6 +100,8 @@ def measure(args) -> dict:
         mon.stop()
         stop_transport()
     lat = np.array([store.arrived[s] - written[s] for s in written if s in store.arrived]) * 1e3
+    if not len(lat):
+        raise SystemExit("no line arrived: check the transport (see the monitor's last_error)")
     return {"lines": args.lines, "arrived": len(lat), "median_ms": float(np.median(lat)),
             "p99_ms": float(np.percentile(lat, 99)), "max_ms": float(lat.max())}
 

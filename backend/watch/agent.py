@@ -33,6 +33,7 @@ import time
 
 MAX_LINE = 1 << 20          # a longer line is skipped and counted, never held in memory
 CHUNK = MAX_LINE + 1        # a chunk with no newline therefore always means "too long"
+BATCH_BYTES = 8 << 20       # per file per batch: a long backlog streams out in steps, not RAM
 HEARTBEAT_S = 2.0
 RESCAN_S = 1.0              # full rescan even without events: events can be missed (overflow)
 METRICS = "metrics.jsonl"
@@ -49,6 +50,7 @@ class Tail:
         self.path, self.inode, self.offset, self.skip = path, inode, offset, skip
         self.fh = None           # kept open so a rotated file's rest can still be read
         self.skipped = 0
+        self.more = False        # stopped at BATCH_BYTES with more to read
 
     def state(self) -> dict:
         out = {"inode": self.inode, "offset": self.offset}
@@ -86,7 +88,11 @@ class Tail:
 
     def _drain(self, fh, *, final: bool) -> list[bytes]:
         out: list[bytes] = []
+        start = self.offset
         while True:
+            self.more = not final and self.offset - start >= BATCH_BYTES
+            if self.more:
+                return out
             fh.seek(self.offset)
             data = fh.read(CHUNK)
             if not data:
@@ -395,13 +401,15 @@ def serve(run_dir: str, offsets: dict, *, poll: bool, interval: float, out, stop
                 kinds = {"metrics", *SUBDIRS}
                 next_rescan = now + rescan_every
             events = agent.scan(kinds) if kinds else []
+            backlog = any(t.more for t in agent.tails.values())
             if now >= next_beat:
                 events.append(_enc({"type": "heartbeat", "time": time.time()}))
                 next_beat = now + HEARTBEAT_S
             if events:
                 out.write(b"".join(events))
                 out.flush()
-            kinds = watcher.take(min(next_rescan, next_beat) - time.monotonic())
+            wait = 0.0 if backlog else min(next_rescan, next_beat) - time.monotonic()
+            kinds = watcher.take(wait) | ({"metrics", "logs"} if backlog else set())
     finally:
         watcher.stop()
 

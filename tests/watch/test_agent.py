@@ -163,3 +163,16 @@ def test_network_filesystems_are_polled(tmp_path):
     assert needs_polling("/mnt/my box/run", str(mounts))
     assert not needs_polling("/home/sharedx/run", str(mounts))
     assert not needs_polling("/tmp/run", str(mounts))
+
+
+def test_a_long_backlog_streams_out_in_bounded_batches(run):
+    line = "y" * 999 + "\n"
+    append(run / "logs/chief-0.log", line * 20_000)          # 20 MB before the agent starts
+    a = AgentProc(run)
+    try:
+        a.wait(lambda: len(a.lines("chief-0")) == 20_000, timeout=30)
+        offsets = [e["offsets"]["logs/chief-0.log"]["offset"] for e in a.of("offsets")]
+        assert len(offsets) >= 3 and offsets[-1] == 20_000_000
+        assert max(b - a_ for a_, b in zip([0] + offsets, offsets)) <= (8 << 20) + len(line) * 1100
+    finally:
+        a.close()
