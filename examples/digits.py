@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 DEFAULTS = {"epochs": 3, "steps_per_epoch": 100, "learning_rate": 0.003}
+PARAMS = dict(DEFAULTS)   # the harness replaces this with the settled parameters
 
 
 def _load():
@@ -44,7 +45,7 @@ def loss_fn(labels, predictions):
 
 
 def make_optimizer():
-    return keras.optimizers.Adam(learning_rate=DEFAULTS["learning_rate"])
+    return keras.optimizers.Adam(learning_rate=float(PARAMS["learning_rate"]))
 
 
 def probe_batch():

@@ -13,7 +13,8 @@ import keras
 import tensorflow as tf
 
 DIM = 16
-DEFAULTS = {"epochs": 3, "steps_per_epoch": 100, "learning_rate": 0.01}
+DEFAULTS = {"epochs": 3, "steps_per_epoch": 100, "learning_rate": 0.01, "hidden": 32}
+PARAMS = dict(DEFAULTS)   # the harness replaces this with the settled parameters
 
 
 def _teacher(seed):
@@ -52,8 +53,8 @@ def make_dataset(input_context, batch_size, seed):
 def build_model():
     return keras.Sequential([
         keras.Input(shape=(DIM,)),
-        keras.layers.Dense(32, activation="relu"),
-        keras.layers.Dense(32, activation="relu"),
+        keras.layers.Dense(int(PARAMS["hidden"]), activation="relu"),
+        keras.layers.Dense(int(PARAMS["hidden"]), activation="relu"),
         keras.layers.Dense(1),
     ])
 
@@ -63,7 +64,7 @@ def loss_fn(labels, predictions):
 
 
 def make_optimizer():
-    return keras.optimizers.Adam(learning_rate=DEFAULTS["learning_rate"])
+    return keras.optimizers.Adam(learning_rate=float(PARAMS["learning_rate"]))
 
 
 def probe_batch():

@@ -41,6 +41,8 @@ def parse_args(argv):
     p.add_argument("--step", type=int, default=None, help="default: latest complete checkpoint")
     p.add_argument("--name", default=None, help="default: step-<S>-<timestamp>")
     p.add_argument("--formats", default=",".join(FORMATS))
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the run's parameters (default: RUN/train.json's)")
     p.add_argument("--verify", default=None, help=argparse.SUPPRESS)  # the fresh child process
     return p.parse_args(argv)
 
@@ -66,6 +68,20 @@ def _next_good(complete: list, step: int) -> str:
     parts += [f"a newer good one is step {newer[0]}"] if newer else []
     steps = [c["step"] for c in complete]
     return "; ".join(parts + [f"complete steps: {steps}"])
+
+
+def load_job(run_dir: str, job_path: str, overrides: list):
+    """The job with the parameters the run trained with (RUN/train.json), so that a job whose
+    model depends on a parameter is rebuilt with the same shapes."""
+    job = jobs.load_job(job_path)
+    try:
+        with open(os.path.join(run_dir, "train.json")) as fh:
+            trained = json.load(fh).get("params", {})
+    except (OSError, ValueError):
+        trained = {}
+    items = [f"{k}={v}" for k, v in trained.items()] + list(overrides)
+    jobs.settle_params(job, items)
+    return job
 
 
 def _probe(job, tf):
@@ -120,7 +136,7 @@ def export(args, formats: list[str]) -> dict:
 
 def _export_into(args, chosen: dict, tmp: str, formats: list[str]) -> dict:
     import tensorflow as tf
-    job = jobs.load_job(args.job)
+    job = load_job(args.run_dir, args.job, args.param)
     model = job.build_model()
     probe = _probe(job, tf)
     model(probe, training=False)   # create the variables so restore fills them now
@@ -137,7 +153,7 @@ def _export_into(args, chosen: dict, tmp: str, formats: list[str]) -> dict:
         model.export(os.path.join(tmp, PATHS["savedmodel"]), verbose=False)
     if "keras" in formats:
         model.save(os.path.join(tmp, PATHS["keras"]))
-    diffs = _verify_in_child(args.job, tmp, formats, _flat(tf, probe), expected)
+    diffs = _verify_in_child(args, tmp, formats, _flat(tf, probe), expected)
     worst = max(diffs.values())
     if not worst <= TOLERANCE:
         raise RuntimeError(f"exported model disagrees with the checkpoint: max abs diff {diffs} "
@@ -154,15 +170,16 @@ def _size(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
-def _verify_in_child(job_path, tmp, formats, probe, expected) -> dict:
+def _verify_in_child(args, tmp, formats, probe, expected) -> dict:
     """Load the files in a new interpreter: proves they stand alone, no state from this one."""
     with tempfile.TemporaryDirectory(prefix="export-probe-") as work:
         _save_arrays(os.path.join(work, "probe.npz"), probe)
         _save_arrays(os.path.join(work, "expected.npz"), expected)
         spec = json.dumps({"dir": tmp, "formats": formats, "work": work})
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run-dir", tmp,
-                               "--job", job_path, "--verify", spec],
+        extra = [x for kv in args.param for x in ("--param", kv)]
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run-dir",
+                               args.run_dir, "--job", args.job, "--verify", spec, *extra],
                               capture_output=True, text=True, env=env, timeout=600)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("VERIFY ")]
         if proc.returncode != 0 or not lines:
@@ -171,11 +188,11 @@ def _verify_in_child(job_path, tmp, formats, probe, expected) -> dict:
         return json.loads(lines[-1][len("VERIFY "):])
 
 
-def verify(job_path: str, spec: dict) -> dict:
+def verify(args, spec: dict) -> dict:
     import numpy as np
     import tensorflow as tf
     import keras
-    job = jobs.load_job(job_path)   # registers the job's custom Keras objects, if any
+    job = load_job(args.run_dir, args.job, args.param)   # registers custom Keras objects
     leaves = _load_arrays(os.path.join(spec["work"], "probe.npz"))
     # Same structure as the parent's probe (a tensor, a dict, ...), the parent's exact values.
     probe = leaves[0] if len(leaves) == 1 else tf.nest.pack_sequence_as(_probe(job, tf), leaves)
@@ -194,7 +211,7 @@ def verify(job_path: str, spec: dict) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.verify:
-        print("VERIFY " + json.dumps(verify(args.job, json.loads(args.verify))), flush=True)
+        print("VERIFY " + json.dumps(verify(args, json.loads(args.verify))), flush=True)
         return 0
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     try:

@@ -85,4 +85,6 @@ def settle_params(module, overrides: list[str]) -> dict:
             raise JobError(f"{key} must be >= 1, got {params[key]}")
     if params["resume_data"] not in ("skip", "reseed"):
         raise JobError(f"resume_data must be skip or reseed, got {params['resume_data']}")
+    # The job reads its own parameters (model width, learning rate...) from here.
+    module.PARAMS = params
     return params

@@ -63,7 +63,11 @@ def ensure_built(model, element_spec) -> None:
 
 
 def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int):
-    """A tf.function doing one step; it returns this worker's per-replica mean loss."""
+    """Two tf.functions over the same step: ``train_step(iterator)`` returns this worker's
+    per-replica mean loss; ``train_step_sync(iterator, row)`` also all_gathers every replica's
+    metrics row in the same graph call, which saves a separate dispatch and collective round
+    at each sync point (measured in bench/harness.md).
+    """
 
     def replica_step(batch):
         features, labels = batch
@@ -78,41 +82,41 @@ def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return tf.reduce_mean(per_example)
 
+    def replica_step_sync(batch, row):
+        # row = [task_index, sum and count of this worker's losses since the last sync,
+        #        step_time, examples_per_sec, save_flag]; this step's loss joins the mean here.
+        local = replica_step(batch)
+        mean_loss = (row[1] + local) / (row[2] + 1.0)
+        out = tf.stack([row[0], mean_loss, row[3], row[4], row[5]])
+        # all_gather in the replica context: all_reduce of a tensor passed in from outside
+        # failed ("destinations can not be empty"), DESIGN fact 3.
+        ctx = tf.distribute.get_replica_context()
+        return ctx.all_gather(tf.reshape(out, [1, len(COLS)]), axis=0)
+
     @tf.function
     def train_step(iterator):
         return strategy.run(replica_step, args=(next(iterator),))
 
-    return train_step
-
-
-def make_sync(strategy):
-    """A tf.function that all_gathers one row per replica: every worker sees every row.
-
-    all_gather inside the replica context works where all_reduce of a tensor passed in from
-    outside failed ("destinations can not be empty"), see DESIGN fact 3.
-    """
-
-    def replica_gather(row):
-        ctx = tf.distribute.get_replica_context()
-        return ctx.all_gather(tf.reshape(row, [1, len(COLS)]), axis=0)
-
     @tf.function
-    def sync(row):
-        return strategy.run(replica_gather, args=(row,))
+    def train_step_sync(iterator, row):
+        return strategy.run(replica_step_sync, args=(next(iterator), row))
 
-    return sync
-
-
-def local_mean(strategy, outputs: list) -> float:
-    """Mean of this worker's per-replica step losses over ``outputs`` (the steps since the
-    last sync); reading them here, not every step, avoids a host sync per step on GPUs."""
-    values = [v for out in outputs for v in strategy.experimental_local_results(out)]
-    return float(tf.reduce_mean(tf.stack(values)).numpy()) if values else float("nan")
+    return train_step, train_step_sync
 
 
-def gather_rows(strategy, sync, row: list) -> list[dict]:
-    """Run the sync collective and return one dict per replica in the cluster."""
-    gathered = sync(tf.constant(row, dtype=tf.float32))
+def loss_sum(strategy, outputs: list) -> tuple[float, int]:
+    """Sum and count of this worker's step losses since the last sync (replicas averaged).
+    Read only at sync points, not every step: on a GPU each read is a host sync."""
+    total = 0.0
+    for out in outputs:
+        values = [float(v) for v in strategy.experimental_local_results(out)]
+        total += sum(values) / len(values)
+    return total, len(outputs)
+
+
+def step_and_gather(strategy, step_fn, iterator, row: list) -> list[dict]:
+    """Run one step with the sync collective; return one dict per replica in the cluster."""
+    gathered = step_fn(iterator, tf.constant(row, dtype=tf.float32))
     matrix = strategy.experimental_local_results(gathered)[0].numpy()
     return [dict(zip(COLS, map(float, r))) for r in matrix]
 

@@ -13,6 +13,7 @@ import layout
 import loop
 import report
 import requests_dir
+import tb
 
 
 class Session:
@@ -53,9 +54,8 @@ class Session:
             self.ckpt.restore(self.start)
             print(f"[{self.task}] restored step {self.start} from {self.ckpt.directory}",
                   flush=True)
-        self.train_step = loop.make_train_step(
+        self.train_step, self.train_step_sync = loop.make_train_step(
             self.strategy, self.model, self.optimizer, self.job.loss_fn, self.gbs)
-        self.sync = loop.make_sync(self.strategy)
 
     def _resume_step(self) -> int:
         if self.args.resume_step is not None:
@@ -93,7 +93,9 @@ class Session:
 
     def _open_writers(self):
         self.reporter = report.MetricsReporter(self.run_dir, self.args.run_id, self.args.attempt)
-        self.tb = tf.summary.create_file_writer(os.path.join(self.run_dir, layout.TENSORBOARD))
+        tags = ["loss/global"] + [f"{k}/{t}" for t in self.cluster.tasks
+                                  for k in ("loss", "step_time")]
+        self.tb = tb.ScalarWriter(os.path.join(self.run_dir, layout.TENSORBOARD), tags)
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self) -> dict:
@@ -102,28 +104,33 @@ class Session:
         if chief_writes:
             self._write_train_json()
             self._open_writers()
-        t0 = t_sync = time.time()
-        t_first = None
+        t0 = self.t_sync = time.time()
+        self.sync_step = self.start
+        t_clock, clock_step = None, self.start
         for step in range(self.start + 1, self.total + 1):
-            out = self.train_step(self.iterator)
-            if t_first is None:
-                t_first = time.time()   # after tracing: steps/s below excludes compile time
-            if self.bare:
-                continue
-            self.losses_since_sync.append(out)
-            if self._is_sync(step):
-                t_sync = self._sync_point(step, t_sync)
+            if self._is_sync(step) and not self.bare:
+                self._sync_point(step)
+            else:
+                out = self.train_step(self.iterator)
+                if not self.bare:
+                    self.losses_since_sync.append(out)
+            if t_clock is None and self._is_sync(step):
+                # Both step functions are traced by now: steps/s excludes compile time, the
+                # same way with and without instrumentation (bench/harness_overhead.py).
+                t_clock, clock_step, cpu_clock = time.time(), step, time.process_time()
         if self.bare and self.total > self.start:  # the last step must finish before the clock
-            loop.local_mean(self.strategy, [out])
-        elapsed = time.time() - (t_first or t0)
-        timed = max(self.total - self.start - 1, 0)
+            loop.loss_sum(self.strategy, [out])
+        elapsed = time.time() - (t_clock or t0)
+        timed = self.total - clock_step
+        # CPU seconds of this process per step: robust where other jobs share the cores.
+        cpu = (time.process_time() - cpu_clock) / timed if t_clock and timed else None
         if chief_writes:
             self.reporter.close()
             self.tb.close()
         return {"task": self.task, "steps": self.total - self.start, "last_step": self.total,
                 "seconds": round(time.time() - t0, 3),
                 "steps_per_sec": round(timed / elapsed, 3) if elapsed > 0 and timed else None,
-                "bare": self.bare}
+                "cpu_ms_per_step": round(cpu * 1000, 3) if cpu else None, "bare": self.bare}
 
     def _epoch(self, step: int) -> int:
         return (step - 1) // self.spe + 1
@@ -136,18 +143,24 @@ class Session:
         # Every worker computes the same schedule, so every worker joins every collective.
         return step % int(self.p["log_every"]) == 0 or self._save_due(step)
 
-    def _sync_point(self, step: int, t_prev: float) -> float:
-        n_steps = len(self.losses_since_sync)
-        local = loop.local_mean(self.strategy, self.losses_since_sync)
+    def _sync_point(self, step: int) -> None:
+        """One step that also gathers every worker's metrics row; then log and maybe save."""
+        prev_sum, prev_n = loop.loss_sum(self.strategy, self.losses_since_sync)
         self.losses_since_sync = []
-        step_time = (time.time() - t_prev) / max(n_steps, 1)
+        now = time.time()
+        # Wall time per step since the previous sync point, everything included (that sync
+        # step, metrics writing, checkpoint saves): the throughput the user actually gets.
+        done = step - 1 - self.sync_step          # steps run since t_sync
+        step_time = (now - self.t_sync) / max(done, 1)
+        self.t_sync, self.sync_step = now, step - 1
         eps = (self.gbs / len(self.cluster.tasks)) / step_time if step_time > 0 else 0.0
         pending = requests_dir.pending(self.run_dir) if self.cluster.is_chief else []
-        row = [self.cluster.task_index, local, step_time, eps, 1.0 if pending else 0.0]
-        folded = loop.per_task(loop.gather_rows(self.strategy, self.sync, row), self.cluster.tasks)
+        row = [self.cluster.task_index, prev_sum, prev_n, step_time, eps, 1.0 if pending else 0.0]
+        rows = loop.step_and_gather(self.strategy, self.train_step_sync, self.iterator, row)
+        folded = loop.per_task(rows, self.cluster.tasks)
         save_now = folded.pop("_save")
         global_loss = sum(v["loss"] for v in folded.values()) / len(folded)
-        epoch = self._epoch(step)
+        epoch, local = self._epoch(step), folded[self.task]["loss"]
         print(f"[{self.task}] step {step}/{self.total} epoch {epoch} loss {local:.5f} "
               f"global_loss {global_loss:.5f} {step_time * 1000:.1f} ms/step {eps:.0f} ex/s",
               flush=True)
@@ -160,7 +173,6 @@ class Session:
                   f"{' (save-now request)' if save_now else ''}", flush=True)
             if self.cluster.is_chief and save_now:
                 requests_dir.mark_done(pending, step)
-        return time.time()
 
     def _write_metrics(self, step, epoch, folded, global_loss):
         now = time.time()
@@ -169,30 +181,8 @@ class Session:
             if v:
                 self.reporter.log(task, step, epoch, v["loss"], global_loss, v["step_time"],
                                   v["examples_per_sec"], now=now)
-        with self.tb.as_default(step=step):
-            tb_scalar("loss/global", global_loss)
-            for task, v in folded.items():
-                tb_scalar(f"loss/{task}", v["loss"])
-                tb_scalar(f"step_time/{task}", v["step_time"])
-        self.tb.flush()
-
-
-def _scalar_metadata() -> bytes:
-    # What tensorboard's scalar summary writes, built here because tf.summary.scalar needs the
-    # tensorboard package, which worker hosts need not have.
-    from tensorflow.core.framework import summary_pb2
-    meta = summary_pb2.SummaryMetadata()
-    meta.plugin_data.plugin_name = "scalars"
-    meta.data_class = summary_pb2.DATA_CLASS_SCALAR
-    return meta.SerializeToString()
-
-
-_SCALAR_META = None
-
-
-def tb_scalar(tag: str, value: float) -> None:
-    global _SCALAR_META
-    if _SCALAR_META is None:
-        _SCALAR_META = _scalar_metadata()
-    tf.summary.write(tag, tf.constant(value, tf.float32), metadata=_SCALAR_META)
-
+        values = [global_loss]
+        for task in self.cluster.tasks:
+            v = folded.get(task, {"loss": float("nan"), "step_time": float("nan")})
+            values += [v["loss"], v["step_time"]]
+        self.tb.write(step, values)

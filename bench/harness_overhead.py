@@ -1,0 +1,104 @@
+"""Harness overhead: steps/s of the full harness against the same loop with no instrumentation.
+
+Runs examples/synthetic.py on two local worker processes (TF_CONFIG on localhost ports), in
+interleaved rounds so that load from other processes on the machine hits every variant alike:
+
+  bare     --param bare=1: the same tf.function step, no gather, no metrics, no checkpoints
+  metrics  all_gather + metrics.jsonl + TensorBoard + progress line every log_every steps,
+           one checkpoint at the end (checkpoint_every=0)
+  full     the harness defaults: metrics as above + a checkpoint every 50 steps
+
+steps/s is the harness's own figure (HARNESS DONE line): steps after the first (tracing) step
+divided by the loop's wall time, so start-up is excluded and every in-loop cost is included.
+
+    .venv/bin/python bench/harness_overhead.py [--steps 3000] [--rounds 3]
+"""
+import argparse
+import ast
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = os.path.join(ROOT, "backend", "harness", "train.py")
+JOB = os.path.join(ROOT, "examples", "synthetic.py")
+VARIANTS = {
+    "bare": ["bare=1"],
+    "metrics": ["checkpoint_every=0"],
+    "full": [],
+}
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def run_once(steps: int, params: list, workdir: str, threads: int) -> tuple[float, float]:
+    """Start two workers, wait; return the slower worker's steps/s (synchronous training
+    makes them equal) and the two workers' CPU ms per step, summed."""
+    run = tempfile.mkdtemp(dir=workdir)
+    ports = free_ports(2)
+    procs = []
+    for i in range(2):
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
+                   TF_NUM_INTRAOP_THREADS=str(threads), TF_NUM_INTEROP_THREADS="2",
+                   TF_CONFIG=json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                                         "task": {"type": "worker", "index": i}}))
+        argv = [sys.executable, TRAIN, "--run-dir", run, "--job", JOB, "--run-id", "bench",
+                "--param", "epochs=1", "--param", f"steps_per_epoch={steps}"]
+        for kv in params:
+            argv += ["--param", kv]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, env=env, start_new_session=True))
+    rates, cpu = [], []
+    for p in procs:
+        out, _ = p.communicate(timeout=900)
+        done = [ln for ln in out.splitlines() if "HARNESS DONE" in ln]
+        if p.returncode or not done:
+            raise SystemExit("worker failed:\n" + "\n".join(out.splitlines()[-20:]))
+        summary = ast.literal_eval(done[-1].split("HARNESS DONE ", 1)[1])
+        rates.append(summary["steps_per_sec"])
+        cpu.append(summary["cpu_ms_per_step"])
+    return min(rates), sum(cpu)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="TF intra-op threads per worker")
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="passed to every variant, e.g. hidden=512 or log_every=50")
+    args = ap.parse_args()
+    results = {name: [] for name in VARIANTS}
+    cpu = {name: [] for name in VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="harness-bench-") as workdir:
+        for r in range(args.rounds):
+            for name, params in VARIANTS.items():
+                rate, ms = run_once(args.steps, args.param + params, workdir, args.threads)
+                results[name].append(rate)
+                cpu[name].append(ms)
+                print(f"round {r + 1} {name:8s} {rate:8.1f} steps/s {ms:7.3f} CPU ms/step",
+                      flush=True)
+    base = statistics.median(results["bare"])
+    cbase = statistics.median(cpu["bare"])
+    print(f"\n{'variant':8s} {'steps/s':>9s} {'wall overhead':>14s} {'CPU ms/step':>12s} "
+          f"{'CPU overhead':>13s}  (medians of {args.rounds} rounds; 2 workers)")
+    for name in VARIANTS:
+        med, cmed = statistics.median(results[name]), statistics.median(cpu[name])
+        print(f"{name:8s} {med:9.1f} {100 * (1 - med / base):13.1f}% {cmed:12.3f} "
+              f"{100 * (cmed / cbase - 1):12.1f}%")
+
+
+if __name__ == "__main__":
+    main()
