@@ -113,11 +113,14 @@ def test_kill_the_cli_training_goes_on(local_cluster, store, tmp_path):
     assert_nothing_left(run, store)
 
 
-FAILING_AT_START = '''
-import tensorflow as tf   # the import alone outlasts launch's 3 s start check
-from keras import layers
+# Fails after launch's start check (START_CHECK_S), so the keeper, not launch, sees it; a job
+# that fails sooner is refused by launch itself (the import test below).
+FAILING_AT_START = f'''
+import time
+import tensorflow as tf
 
 def build_model():
+    time.sleep({launcher.START_CHECK_S + 1})
     raise RuntimeError("boom: this job cannot build its model")
 
 def make_dataset(ctx, batch_size, seed):
