@@ -14,6 +14,7 @@ from pathlib import Path
 from backend.errors import ArtifactError, HostError, RunError
 from backend.harness import layout
 from backend.launcher import Run, start_attempt
+from backend.spec import RestartMode
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 EXPORT_TIMEOUT_S = 900
@@ -118,6 +119,17 @@ def restore(run: Run, step: int) -> None:
         if t.name != run.state.chief.name:
             _ensure_copy(run, t.name, chief_ckpts[step])
     start_attempt(run, resume_step=step)
+    if run.job.restart.mode == RestartMode.ON_FAILURE:
+        _rekeep(run)
+
+
+def _rekeep(run: Run, wait_s: float = 10.0) -> None:
+    """The stop above ended the run's keeper; a restored run is kept again like a launched one."""
+    from backend import keeper  # keeper imports this module
+    deadline = time.time() + wait_s
+    while keeper.keeper_pid(run.local_dir) and time.time() < deadline:
+        time.sleep(0.1)
+    keeper.start_keeper(run)
 
 
 def _ensure_copy(run: Run, task: str, chief_ckpt: dict) -> None:
