@@ -1,0 +1,63 @@
+"""Chief-only actions through the backend, over real sshd: save now, export, restore."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from backend import checkpoints, launcher
+from backend.errors import ArtifactError, RunError
+from backend.runs import RunStore
+from backend.spec import job_from_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def metrics(run) -> list[dict]:
+    chief = run.state.chief
+    out = run.transport(chief.name).run(["cat", f"{chief.remote_run_dir}/metrics.jsonl"]).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_save_export_restore(ssh_cluster, ssh_options, tmp_path):
+    job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
+                         "params": {"epochs": 2, "steps_per_epoch": 60, "checkpoint_every": 30,
+                                    "log_every": 5}})
+    run = launcher.launch(ssh_cluster, job, store=RunStore(tmp_path / "runs"), options=ssh_options,
+                          preflight=launcher.Preflight.SKIP)
+    try:
+        saved = checkpoints.save_now(run, wait_s=120)
+        steps = [c["step"] for c in checkpoints.list_checkpoints(run)]
+        assert saved in steps
+        assert saved in [c["step"] for c in checkpoints.list_checkpoints(run, "worker-0")]
+        run.wait(timeout=300)
+    finally:
+        if run.state.live:
+            run.stop()
+    assert run.state.phase == "finished"
+
+    result = checkpoints.export(run, step=saved, name="first")
+    assert result["match"] is True and result["step"] == saved
+    with pytest.raises(ArtifactError, match="first"):
+        checkpoints.export(run, step=saved, name="first")       # never overwritten
+    with pytest.raises(ArtifactError):
+        checkpoints.export(run, name="../escape")
+    assert [e["name"] for e in checkpoints.list_exports(run)] == ["first"]
+    with pytest.raises(RunError, match="not live"):
+        checkpoints.save_now(run)
+
+    # The worker lacks the step: restore copies the chief's files to it, then resumes there.
+    worker_dir = Path(checkpoints.checkpoint_dir(run, "worker-0"))
+    for f in worker_dir.glob(f"ckpt-{saved}.*"):
+        f.unlink()
+    last_before = [m for m in metrics(run) if m["step"] <= saved][-1]
+    checkpoints.restore(run, saved)
+    run.wait(timeout=300)
+    assert saved in [c["step"] for c in checkpoints.list_checkpoints(run, "worker-0")]
+    resumed = [m for m in metrics(run) if m["attempt"] == run.state.attempt]
+    assert resumed and resumed[0]["step"] > saved and resumed[-1]["step"] == 120
+    # Not back at the start: the first loss after resuming is near the last one before it.
+    assert resumed[0]["global_loss"] < 3 * last_before["global_loss"] + 0.05
+    assert resumed[0]["global_loss"] < metrics(run)[0]["global_loss"]
