@@ -46,15 +46,12 @@ def save_now(live: LiveRun, wait_s: float = 120) -> int | None:
 
 
 def list_checkpoints(live: LiveRun) -> list[dict]:
-    """The chief's checkpoints: from the monitor while live (no extra process), else asked."""
-    if live.run.state.live and live.monitor is not None:
-        found = live.monitor.checkpoints()
-        if found:
-            return [{"step": step, **meta} for step, meta in found.items()]
+    """The chief's complete checkpoints, asked of the chief (old ones get deleted as it trains);
+    the monitor's record only when the chief cannot be reached."""
     try:
         return checkpoints.list_checkpoints(live.run)
     except ConsoleError:
-        if live.monitor is not None:
+        if live.monitor is not None and live.monitor.checkpoints():
             return [{"step": step, **meta} for step, meta in live.monitor.checkpoints().items()]
         raise
 

@@ -26,6 +26,8 @@ def table() -> None:
         found = []
     ss.checkpoint_steps = [c["step"] for c in found]
     if found:
+        st.caption(f"{len(found)} complete checkpoint(s) on the chief, at steps "
+                   + ", ".join(str(step) for step in sorted(ss.checkpoint_steps)) + ".")
         st.dataframe(pd.DataFrame(actions.checkpoint_rows(found)), hide_index=True, width="stretch",
                      key="checkpoint_table")
     else:

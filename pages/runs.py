@@ -14,6 +14,9 @@ if not states:
     st.info(f"No run under {store.root} yet: start one on the Launch page.")
     st.stop()
 
+live_ids = [s.run_id for s in states if s.live]
+st.caption(f"{len(states)} run(s) under {store.root}; {len(live_ids)} live. "
+           f"Current run: {ss.run_id or 'none'}.")
 st.dataframe(pd.DataFrame(runs_view.run_rows(states)), hide_index=True, width="stretch", key="runs_table")
 ids = [s.run_id for s in states]
 current = ss.run_id if ss.run_id in ids else ids[0]
