@@ -118,15 +118,18 @@ class Run:
             if not result.ok:
                 raise HostError(spec.host, "status failed", "Check the host.", stderr_tail=result.stderr)
             return json.loads(result.stdout)
+        groups = self._by_host()
+        results = parallel(one, groups)
         out: dict[str, TaskStatus] = {}
-        for key, res in parallel(one, self._by_host()).items():
-            for t in self.state.tasks:
+        for key, (_, _, names) in groups:
+            res = results[key]
+            for name in names:
+                host = self._task(name).host
                 if isinstance(res, Exception):
-                    if t.name in dict(self._by_host())[key][2]:
-                        out[t.name] = TaskStatus(t.name, t.host, "unreachable", diagnosis=str(res))
-                elif t.name in res:
-                    info = res[t.name]
-                    out[t.name] = TaskStatus(t.name, t.host, info["state"], info.get("exit_code"))
+                    out[name] = TaskStatus(name, host, "unreachable", diagnosis=str(res))
+                else:
+                    info = res.get(name, {"state": "lost"})
+                    out[name] = TaskStatus(name, host, info["state"], info.get("exit_code"))
         for s in out.values():
             if s.state == "exited" and s.exit_code != 0:
                 s.diagnosis = diagnose.diagnose(self.log_tail(s.name))
