@@ -61,11 +61,13 @@ def run_once(steps: int, params: list, workdir: str, threads: int) -> tuple[floa
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, env=env, start_new_session=True))
     rates, cpu = [], []
-    for p in procs:
-        out, _ = p.communicate(timeout=900)
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        tails = "\n".join(f"--- worker-{i} exit {p.returncode}\n" + "\n".join(o.splitlines()[-6:])
+                          for i, (p, o) in enumerate(zip(procs, outs)))
+        raise RuntimeError(f"a worker failed:\n{tails}")
+    for out in outs:
         done = [ln for ln in out.splitlines() if "HARNESS DONE" in ln]
-        if p.returncode or not done:
-            raise SystemExit("worker failed:\n" + "\n".join(out.splitlines()[-20:]))
         summary = ast.literal_eval(done[-1].split("HARNESS DONE ", 1)[1])
         rates.append(summary["steps_per_sec"])
         cpu.append(summary["cpu_ms_per_step"])
@@ -85,7 +87,15 @@ def main():
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as workdir:
         for r in range(args.rounds):
             for name, params in VARIANTS.items():
-                rate, ms = run_once(args.steps, args.param + params, workdir, args.threads)
+                for tries in (1, 2, 3):   # a shared machine can fail to start a thread
+                    try:
+                        rate, ms = run_once(args.steps, args.param + params, workdir,
+                                            args.threads)
+                        break
+                    except RuntimeError as exc:
+                        print(f"round {r + 1} {name}: {exc}\n(retrying)", flush=True)
+                else:
+                    raise SystemExit("three failed attempts in a row")
                 results[name].append(rate)
                 cpu[name].append(ms)
                 print(f"round {r + 1} {name:8s} {rate:8.1f} steps/s {ms:7.3f} CPU ms/step",

@@ -26,7 +26,6 @@ class Session:
         self.total = int(params["epochs"]) * self.spe
         self.gbs = int(params["global_batch_size"])
         self.losses_since_sync: list = []
-        self.last_rows: dict = {}
 
     # ---- set up -----------------------------------------------------------------------------
     def _setup(self):

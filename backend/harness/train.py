@@ -66,8 +66,10 @@ def main(argv=None) -> int:
 
 def _explain(exc: BaseException) -> str:
     name = type(exc).__name__
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    # TensorFlow's first line is often just "Graph execution error:"; prefer the cause.
+    cause = next((ln for ln in lines if "aborted" in ln or "timed out" in ln.lower()), None)
+    first = cause or next((ln for ln in lines if ln != "Graph execution error:"), "")
     if "Collective ops is aborted" in str(exc) or name in ("UnavailableError",
                                                             "DeadlineExceededError"):
         return (f"{name}: a peer worker died or is unreachable (collective aborted or timed "
