@@ -27,7 +27,7 @@ from backend.spec import ClusterSpec, JobKind, JobSpec, RestartMode, TaskSpec, c
 
 HARNESS_DIR = Path(__file__).parent / "harness"
 AGENT = Path(__file__).parent / "watch" / "agent.py"
-START_CHECK_S = 3.0   # a task that dies this soon after starting failed to start
+START_CHECK_S = 3.0   # a task that dies this soon after starting failed to start (checked on the host)
 # One command per host per attempt: unpack the harness, then start that host's tasks.
 BOOT = """import base64, io, json, os, sys, tarfile
 run = sys.argv[1]
@@ -36,7 +36,7 @@ tar = tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["bundle"])))
 tar.extractall(run, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
 sys.path.insert(0, os.path.join(run, "harness"))
 import spawn
-print(json.dumps(spawn.start_many(run, req["tasks"], req["wait"])))
+print(json.dumps(spawn.start_many(run, req["tasks"], req["wait"], req["settle"])))
 """
 
 
@@ -315,7 +315,7 @@ def start_attempt(run: Run, *, resume_step: int | None) -> None:
     def one(item) -> None:
         spec, run_dir, names = item
         tasks = [run._task(n) for n in names]
-        request = {"bundle": bundle, "wait": 20, "tasks": [
+        request = {"bundle": bundle, "wait": 20, "settle": START_CHECK_S, "tasks": [
             {"task": t.name,
              "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),
              "env": task_env(run.cluster, t.position, run.job, run_dir, run.run_id, attempt, t.name)}
@@ -332,16 +332,13 @@ def start_attempt(run: Run, *, resume_step: int | None) -> None:
             # "starting": the supervisor runs but a loaded host has not recorded the pid yet;
             # the status check below and stop() read the pid from the host, so that is fine.
             if info["state"] == "lost" or (info["state"] == "exited" and info["exit_code"] != 0):
-                raise HostError(spec.host, f"task {t.name} did not start", "Check the task's Python and command.",
-                                stderr_tail=run.log_tail(t.name, 2000))
+                log = run.log_tail(t.name, 2000)
+                raise HostError(spec.host, f"task {t.name} did not start (exit {info.get('exit_code')})",
+                                diagnose.diagnose(log) or "Check the task's Python and command.",
+                                stderr_tail=log)
             t.pid, t.pgid, t.started = info.get("pid"), info.get("pgid"), info.get("started")
 
     errors = failures(parallel(one, run._by_host()))
-    if not errors:
-        time.sleep(START_CHECK_S)
-        errors = {s.name: HostError(s.host, f"task {s.name} exited at once with code {s.exit_code}",
-                                    s.diagnosis or "Read its log.")
-                  for s in run.status() if s.state in ("exited", "lost") and s.exit_code != 0}
     if errors:
         try:
             run.stop(grace_s=5, reason="failed to start", phase="failed")

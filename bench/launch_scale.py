@@ -10,6 +10,8 @@ which measures the CPU, not the launcher) and so is the fixed 3 s "did it die at
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -38,6 +40,13 @@ def start_hosts(root: Path, count: int):
     return hosts, key, options
 
 
+def machine_cpu_s() -> float:
+    """CPU seconds used by every process on this machine so far (sshd, Pythons, us): /proc/stat."""
+    fields = open("/proc/stat").readline().split()[1:]
+    busy = sum(int(v) for i, v in enumerate(fields) if i not in (3, 4))  # all but idle, iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def one_launch(hosts, key, options, root: Path, workers: int) -> float:
     cluster = cluster_from_dict({"tasks": [
         {"role": "worker", "host": h.address, "ssh_port": h.port, "tf_port": sshd.free_port(),
@@ -46,12 +55,17 @@ def one_launch(hosts, key, options, root: Path, workers: int) -> float:
     job = job_from_dict({"kind": "command", "command": ["sleep", "30"]})
     pool_module.MAX_PARALLEL = workers
     start = time.perf_counter()
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
+    machine = machine_cpu_s()
     run = launcher.launch(cluster, job, store=RunStore(root / "runs"), options=options,
                           preflight=launcher.Preflight.SKIP)
     took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    client_cpu = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
+    all_cpu = machine_cpu_s() - machine
     run.stop(grace_s=2)
     run.pool.close()
-    return took
+    return took, client_cpu, all_cpu
 
 
 def main() -> None:
@@ -69,14 +83,16 @@ def main() -> None:
             for n in sizes:
                 par = [one_launch(hosts[:n], key, options, root, 64) for _ in range(a.repeat)]
                 seq = [one_launch(hosts[:n], key, options, root, 1) for _ in range(a.repeat)]
-                rows.append((n, statistics.median(par), statistics.median(seq)))
+                rows.append((n, statistics.median(p[0] for p in par), statistics.median(s[0] for s in seq),
+                             statistics.median(p[1] for p in par), statistics.median(p[2] for p in par)))
         finally:
             for h in hosts:
                 h.stop()
     base = rows[0][1]
-    print(f"{'hosts':>5} {'parallel s':>11} {'sequential s':>13} {'parallel / 1 host':>18}")
-    for n, par, seq in rows:
-        print(f"{n:>5} {par:>11.2f} {seq:>13.2f} {par / base:>18.2f}")
+    print(f"{'hosts':>5} {'parallel s':>11} {'sequential s':>13} {'parallel / 1 host':>18} "
+          f"{'launcher CPU s':>15} {'all CPU s':>10}")
+    for n, par, seq, cpu, total in rows:
+        print(f"{n:>5} {par:>11.2f} {seq:>13.2f} {par / base:>18.2f} {cpu:>15.2f} {total:>10.2f}")
 
 
 if __name__ == "__main__":

@@ -85,8 +85,9 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
 
 
-def start_many(run: str, tasks: list[dict], wait_s: float = 10.0) -> dict:
-    """Start every task of this host at once; wait until each has recorded its pid (or ended).
+def start_many(run: str, tasks: list[dict], wait_s: float = 10.0, settle_s: float = 0.0) -> dict:
+    """Start every task of this host at once; wait until each has recorded its pid (or ended),
+    then ``settle_s`` more, so a task that dies at once (bad import, port taken) is reported.
 
     ``tasks`` holds ``{"task", "argv", "env"}`` for each task; the answer maps task -> status.
     """
@@ -98,6 +99,9 @@ def start_many(run: str, tasks: list[dict], wait_s: float = 10.0) -> dict:
         if all(info["state"] != "starting" for info in out.values()):
             break
         time.sleep(0.02)
+    if settle_s:
+        time.sleep(settle_s)
+        out = {name: {**_status_one(run, name), "supervisor": sup.pid} for name, sup in sups.items()}
     return out
 
 

@@ -1,0 +1,18 @@
+"""Run every benchmark in this folder in turn (``make bench``); each prints its own table."""
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RUNS = [
+    ["launch_scale.py"],
+    ["watch_latency.py"], ["watch_latency.py", "--ssh-loopback"],
+    ["metrics_ingest.py"], ["figure_build.py"],
+    ["harness_overhead.py", "--steps", "1500", "--rounds", "3"],
+]
+
+failed = 0
+for args in RUNS:
+    print(f"\n=== bench/{' '.join(args)}", flush=True)
+    failed += subprocess.run([sys.executable, str(HERE / args[0]), *args[1:]], cwd=HERE.parent).returncode != 0
+sys.exit(1 if failed else 0)
