@@ -36,10 +36,13 @@ def check_gpus():
 
 
 def check_port(port):
-    # TensorFlow's server listens on every interface, so test the same bind.
+    # TensorFlow's server listens on every interface, so test the same bind. SO_REUSEADDR as
+    # gRPC sets it: connections of a finished run in TIME_WAIT must not count as "in use".
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("", port))
+            s.listen()
         return {"ok": True}
     except OSError as err:
         return {"ok": False, "error": f"port {port} is in use ({err.strerror})"}
