@@ -1,16 +1,74 @@
-"""Cluster page actions: preflight and host-key trust, as plain results plus small renderers."""
+"""Cluster page actions: imports, YAML and TF_CONFIG output, preflight and host-key trust, as
+plain results plus small renderers."""
 from __future__ import annotations
+
+import os
 
 import pandas as pd
 import paramiko
 import streamlit as st
+import yaml
 
-from backend.errors import ConsoleError
+from backend import tfconfig
+from backend.errors import ConsoleError, SpecError
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions, fetch_host_key, fingerprint, trust_host_key
 from backend.preflight import run_preflight
-from backend.spec import ClusterSpec, TransportKind
+from backend.spec import (ClusterSpec, TransportKind, cluster_from_dict, cluster_to_dict, import_hostfile,
+                          import_ssh_config, save_cluster)
+from console import forms
 
+
+# ---- imports and output ---------------------------------------------------------------------
+
+def _rows(cluster: ClusterSpec) -> list[dict]:
+    return forms.cluster_rows(cluster_to_dict(cluster))
+
+
+def import_yaml(raw: bytes) -> list[dict]:
+    """Table rows from an uploaded cluster YAML; raises SpecError / SpecErrors for bad content."""
+    try:
+        data = yaml.safe_load(raw.decode("utf-8", "replace"))
+    except yaml.YAMLError as err:
+        raise SpecError("file", f"not valid YAML: {str(err).splitlines()[0]}",
+                        "Fix the YAML at the line shown.") from None
+    return _rows(cluster_from_dict(data))
+
+
+def import_hosts(text: str, tf_port: int) -> list[dict]:
+    """Table rows from a hostfile ("host slots=N" per line, or bare host names)."""
+    return _rows(import_hostfile(text, tf_port=int(tf_port)))
+
+
+def ssh_aliases(path: str) -> list[str]:
+    """Concrete Host aliases of an ssh_config file ("~" expanded); [] if the file does not exist."""
+    return import_ssh_config(os.path.expanduser(path))
+
+
+def cluster_yaml(cluster: ClusterSpec) -> str:
+    return yaml.safe_dump(cluster_to_dict(cluster), sort_keys=False)
+
+
+def save_yaml(cluster: ClusterSpec, path: str) -> None:
+    """Write the cluster YAML; raises ConsoleError when the path is not writable."""
+    try:
+        save_cluster(cluster, path)
+    except OSError as err:
+        raise ConsoleError(f"could not write {path}: {err.strerror or err}.",
+                           "Choose a writable path.") from None
+
+
+def tf_configs(cluster: ClusterSpec) -> dict[str, dict]:
+    """Task name -> its TF_CONFIG."""
+    return tfconfig.all_tf_configs(cluster)
+
+
+def export_script(cluster: ClusterSpec) -> str:
+    """A shell script: one commented ``export TF_CONFIG=...`` line per task."""
+    return "\n".join(f"# {n}\n{line}" for n, line in tfconfig.export_lines(cluster).items()) + "\n"
+
+
+# ---- preflight and host keys ----------------------------------------------------------------
 
 def preflight(cluster: ClusterSpec, options: SSHOptions) -> dict:
     """{"rows": table rows, "failures": ["task (host): problem; ..."], "error": text or ""}."""

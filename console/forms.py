@@ -12,6 +12,7 @@ from pathlib import Path
 
 from backend import tfconfig
 from backend.errors import SpecError, SpecErrors
+from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from backend.spec import ClusterSpec, JobSpec, cluster_from_dict, job_from_dict
 
 COLUMNS = ("role", "host", "transport", "tf_port", "ssh_port", "user", "identity_file",
@@ -19,6 +20,8 @@ COLUMNS = ("role", "host", "transport", "tf_port", "ssh_port", "user", "identity
 INT_COLUMNS = ("tf_port", "ssh_port")
 _ROW = re.compile(r"^tasks\[(\d+)\]")
 JOB_PARAMS = ("epochs", "steps_per_epoch", "global_batch_size", "checkpoint_every", "log_every")
+JOB_SOURCES = ("Example", "Module path", "Command")
+RESTART_MODES = ("never", "on_failure")
 
 
 def cluster_rows(data: dict) -> list[dict]:
@@ -108,6 +111,18 @@ def examples(folder: Path) -> list[str]:
         if "def build_model" in text:
             out.append(path.name)
     return out
+
+
+def launch_form(job: dict) -> dict:
+    """First values of the launch form, by widget key, from a job dict (``job_to_dict``).
+
+    Params the job leaves unset take the harness defaults.
+    """
+    params = job.get("params", {})
+    form = {"job_source": "Example", "job_example": Path(job.get("module") or "synthetic.py").name,
+            "job_module": "", "job_command": "", "restart_mode": "never", "max_restarts": 3}
+    form.update({f"param_{name}": int(params.get(name, HARNESS_DEFAULTS[name])) for name in JOB_PARAMS})
+    return form
 
 
 def build_job(*, source: str, module: str = "", command: str = "", params: dict | None = None,

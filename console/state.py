@@ -3,6 +3,10 @@
 Per browser session (``st.session_state``): the cluster being edited, the job form, the current
 run id and the results of the last preflight. Shared by all sessions (``st.cache_resource``): one
 ``Registry`` per runs folder, holding each run's handle, monitor and metrics store by run id.
+
+Streamlit drops a widget's state while its page is not shown, so the launch form's values are
+also kept under ``launch_form`` (not a widget key): its widgets take their default from there and
+copy each change back (``kept``), and so come back as the operator left them.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from backend.errors import ConsoleError
 from backend.hosts.ssh import SSHOptions
 from backend.runs import RunStore, default_root
 from backend.spec import cluster_to_dict, default_cluster, default_job, job_to_dict
-from console.forms import cluster_rows
+from console.forms import cluster_rows, launch_form
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -25,7 +29,7 @@ DEFAULTS = {
     "cluster_rows": lambda: cluster_rows(cluster_to_dict(default_cluster(sys.executable))),
     "cluster_current": lambda: None,     # the edited rows, as other pages read them
     "cluster_version": lambda: 0,        # bumped to give the table editor fresh rows
-    "job_default": lambda: job_to_dict(default_job(EXAMPLES)),
+    "launch_form": lambda: launch_form(job_to_dict(default_job(EXAMPLES))),   # widget key -> value
     "run_id": lambda: None,              # the current run
     "preflight": lambda: None,           # [row dict] of the last preflight
     "host_key": lambda: None,            # {"host", "port", "fingerprint", "key_type"} to confirm
@@ -40,6 +44,16 @@ def init() -> None:
     for key, make in DEFAULTS.items():
         if key not in st.session_state:
             st.session_state[key] = make()
+
+
+def keep(key: str) -> None:
+    """on_change of a launch-form widget: copy its value where it survives a page switch."""
+    st.session_state.launch_form[key] = st.session_state[key]
+
+
+def kept(key: str) -> dict:
+    """Keyword arguments for a launch-form widget: its key and the ``keep`` callback."""
+    return {"key": key, "on_change": keep, "args": (key,)}
 
 
 @st.cache_resource(show_spinner=False)

@@ -2,8 +2,8 @@
 import pandas as pd
 import streamlit as st
 
-from backend.errors import ConsoleError
 from console import actions, state, widgets
+from console.errors import ConsoleError
 
 state.init()
 ss = st.session_state

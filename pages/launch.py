@@ -1,9 +1,8 @@
 """Launch: pick a job and its parameters, then Start (preflight first) or Stop."""
 import streamlit as st
 
-from backend.errors import ConsoleError, SpecErrors
-from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from console import actions, cluster_actions, forms, state, widgets
+from console.errors import ConsoleError, messages
 
 state.init()
 ss = st.session_state
@@ -23,31 +22,39 @@ else:
     st.error("The cluster has errors; fix them on the Cluster page.")
 
 st.subheader("Job")
-source = st.radio("Job", ["Example", "Module path", "Command"], horizontal=True, key="job_source")
+# Each widget starts from ss.launch_form and copies changes back: the values survive a page switch.
+form = ss.launch_form
+source = st.radio("Job", forms.JOB_SOURCES, index=forms.JOB_SOURCES.index(form["job_source"]),
+                  horizontal=True, **state.kept("job_source"))
 module, command = "", ""
 if source == "Example":
     names = forms.examples(state.EXAMPLES)
-    default = names.index("synthetic.py") if "synthetic.py" in names else 0
-    module = str(state.EXAMPLES / st.selectbox("Example job", names, index=default, key="job_example"))
+    default = names.index(form["job_example"]) if form["job_example"] in names else 0
+    example = st.selectbox("Example job", names, index=default, **state.kept("job_example"))
+    module = str(state.EXAMPLES / example)
 elif source == "Module path":
-    module = st.text_input("Job module (.py with build_model, make_dataset, ...)", key="job_module")
+    module = st.text_input("Job module (.py with build_model, make_dataset, ...)", form["job_module"],
+                           **state.kept("job_module"))
 else:
-    command = st.text_input("Command run on every host (TF_CONFIG is set)", key="job_command",
-                            placeholder="examples/tf_config_script.py --steps 100")
+    command = st.text_input("Command run on every host (TF_CONFIG is set)", form["job_command"],
+                            placeholder="examples/tf_config_script.py --steps 100",
+                            **state.kept("job_command"))
 
 params = {}
 if source != "Command":
-    job_defaults = ss.job_default.get("params", {})
     cols = st.columns(len(forms.JOB_PARAMS))
     for col, name in zip(cols, forms.JOB_PARAMS):
         low = 0 if name == "checkpoint_every" else 1
-        value = int(job_defaults.get(name, HARNESS_DEFAULTS[name]))
-        params[name] = col.number_input(name, min_value=low, value=value, step=1, key=f"param_{name}")
+        params[name] = col.number_input(name, min_value=low, value=form[f"param_{name}"], step=1,
+                                        **state.kept(f"param_{name}"))
 
 r1, r2 = st.columns(2)
-mode = r1.selectbox("Restart policy", ["never", "on_failure"], key="restart_mode",
-                    help="on_failure relaunches from the latest checkpoint when a task fails")
-max_restarts = r2.number_input("Max restarts", 0, 100, 3, key="max_restarts", disabled=mode == "never")
+mode = r1.selectbox("Restart policy", forms.RESTART_MODES,
+                    index=forms.RESTART_MODES.index(form["restart_mode"]),
+                    help="on_failure relaunches from the latest checkpoint when a task fails",
+                    **state.kept("restart_mode"))
+max_restarts = r2.number_input("Max restarts", 0, 100, form["max_restarts"], disabled=mode == "never",
+                               **state.kept("max_restarts"))
 
 start = st.button("Start", key="start_button", type="primary", disabled=running,
                   help="Disabled while the current run is live" if running else None)
@@ -56,12 +63,9 @@ if start:
         job = forms.build_job(source="command" if source == "Command" else "module", module=module,
                               command=command, params=params, restart_mode=mode,
                               max_restarts=max_restarts, base_dir=state.ROOT)
-    except SpecErrors as err:
-        for e in err.errors:
-            st.error(str(e))
-        job = None
     except ConsoleError as err:
-        st.error(str(err))
+        for message in messages(err):
+            st.error(message)
         job = None
     if job is not None:
         with st.status("Preflight, then starting every task...", expanded=True) as box:

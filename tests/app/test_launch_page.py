@@ -36,3 +36,34 @@ def test_start_then_stop_with_confirmation(page, runs_dir):
     assert not at.exception
     assert any("no process is left" in s.value for s in at.success), errors(at)
     assert RunStore(runs_dir).load(run_id).phase == "stopped"
+
+
+def test_form_values_survive_a_page_switch(runs_dir):
+    """Streamlit drops the state of widgets not shown; the launch form keeps its values anyway."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+    at = AppTest.from_file(str(ROOT / "console" / "app.py"), default_timeout=60).run()
+    assert at.number_input(key="param_epochs").value == 3
+    at.number_input(key="param_epochs").set_value(7)
+    at.number_input(key="param_log_every").set_value(4)
+    at.selectbox(key="restart_mode").set_value("on_failure").run()
+    at.number_input(key="max_restarts").set_value(5)
+    at.radio(key="job_source").set_value("Module path").run()
+    at.text_input(key="job_module").input("examples/synthetic.py").run()
+
+    # Widget state is dropped at the end of a run that does not draw the widget (a run cut short
+    # by st.stop() keeps it), so go to a page that runs to its end.
+    at.switch_page("../pages/cluster.py").run()
+    assert not at.exception
+    assert [t.value for t in at.title] == ["Cluster"]
+    assert "param_epochs" not in at.session_state and "job_module" not in at.session_state  # dropped
+    at.switch_page("../pages/launch.py").run()
+    assert not at.exception
+    assert [t.value for t in at.title] == ["Launch"]
+    assert at.radio(key="job_source").value == "Module path"
+    assert at.text_input(key="job_module").value == "examples/synthetic.py"
+    assert at.number_input(key="param_epochs").value == 7
+    assert at.number_input(key="param_log_every").value == 4
+    assert at.selectbox(key="restart_mode").value == "on_failure"
+    assert at.number_input(key="max_restarts").value == 5
