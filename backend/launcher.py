@@ -10,7 +10,6 @@ import base64
 import enum
 import io
 import json
-import os
 import tarfile
 import time
 from dataclasses import dataclass

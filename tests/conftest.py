@@ -4,7 +4,9 @@ from __future__ import annotations
 import getpass
 import os
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,53 @@ def python_path() -> str:
 @pytest.fixture(scope="session")
 def user() -> str:
     return getpass.getuser()
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.2):
+    """Poll until ``predicate()`` is truthy and return it; fail naming ``what`` after ``timeout``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def ssh_task(host, role, port, client_key, python, workdir, **extra) -> dict:
+    """One task on a test sshd host, as a spec dict."""
+    return {"role": role, "host": host.address, "ssh_port": host.port, "tf_port": port,
+            "identity_file": str(client_key), "python": python, "workdir": str(workdir), **extra}
+
+
+def processes_of(run) -> list[str]:
+    """Every live process of the run, from `ps`: by recorded process group or run id in argv."""
+    groups = {t.pgid for t in run.state.tasks if t.pgid}
+    out = subprocess.run(["ps", "-eo", "pid=,pgid=,stat=,args="], capture_output=True, text=True).stdout
+    left = []
+    for line in out.splitlines():
+        pid, pgid, stat, args = line.split(None, 3)
+        if stat.startswith("Z") or "ps -eo" in args:
+            continue
+        if int(pgid) in groups or run.run_id in args:
+            left.append(line)
+    return left
+
+
+@pytest.fixture
+def ssh_cluster(ssh_hosts, client_key, python_path, tmp_path):
+    """A chief on 127.0.0.2 and a worker on 127.0.0.3, over real sshd."""
+    from backend.spec import cluster_from_dict
+    return cluster_from_dict({"tasks": [
+        ssh_task(ssh_hosts[0], "chief", sshd.free_port(), client_key, python_path, tmp_path / "h2"),
+        ssh_task(ssh_hosts[1], "worker", sshd.free_port(), client_key, python_path, tmp_path / "h3"),
+    ]})
+
+
+@pytest.fixture
+def local_cluster(python_path, tmp_path):
+    """Two workers on this machine through the local transport."""
+    from backend.spec import cluster_from_dict
+    return cluster_from_dict({"tasks": [
+        {"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": sshd.free_port(),
+         "python": python_path, "workdir": str(tmp_path / "local")} for _ in range(2)]})

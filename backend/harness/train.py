@@ -12,7 +12,6 @@ import argparse
 import os
 import signal
 import sys
-import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, when imported too

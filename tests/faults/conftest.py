@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from backend import keeper, launcher
+from backend import keeper
 from backend.runs import RunStore
-from backend.spec import cluster_from_dict, job_from_dict
-from tests import sshd
-from tests.integration.test_launch import processes_of, ssh_task
+from backend.spec import job_from_dict
+from tests.conftest import processes_of, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SYNTHETIC = str(ROOT / "examples" / "synthetic.py")
@@ -37,21 +36,6 @@ def harness_job(module: str = SYNTHETIC, *, max_restarts: int = 3, backoff_s: fl
 def command_job(code: str, python: str, **restart):
     return job_from_dict({"kind": "command", "command": [python, "-c", code],
                           "restart": {"mode": "on_failure", **restart}})
-
-
-@pytest.fixture
-def local_cluster(python_path, tmp_path):
-    return cluster_from_dict({"tasks": [
-        {"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": sshd.free_port(),
-         "python": python_path, "workdir": str(tmp_path / "local")} for _ in range(2)]})
-
-
-@pytest.fixture
-def ssh_cluster(ssh_hosts, client_key, python_path, tmp_path):
-    return cluster_from_dict({"tasks": [
-        ssh_task(ssh_hosts[0], "chief", sshd.free_port(), client_key, python_path, tmp_path / "h2"),
-        ssh_task(ssh_hosts[1], "worker", sshd.free_port(), client_key, python_path, tmp_path / "h3"),
-    ]})
 
 
 @pytest.fixture
@@ -89,16 +73,6 @@ def metrics(run) -> list[dict]:
                 if not os.path.isabs(run.state.chief.remote_run_dir) else run.state.chief.remote_run_dir)
     path = path / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
-def wait_for(predicate, timeout: float, what: str, poll: float = 0.2):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def wait_phase(store, run_id: str, phases: tuple[str, ...], timeout: float):

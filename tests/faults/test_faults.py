@@ -2,7 +2,6 @@
 a host whose sshd is down, a job that raises. Each records its measured figures (see record())."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,7 +16,6 @@ from backend.spec import cluster_to_dict, job_to_dict
 from tests import sshd
 from tests.faults.conftest import (PARAMS, assert_nothing_left, harness_job, kill_task, metrics, record,
                                    steps_seen, wait_for, wait_phase)
-from tests.integration.test_launch import processes_of
 
 pytestmark = pytest.mark.slow
 TOTAL = PARAMS["epochs"] * PARAMS["steps_per_epoch"]
@@ -65,7 +63,7 @@ def test_sshd_down_before_launch(ssh_hosts, ssh_options, client_key, python_path
     with open(ssh_options.known_hosts, "a") as f:
         f.write(sshd.known_hosts_line(down))
     down.stop()
-    from tests.integration.test_launch import ssh_task
+    from tests.conftest import ssh_task
     from backend.spec import cluster_from_dict
     cluster = cluster_from_dict({"tasks": [
         ssh_task(ssh_hosts[0], "chief", sshd.free_port(), client_key, python_path, tmp_path / "h2"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from backend import keeper, launcher
-from tests.faults.conftest import assert_nothing_left, command_job, wait_for, wait_phase
+from tests.faults.conftest import assert_nothing_left, command_job, wait_phase
 
 FAIL_LATER = "import sys, time; time.sleep(4); sys.exit(3)"   # past launch's 3 s start check
 HANG = "import time; time.sleep(600)"

@@ -1,5 +1,4 @@
 """Resume a real two-worker run from a mid-run checkpoint."""
-import os
 import shutil
 
 from .conftest import TrainedRun, read_metrics

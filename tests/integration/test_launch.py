@@ -1,7 +1,6 @@
 """Launch, status and stop for real: two TensorFlow worker processes, over sshd and locally."""
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from backend.preflight import PreflightFailed, run_preflight
 from backend.runs import RunStore
 from backend.spec import cluster_from_dict, job_from_dict
 from tests import sshd
-from tests.integration.conftest import ssh_task
+from tests.conftest import processes_of, ssh_task
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(ROOT / "examples" / "tf_config_script.py")
@@ -22,20 +21,6 @@ SCRIPT = str(ROOT / "examples" / "tf_config_script.py")
 
 def script_job(*args: str, **env: str):
     return job_from_dict({"kind": "command", "command": [SCRIPT, *args], "env": env})
-
-
-def processes_of(run) -> list[str]:
-    """Every live process of the run, from `ps`: by recorded process group or run id in argv."""
-    groups = {t.pgid for t in run.state.tasks if t.pgid}
-    out = subprocess.run(["ps", "-eo", "pid=,pgid=,stat=,args="], capture_output=True, text=True).stdout
-    left = []
-    for line in out.splitlines():
-        pid, pgid, stat, args = line.split(None, 3)
-        if stat.startswith("Z") or "ps -eo" in args:
-            continue
-        if int(pgid) in groups or run.run_id in args:
-            left.append(line)
-    return left
 
 
 def test_preflight_over_ssh(ssh_cluster, ssh_options):
