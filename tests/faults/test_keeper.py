@@ -55,3 +55,20 @@ def test_failure_reason_names_the_first_failure_not_the_casualty():
     assert keeper.failure_reason([TaskStatus("chief-0", "h", "exited", 0),
                                   TaskStatus("worker-0", "h", "running")]) is None
     assert keeper.failure_reason([TaskStatus("worker-0", "h", "lost")]) == "worker-0 lost"
+
+
+@pytest.mark.slow
+def test_a_restored_run_is_kept_again(local_cluster, store):
+    from backend import checkpoints
+    from tests.conftest import wait_for
+    from tests.faults.conftest import harness_job
+    run = launcher.launch(local_cluster, harness_job(steps_per_epoch=600), store=store,
+                          preflight=launcher.Preflight.SKIP)
+    first = wait_for(lambda: checkpoints.list_checkpoints(run), 120, "a first checkpoint")[0]["step"]
+    old_keeper = keeper.keeper_pid(run.local_dir)
+    checkpoints.restore(run, first)
+    new_keeper = wait_for(lambda: keeper.keeper_pid(run.local_dir), 20, "a keeper for the restored run")
+    assert new_keeper != old_keeper
+    state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 240)
+    assert state.phase == "finished" and state.attempts[-1].resume_step == first, state
+    assert_nothing_left(run, store)
