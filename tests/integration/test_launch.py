@@ -116,3 +116,31 @@ def test_hostile_values_are_data_not_commands(ssh_cluster, ssh_options, tmp_path
     run.wait(timeout=60)
     assert f"{hostile} {hostile}" in run.log_tail("chief-0")
     assert not canary.exists()
+
+
+KERAS3_FIT = """
+import numpy as np, tensorflow as tf, keras
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+model.fit(np.zeros((64, 4), "float32"), np.zeros((64, 1), "float32"), epochs=1, batch_size=16)
+"""
+
+
+@pytest.mark.slow
+def test_status_explains_the_keras3_fit_failure(local_cluster, tmp_path, python_path):
+    """A user's own script calling Keras 3 model.fit under MWMS: the status says why, plainly."""
+    job = job_from_dict({"kind": "command", "command": [python_path, "-c", KERAS3_FIT]})
+    store = RunStore(tmp_path / "runs")
+    try:  # it fails within seconds: during launch's start check, or just after it
+        run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    except MultiHostError as err:
+        explained = str(err)
+        run = launcher.attach(store.list()[0].run_id, store=store)
+    else:
+        statuses = run.wait(timeout=180)
+        assert any(s.exit_code not in (0, None) for s in statuses), [run.log_tail(s.name) for s in statuses]
+        explained = " ".join(s.diagnosis or "" for s in statuses)
+    assert "Keras 3 model.fit does not work under MultiWorkerMirroredStrategy" in explained, explained
+    assert processes_of(run) == []
