@@ -18,6 +18,7 @@ from backend.spec import ClusterSpec, JobSpec, cluster_from_dict, job_from_dict
 COLUMNS = ("role", "host", "transport", "tf_port", "ssh_port", "user", "identity_file",
            "jump_host", "python", "workdir", "gpus")
 INT_COLUMNS = ("tf_port", "ssh_port")
+PROBLEM = "problem"     # read-only column of the table: what is wrong with that row, "" when fine
 _ROW = re.compile(r"^tasks\[(\d+)\]")
 JOB_PARAMS = ("epochs", "steps_per_epoch", "global_batch_size", "checkpoint_every", "log_every")
 JOB_SOURCES = ("Example", "Module path", "Command")
@@ -44,13 +45,23 @@ def _blank(value) -> bool:
     return isinstance(value, str) and not value.strip()
 
 
+def table_rows(rows: list[dict]) -> list[dict]:
+    """The editor's rows as spec rows: only COLUMNS, so the shown problem never feeds the spec."""
+    return [{c: row.get(c) for c in COLUMNS} for row in rows]
+
+
 def rows_to_dict(rows: list[dict]) -> dict:
     """Table rows -> the dict cluster_from_dict reads; blank cells mean "use the default".
 
     Fully blank rows (a row just added) are skipped. Whole floats (the table's numbers) become ints.
     """
+    return {"tasks": [task for _, task in _tasks(rows)]}
+
+
+def _tasks(rows: list[dict]) -> list[tuple[int, dict]]:
+    """(table row, task dict) for each row that is not fully blank."""
     tasks = []
-    for row in rows:
+    for position, row in enumerate(rows):
         task = {}
         for column in COLUMNS:
             value = row.get(column)
@@ -62,8 +73,8 @@ def rows_to_dict(rows: list[dict]) -> dict:
                 value = value.strip()
             task[column] = value
         if task:
-            tasks.append(task)
-    return {"tasks": tasks}
+            tasks.append((position, task))
+    return tasks
 
 
 @dataclass
@@ -78,23 +89,76 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-def _row_of(field: str) -> int | None:
-    match = _ROW.match(field)
-    return int(match.group(1)) if match else None
-
-
 def check_rows(rows: list[dict]) -> tuple[ClusterSpec | None, list[Problem]]:
-    """The cluster (or None) and every problem, each tied to its table row when it has one."""
+    """The cluster (or None) and every problem, each tied to its table row when it has one.
+
+    ``tasks[i]`` in a field counts only the non-blank rows; the problem names the table row.
+    """
+    rows = table_rows(rows)
+    positions = [position for position, _ in _tasks(rows)]
+
+    def row_of(field: str) -> int | None:
+        match = _ROW.match(field)
+        if not match:
+            return None
+        index = int(match.group(1))
+        return positions[index] if index < len(positions) else None
+
     data = rows_to_dict(rows)
     try:
         cluster = cluster_from_dict(data)
     except SpecErrors as err:
-        return None, [Problem("error", _row_of(e.field), e.field, str(e)) for e in err.errors]
+        return None, [Problem("error", row_of(e.field), e.field, str(e)) for e in err.errors]
     except SpecError as err:
-        return None, [Problem("error", _row_of(err.field), err.field, str(err))]
-    problems = [Problem(f.level, _row_of(f.field), f.field, f.message)
+        return None, [Problem("error", row_of(err.field), err.field, str(err))]
+    problems = [Problem(f.level, row_of(f.field), f.field, f.message)
                 for f in tfconfig.check_cluster(cluster)]
     return cluster, problems
+
+
+def _cell_text(problem: Problem) -> str:
+    """A problem as its row shows it: led by its column, without the "tasks[1]." the row says."""
+    message = problem.message
+    if problem.field and message.startswith(problem.field + ": "):
+        message = message[len(problem.field) + 2:]
+    column = problem.field.split(".", 1)[1] if _ROW.match(problem.field) and "." in problem.field else ""
+    if column and not message.startswith(column):
+        message = f"{column}: {message}"
+    return message if problem.level == "error" else f"{problem.level}: {message}"
+
+
+def problem_cells(n_rows: int, problems: list[Problem]) -> list[str]:
+    """The problem column for a table of ``n_rows``: each row's problems joined, "" when fine."""
+    cells: list[list[str]] = [[] for _ in range(n_rows)]
+    for problem in problems:
+        if problem.row is not None and 0 <= problem.row < n_rows:
+            cells[problem.row].append(_cell_text(problem))
+    return [" | ".join(texts) for texts in cells]
+
+
+def shown_cells(values) -> list[str]:
+    """The problem column as the editor returns it (a new row has None or NaN there)."""
+    return [v if isinstance(v, str) else "" for v in values]
+
+
+def has_edits(editor_state) -> bool:
+    """Whether a table editor's state (edited_rows, added_rows, deleted_rows) holds any edit."""
+    return isinstance(editor_state, dict) and any(editor_state.get(k) for k in
+                                                  ("edited_rows", "added_rows", "deleted_rows"))
+
+
+def stale_problems(editor_state, shown, problems: list[Problem], n_rows: int) -> bool:
+    """After an edit: whether the problem column shown (``shown``, the editor's column) differs
+    from the problems of the edited rows, so the table must be drawn again from those rows."""
+    return has_edits(editor_state) and shown_cells(shown) != problem_cells(n_rows, problems)
+
+
+def editor_rows(rows: list[dict]) -> tuple[list[dict], list[Problem]]:
+    """Rows for the table editor, each with its ``problem`` cell first, and the problems found."""
+    rows = table_rows(rows)
+    _, problems = check_rows(rows)
+    cells = problem_cells(len(rows), problems)
+    return [{PROBLEM: cell, **row} for cell, row in zip(cells, rows)], problems
 
 
 def blocking(problems: list[Problem]) -> bool:

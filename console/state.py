@@ -97,6 +97,15 @@ def cluster_rows_now() -> list[dict]:
     return st.session_state.cluster_current or st.session_state.cluster_rows
 
 
+def redraw_cluster_rows(rows: list[dict]) -> None:
+    """Start the table editor again from the rows as edited (every typed value kept), so its
+    problem column can show the problems of those rows. The preflight result stays, as it does
+    for any edit."""
+    st.session_state.cluster_rows = rows
+    st.session_state.cluster_current = rows
+    st.session_state.cluster_version += 1
+
+
 def set_cluster_rows(rows: list[dict]) -> None:
     """Replace the table's rows (an import): the editor gets a new key and starts from them."""
     st.session_state.cluster_rows = rows

@@ -58,20 +58,29 @@ with st.expander("Import tasks", expanded=False):
                 _import(lambda: cluster_actions.import_hosts("\n".join(picked), alias_port))
 
 st.caption("One row per task. Leave a cell empty for its default; worker 0 acts as chief when no "
-           "task is the chief. Local tasks run on this machine.")
+           "task is the chief. Local tasks run on this machine. The problem column says what is "
+           "wrong with a row.")
+shown, _ = forms.editor_rows(ss.cluster_rows)
 edited = st.data_editor(
-    pd.DataFrame(ss.cluster_rows, columns=list(forms.COLUMNS)), key=editor_key,
+    pd.DataFrame(shown, columns=[forms.PROBLEM, *forms.COLUMNS]), key=editor_key,
     num_rows="dynamic", width="stretch", hide_index=False,
     column_config={
+        forms.PROBLEM: st.column_config.TextColumn(
+            forms.PROBLEM, disabled=True, width="large",
+            help="What is wrong with this row (read only; empty when the row is fine)"),
         "role": st.column_config.SelectboxColumn("role", options=["chief", "worker", "evaluator"], required=True),
         "transport": st.column_config.SelectboxColumn("transport", options=["local", "ssh"]),
         "tf_port": st.column_config.NumberColumn("tf_port", step=1, format="%d"),
         "ssh_port": st.column_config.NumberColumn("ssh_port", step=1, format="%d"),
         "gpus": st.column_config.TextColumn("gpus", help="GPU indices like 0,1; empty = CPU"),
     })
-rows = edited.to_dict("records")
+rows = forms.table_rows(edited.to_dict("records"))      # the problem column never reaches the spec
 ss.cluster_current = rows
 cluster, problems = forms.check_rows(rows)
+if forms.stale_problems(ss.get(editor_key), edited[forms.PROBLEM], problems, len(rows)):
+    # The edit changed what is wrong: draw the table again from the edited rows, with their problems.
+    state.redraw_cluster_rows(rows)
+    st.rerun()
 
 for p in problems:
     {"error": st.error, "warning": st.warning}.get(p.level, st.info)(p.text())

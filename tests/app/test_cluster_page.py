@@ -1,9 +1,11 @@
-"""Cluster page: default cluster, bad rows shown per row, hostfile import."""
+"""Cluster page: default cluster, bad rows shown in their own problem cell, edits, hostfile import."""
 from __future__ import annotations
 
 import json
 
-from console.forms import COLUMNS
+import math
+
+from console.forms import COLUMNS, PROBLEM
 from tests.app.conftest import errors
 
 
@@ -14,12 +16,26 @@ def _row(**kw):
     return row
 
 
+def _problems(at) -> list[str]:
+    """The problem column of the cluster table, as the page drew it."""
+    return list(at.data_editor[0].value[PROBLEM])
+
+
+def _edit(at, **edits):
+    """Seed the table editor with edits, as a browser would send them, and run the page."""
+    at.session_state[f"cluster_editor_{at.session_state['cluster_version']}"] = {
+        "edited_rows": {}, "added_rows": [], "deleted_rows": [], **edits}
+    return at.run()
+
+
 def test_default_cluster_shows_tf_config(page):
     at = page("cluster")
     assert not at.exception
     assert not errors(at)
     assert any("2 task(s)" in s.value for s in at.success)
     assert len(at.json) == 2                       # one TF_CONFIG per task
+    assert list(at.data_editor[0].value.columns) == [PROBLEM, *COLUMNS]
+    assert _problems(at) == ["", ""]               # fine rows leave their problem cell empty
     assert json.loads(at.json[0].value)["task"] == {"type": "worker", "index": 0}
 
 
@@ -30,6 +46,9 @@ def test_invalid_port_is_shown_next_to_its_row(page):
     msgs = errors(at)
     assert any(m.startswith("Row 2:") and "tf_port" in m and "out of range" in m for m in msgs), msgs
     assert len(at.json) == 0                       # no TF_CONFIG for a broken cluster
+    cells = _problems(at)
+    assert cells[0] == ""
+    assert cells[1].startswith("tf_port:") and "70000 is out of range" in cells[1], cells
 
 
 def test_duplicate_host_port_is_an_error(page):
@@ -39,6 +58,52 @@ def test_duplicate_host_port_is_an_error(page):
     msgs = errors(at)
     assert any(m.startswith("Row 2:") and "both use node1:12345" in m for m in msgs), msgs
     assert any("Fix the errors" in i.value for i in at.info)
+    cells = _problems(at)
+    assert cells[0] == ""
+    assert "worker-0 and worker-1 both use node1:12345" in cells[1], cells
+
+
+def test_problem_cell_names_the_table_row_past_a_blank_row(page):
+    blank = {c: None for c in COLUMNS}
+    rows = [_row(host="node1", tf_port=12345), blank, _row(host="node2", tf_port=80)]
+    at = page("cluster", cluster_rows=rows)
+    assert not at.exception
+    assert any(m.startswith("Row 3:") and "out of range" in m for m in errors(at))
+    cells = _problems(at)
+    assert cells[:2] == ["", ""] and "80 is out of range" in cells[2], cells
+
+
+def test_an_edit_shows_its_problem_in_the_row_and_keeps_the_value(page):
+    at = page("cluster")
+    at = _edit(at, edited_rows={1: {"tf_port": 70000}})
+    assert not at.exception
+    table = at.data_editor[0].value
+    assert table["tf_port"][1] == 70000            # what the operator typed is still there
+    assert "70000 is out of range" in table[PROBLEM][1] and table[PROBLEM][0] == ""
+    assert any(m.startswith("Row 2:") and "out of range" in m for m in errors(at))
+    current = at.session_state["cluster_current"]
+    assert all(PROBLEM not in row for row in current)      # the problem column never reaches the spec
+    assert current[1]["tf_port"] == 70000
+
+    at = _edit(at, edited_rows={1: {"tf_port": 12399}})      # fixing it clears the cell
+    assert not at.exception
+    assert not errors(at)
+    assert _problems(at) == ["", ""]
+    assert at.data_editor[0].value["tf_port"][1] == 12399
+    assert any("2 task(s)" in s.value for s in at.success)
+
+
+def test_added_row_is_checked_and_the_problem_cell_is_not_part_of_the_spec(page):
+    at = page("cluster")
+    port = at.data_editor[0].value["tf_port"][0]
+    at = _edit(at, edited_rows={0: {PROBLEM: "typed over"}},
+               added_rows=[{"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": port}])
+    assert not at.exception
+    cells = _problems(at)
+    assert len(cells) == 3 and cells[0] == "" and "both" in cells[2], cells
+    current = at.session_state["cluster_current"]
+    assert len(current) == 3 and all(PROBLEM not in row for row in current)
+    assert current[2]["tf_port"] == port and not math.isnan(current[2]["tf_port"])
 
 
 def test_hostfile_import_replaces_the_table(page):
