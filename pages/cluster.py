@@ -66,7 +66,8 @@ edited = st.data_editor(
     num_rows="dynamic", width="stretch", hide_index=False,
     column_config={
         forms.PROBLEM: st.column_config.TextColumn(
-            forms.PROBLEM, disabled=True, width="large",
+            # Wide only when some row has a problem, so a clean table shows its own columns.
+            forms.PROBLEM, disabled=True, width="large" if any(r[forms.PROBLEM] for r in shown) else "small",
             help="What is wrong with this row (read only; empty when the row is fine)"),
         "role": st.column_config.SelectboxColumn("role", options=["chief", "worker", "evaluator"], required=True),
         "transport": st.column_config.SelectboxColumn("transport", options=["local", "ssh"]),
