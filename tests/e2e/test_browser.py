@@ -81,11 +81,14 @@ def _browser():
 
 
 def _shot(page, name: str) -> None:
+    """Screenshot into test-output/e2e; with UPDATE_SCREENSHOTS=1 also into the README's folder
+    (off by default, so a plain `make test` leaves tracked files alone)."""
     OUT.mkdir(parents=True, exist_ok=True)
-    DOCS.mkdir(parents=True, exist_ok=True)
     page.wait_for_timeout(800)   # let charts finish drawing
     page.screenshot(path=str(OUT / f"{name}.png"), full_page=True)
-    shutil.copyfile(OUT / f"{name}.png", DOCS / f"{name}.png")
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        DOCS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(OUT / f"{name}.png", DOCS / f"{name}.png")
 
 
 def _click(page, name: str, timeout_s: float = 30) -> None:
