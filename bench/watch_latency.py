@@ -14,7 +14,6 @@ MetricsStore.add_many. Times come from one clock: producer and store share this 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import threading

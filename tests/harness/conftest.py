@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HARNESS = os.path.join(ROOT, "backend", "harness")
 SYNTHETIC = os.path.join(ROOT, "examples", "synthetic.py")
@@ -118,16 +119,6 @@ def read_metrics(run_dir: str) -> list[dict]:
         return []
     with open(path) as fh:
         return [json.loads(line) for line in fh if line.strip()]
-
-
-def wait_for(pred, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class TrainedRun:

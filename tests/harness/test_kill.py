@@ -5,7 +5,8 @@ import time
 
 from backend import diagnose as dg
 
-from .conftest import read_metrics, wait_for
+from .conftest import read_metrics
+from tests.conftest import wait_for
 
 # The collective timeout bounds the wait even when no error reaches the survivor (a network
 # partition); on localhost a dead peer is noticed within about a second (DESIGN fact 6).

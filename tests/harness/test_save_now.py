@@ -6,7 +6,8 @@ import time
 
 from backend.harness import ckpt_index
 
-from .conftest import read_metrics, wait_for
+from .conftest import read_metrics
+from tests.conftest import wait_for
 
 REQUEST_TIMEOUT = 60   # s for one request to be answered; a hang fails here, not in CI's limit
 
