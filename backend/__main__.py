@@ -48,25 +48,33 @@ def cmd_launch(a) -> int:
                           options=_options(a), run_id=a.run_id)
     print(run.run_id)
     if a.wait:
-        statuses = run.wait(timeout=a.wait)
-        return 0 if all(s.exit_code == 0 for s in statuses) else 1
+        run.wait(timeout=a.wait)
+        print(f"run {run.run_id}: {run.state.phase}")
+        return 0 if run.state.phase == "finished" else 1
     return 0
 
 
 def cmd_status(a) -> int:
-    from backend import keeper
+    from backend.keeper import FAILURE_LOG
+    from backend.keeper_process import KEEPER_LOG, keeper_pid
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    statuses = run.settle() or run.status()   # settle: a run whose tasks all ended is recorded so
     print(f"run {run.run_id}: {run.state.phase}, attempt {run.state.attempt}")
-    for s in run.status():
+    for s in statuses:
         print(f"  {s.name:<10} {s.host:<20} {s.label}" + (f"  -- {s.diagnosis}" if s.diagnosis else ""))
     for t in run.state.attempts:
         resumed = "scratch" if t.resume_step is None else f"step {t.resume_step}"
         print(f"  attempt {t.number}: from {resumed}, last step {t.last_step if t.last_step is not None else '-'}, "
               f"{'ended: ' + str(t.reason) if t.ended else 'running'}")
-    pid = keeper.keeper_pid(run.local_dir)
-    if pid:
-        print(f"  keeper: pid {pid} (restarts on failure; log {run.local_dir / keeper.KEEPER_LOG})")
-    failure = run.local_dir / keeper.FAILURE_LOG
+    if run.state.unreachable:
+        print(f"  not stopped yet on: {', '.join(run.state.unreachable)} - run `stop {run.run_id}` again "
+              "when they answer")
+    pid = keeper_pid(run.local_dir)
+    if run.keeper_note:
+        print(f"  {run.keeper_note}")
+    elif pid:
+        print(f"  keeper: pid {pid} (restarts on failure; log {run.local_dir / KEEPER_LOG})")
+    failure = run.local_dir / FAILURE_LOG
     if run.state.phase == "failed" and failure.exists():
         print(f"last failure ({failure}):")
         print("\n".join(failure.read_text().splitlines()[-40:]))
@@ -98,13 +106,19 @@ def cmd_logs(a) -> int:
 
 def cmd_stop(a) -> int:
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    if not run.reload().live:
+        print(f"run {run.run_id} is already {run.state.phase}: nothing to stop")
+        return 0
     run.stop(grace_s=a.grace)
     print(f"stopped {run.run_id}: no process left on any host")
     return 0
 
 
 def cmd_runs(a) -> int:
-    for state in RunStore(a.runs).list():
+    for state in RunStore(a.runs).list_all():
+        if isinstance(state, ConsoleError):   # a damaged run is shown, never hidden
+            print(f"(damaged) {state}")
+            continue
         print(f"{state.run_id}  {state.phase:<10} attempt {state.attempt}  tasks {len(state.tasks)}")
     return 0
 

@@ -11,10 +11,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from backend import keeper_process
+from backend.attempts import begin_attempt
 from backend.errors import ArtifactError, HostError, RunError
 from backend.harness import layout
-from backend.launcher import Run, start_attempt
-from backend.spec import RestartMode
+from backend.run import Run
+from backend.runs import Phase
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 EXPORT_TIMEOUT_S = 900
@@ -118,18 +120,24 @@ def restore(run: Run, step: int) -> None:
     for t in run.state.tasks:
         if t.name != run.state.chief.name:
             _ensure_copy(run, t.name, chief_ckpts[step])
-    start_attempt(run, resume_step=step)
-    if run.job.restart.mode == RestartMode.ON_FAILURE:
+    begin_attempt(run, resume_step=step, expect=(Phase.STOPPED, Phase.FINISHED, Phase.FAILED))
+    if run.kept:
         _rekeep(run)
 
 
 def _rekeep(run: Run, wait_s: float = 10.0) -> None:
     """The stop above ended the run's keeper; a restored run is kept again like a launched one."""
-    from backend import keeper  # keeper imports this module
     deadline = time.time() + wait_s
-    while keeper.keeper_pid(run.local_dir) and time.time() < deadline:
+    while keeper_process.keeper_pid(run.local_dir) and time.time() < deadline:
         time.sleep(0.1)
-    keeper.start_keeper(run)
+    keeper_process.start_keeper(run.run_id, run.store.root, run.pool.options)
+
+
+def common_checkpoint(run: Run) -> int | None:
+    """The newest step that every task holds complete; None means start from scratch."""
+    steps = [{c["step"] for c in list_checkpoints(run, t.name)} for t in run.state.tasks]
+    common = set.intersection(*steps) if steps else set()
+    return max(common) if common else None
 
 
 def _ensure_copy(run: Run, task: str, chief_ckpt: dict) -> None:

@@ -28,6 +28,22 @@ PEER_DIED = (
     "workers' logs to find the one that failed first, fix it, and restart or resume the run.")
 
 
+# The supervisor writes this line before each attempt's output (harness/spawn.py), so the log of
+# a restarted run can be read one attempt at a time.
+ATTEMPT_MARK = "=== tfconsole attempt "
+
+
+def current_attempt(log_text: str) -> str:
+    """The part of a task's log written by its latest attempt (all of it when unmarked)."""
+    at = log_text.rfind(ATTEMPT_MARK)
+    return log_text[at:] if at >= 0 else log_text
+
+
+def permanent(reason: str) -> bool:
+    """Whether a failure will happen again however often the job restarts (so none is tried)."""
+    return KERAS_FIT[:60] in reason   # reasons carry the diagnosis, maybe shortened
+
+
 def _last_exception_line(text: str) -> str | None:
     if "Traceback (most recent call last)" not in text:
         return None

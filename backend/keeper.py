@@ -1,44 +1,44 @@
 """Keep a run going: the restart policy ``on_failure``, as a process detached from the console.
 
 ``launch()`` starts ``python -m backend keep RUN`` in a session of its own, so closing the
-browser or killing the CLI leaves both training and restarts going. The keeper polls every task;
-when one exits non-zero, is lost or unreachable, or the chief's metrics.jsonl stops growing for
-``stall_timeout_s``, it stops every task (a survivor would only hang or abort: DESIGN fact 6),
-waits ``backoff_s`` and starts a new attempt from the newest checkpoint step that EVERY worker
-holds complete (each worker's own copy is full, fact 5, so no files are copied). After
-``max_restarts`` the run ends ``failed`` with the failing task's traceback in ``failure.log``.
+browser or killing the CLI leaves both training and restarts going. Each poll reads every task and
+lets ``outcome.conclude`` judge the attempt:
 
-A user's stop wins: ``Run.stop`` leaves a marker file before it kills anything, and the keeper
-checks that marker (not only the state file, which both sides write) before and after it acts.
+- finished: the run is finished; failed (a task exited non-zero or vanished), or no new metrics
+  for ``stall_timeout_s``: every task is stopped (a survivor would only hang or abort), and after
+  ``backoff_s`` a new attempt starts from the newest checkpoint step that EVERY task holds;
+- unknown (a host did not answer): nothing is touched; the host is asked again, less and less
+  often, for ``unreachable_grace_s``, and only then counts as a failure.
+
+After ``max_restarts`` restarts, or a failure that no restart can cure, the run ends ``failed``
+with the failing task's traceback in ``failure.log``. A user's Stop wins: every phase change is
+a compare-and-set under the run's lock, and the keeper leaves as soon as it sees ``stopping``.
+No error ends the keeper: each is logged, and the next poll tries again.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
-import subprocess
-import sys
-import threading
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+import traceback
+from dataclasses import dataclass
 
 from backend import diagnose
-from backend.checkpoints import list_checkpoints
+from backend.attempts import begin_attempt
+from backend.checkpoints import common_checkpoint
 from backend.errors import ConsoleError, RunError
 from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
-from backend.launcher import STOP_MARKER, Run, TaskStatus, start_attempt
-from backend.runs import RunStore
+from backend.keeper_process import KEEPER_LOCK, KEEPER_LOG, KEEPER_PID, POLL_S, REPO_ROOT, keeper_pid  # noqa: F401
+from backend.outcome import Conclusion, Verdict, conclude
+from backend.run import Run
+from backend.runs import Phase, RunState, RunStore
 
-POLL_S = 1.0            # detection delay vs. CPU: one status command per host per poll
 STOP_GRACE_S = 5.0      # survivors of a failed attempt are casualties: no need to wait long
-KEEPER_LOG = "keeper.log"
-KEEPER_PID = "keeper.pid"
-KEEPER_LOCK = "keeper.lock"
+MAX_POLL_S = 10.0       # the slowest poll while a host does not answer
 FAILURE_LOG = "failure.log"
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -47,56 +47,6 @@ class Progress:
     size: int = -1
     changed: float = 0.0
     last_step: int | None = None
-
-
-def failure_reason(statuses: list[TaskStatus]) -> str | None:
-    """Why this attempt failed, naming the task that failed first (not a collective casualty)."""
-    bad = [s for s in statuses
-           if s.state in ("lost", "unreachable") or (s.state == "exited" and s.exit_code != 0)]
-    if not bad:
-        return None
-    first = sorted(bad, key=lambda s: s.diagnosis == diagnose.PEER_DIED)[0]
-    detail = first.diagnosis if first.diagnosis and first.diagnosis != diagnose.PEER_DIED else ""
-    return f"{first.name} {first.label}" + (f": {detail[:300]}" if detail else "")
-
-
-def common_checkpoint(run: Run) -> int | None:
-    """The newest step that every task holds complete; None means start from scratch."""
-    steps = [{c["step"] for c in list_checkpoints(run, t.name)} for t in run.state.tasks]
-    common = set.intersection(*steps) if steps else set()
-    return max(common) if common else None
-
-
-def stop_requested(local_dir: Path, since: float) -> bool:
-    try:
-        return float((local_dir / STOP_MARKER).read_text().strip() or 0) >= since
-    except (FileNotFoundError, ValueError):
-        return False
-
-
-def keeper_pid(local_dir: Path) -> int | None:
-    """The pid of the run's live keeper, or None (for ``status`` and the console)."""
-    try:
-        pid = int((local_dir / KEEPER_PID).read_text().strip())
-        os.kill(pid, 0)
-    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-        return None
-    return pid
-
-
-def start_keeper(run: Run, *, poll_s: float = POLL_S) -> int:
-    """Start the keeper detached (own session, output to keeper.log); return its pid."""
-    argv = [sys.executable, "-m", "backend", "--runs", str(run.store.root.resolve()), "keep",
-            run.run_id, "--ssh-options", json.dumps(asdict(run.pool.options)), "--poll", str(poll_s)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    with open(run.local_dir / KEEPER_LOG, "ab") as log:
-        proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-    (run.local_dir / KEEPER_PID).write_text(f"{proc.pid}\n")
-    # Reap it when it ends, so a long-lived console does not collect zombies.
-    threading.Thread(target=proc.wait, daemon=True).start()
-    return proc.pid
 
 
 class Keeper:
@@ -108,8 +58,10 @@ class Keeper:
         self.pool, self.poll_s = Pool(options), poll_s
         self.log = log or (lambda msg: print(time.strftime("%H:%M:%S"), msg, flush=True))
         self.progress = Progress(changed=time.time())
+        self.unreachable_since: float | None = None
+        self.delay = poll_s
 
-    def run(self) -> str:
+    def run(self) -> Phase:
         local_dir = self.store.path(self.run_id)
         with open(local_dir / KEEPER_LOCK, "a") as lock:
             try:  # one keeper per run: two would restart the same failure twice
@@ -125,33 +77,61 @@ class Keeper:
                 self.pool.close()
                 (local_dir / KEEPER_PID).unlink(missing_ok=True)
 
-    def _loop(self) -> str:
+    def _loop(self) -> Phase:
         while True:
-            outcome = self.check()
+            try:
+                outcome = self.check()
+            except ConsoleError as err:
+                outcome = None
+                self.log(f"poll failed, trying again: {err}")
+            except Exception:   # noqa: BLE001 - a keeper that dies leaves its run unwatched
+                outcome = None
+                self.log("unexpected error, trying again:\n" + traceback.format_exc())
             if outcome:
                 self.log(f"run {self.run_id} is {outcome}; keeper exits")
                 return outcome
-            time.sleep(self.poll_s)
+            time.sleep(self.delay)
 
     def _attach(self) -> Run:
         return Run(self.store.load(self.run_id), self.store, self.pool)
 
-    def check(self) -> str | None:
+    def check(self) -> Phase | None:
         """One poll: None while the run goes on, else the phase it ended in."""
         run = self._attach()
-        since = run.state.attempts[-1].started if run.state.attempts else 0.0
-        if not run.state.live or stop_requested(run.local_dir, since):
-            return run.state.phase if not run.state.live else "stopped"
-        if run.state.phase != "running":
-            return None   # someone else is (re)starting it: look again next poll
-        statuses = run.status()
-        self._read_progress(run)
-        if statuses and all(s.state == "exited" and s.exit_code == 0 for s in statuses):
-            run.mirror_logs()
-            self._end_attempt(run, "finished", phase="finished")
-            return "finished"
-        reason = failure_reason(statuses) or self._stalled(run)
+        phase = run.state.phase
+        if not run.state.live or phase == Phase.STOPPING:
+            return phase
+        if phase == Phase.LAUNCHING:
+            return None   # launch or restore is starting it: look again next poll
+        if phase == Phase.RESTARTING:   # our restart is under way, or a keeper died mid-way
+            return self._restart(run)
+        found = conclude(run.status())
+        if found.verdict == Verdict.FINISHED:
+            self._read_progress(run)
+            run.conclude_attempt(found, expect=Phase.RUNNING, last_step=self.progress.last_step)
+            return None if run.reload().live else run.state.phase
+        reason = self._failure(run, found)
         return self._recover(run, reason) if reason else None
+
+    def _failure(self, run: Run, found: Conclusion) -> str | None:
+        """Why the attempt has failed, or None; an unreachable host fails only after its grace."""
+        if found.verdict == Verdict.UNKNOWN:
+            now = time.time()
+            if self.unreachable_since is None:
+                self.unreachable_since = now
+                self.log(f"{found.reason}: waiting up to {run.job.restart.unreachable_grace_s:.0f} s")
+            self.delay = min(MAX_POLL_S, self.delay * 2)
+            waited = now - self.unreachable_since
+            if waited > run.job.restart.unreachable_grace_s:
+                return f"{found.reason} for {waited:.0f} s"
+            return None
+        if self.unreachable_since is not None:
+            self.log(f"every host answers again after {time.time() - self.unreachable_since:.0f} s")
+        self.unreachable_since, self.delay = None, self.poll_s
+        if found.verdict == Verdict.FAILED:
+            return found.reason
+        self._read_progress(run)
+        return self._stalled(run)
 
     def _stalled(self, run: Run) -> str | None:
         limit = run.job.restart.stall_timeout_s
@@ -166,89 +146,99 @@ class Keeper:
             result = run.transport(chief.name).run(
                 ["sh", "-c", '[ -f "$1" ] && wc -c < "$1" && tail -n 1 "$1"', "sh", path], timeout=30)
         except ConsoleError:
-            return   # an unreachable chief shows up in status; the stall clock keeps running
+            self.progress.changed = time.time()   # an unreachable chief is judged by its grace
+            return
         lines = result.stdout.splitlines() if result.ok else []
         size = int(lines[0]) if lines and lines[0].strip().isdigit() else -1
         if size != self.progress.size:
             self.progress.size, self.progress.changed = size, time.time()
         try:
             last = json.loads(lines[1]) if len(lines) > 1 else {}
-        except json.JSONDecodeError:
+            if last.get("attempt") == run.state.attempt:
+                self.progress.last_step = int(last["step"])
+        except (ValueError, TypeError, KeyError, AttributeError):
             return   # a line still being written
-        if last.get("attempt") == run.state.attempt:
-            self.progress.last_step = int(last["step"])
 
-    def _end_attempt(self, run: Run, reason: str, *, phase: str) -> None:
-        attempt = run.state.attempts[-1]
-        if attempt.ended is None and self.progress.last_step is not None:
-            attempt.last_step = self.progress.last_step
-        run.finish_attempt(reason, phase=phase)
-
-    def _recover(self, run: Run, reason: str) -> str | None:
-        """Stop every task, then restart from the common checkpoint, or give up."""
-        since = run.state.attempts[-1].started
+    def _recover(self, run: Run, reason: str) -> Phase | None:
+        """End the attempt, stop every task, then restart (or give up)."""
         self.log(f"attempt {run.state.attempt} failed: {reason}")
-        self._end_attempt(run, reason, phase="restarting")
-        self._stop(run, reason)
+        ended = []
+
+        def end(state: RunState) -> None:
+            if state.phase == Phase.RUNNING:
+                state.end_attempt(reason, Phase.RESTARTING, last_step=self.progress.last_step)
+                ended.append(True)
+        run.update(end)
+        if not ended:
+            return None   # someone else changed the phase: the next poll reads it
+        if not self._stop_all(run):
+            return Phase.STOPPING
+        if diagnose.permanent(reason):
+            return self._give_up(run, reason, why="no restart can cure this failure")
+        return None   # the next poll sees `restarting` and starts the next attempt
+
+    def _stop_all(self, run: Run) -> bool:
+        """Stop the failed attempt's tasks, retrying an unreachable host within its grace."""
+        deadline = time.time() + run.job.restart.unreachable_grace_s
+        delay = self.poll_s
         while True:
-            if len(run.state.attempts) - 1 >= run.job.restart.max_restarts:
-                return self._give_up(run, reason)
-            time.sleep(run.job.restart.backoff_s)
-            run = self._attach()
-            if stop_requested(run.local_dir, since) or run.state.phase != "restarting":
-                return run.state.phase if not run.state.live else "stopped"
-            error = self._start(run)
-            if error is None:
-                break
-            reason = error
-        if stop_requested(run.local_dir, since):   # a user's stop raced our start: it wins
-            self._stop(run, "stopped during a restart", phase="stopped")
-            return "stopped"
-        return None
+            report = run.stop_attempt(grace_s=STOP_GRACE_S)
+            if report.clean:
+                return True
+            if time.time() > deadline:
+                hosts = sorted(report.errors)
+                self.log(f"cannot stop tasks on {', '.join(hosts)}; the run stays stopping")
 
-    def _stop(self, run: Run, reason: str, *, phase: str = "restarting") -> None:
-        try:
-            run.stop(grace_s=STOP_GRACE_S, reason=reason, phase=phase)
-        except ConsoleError as err:
-            # Restarting next to leftovers would fight over TF ports; start_attempt will tell.
-            self.log(f"stop after failure left something behind: {err}")
+                def stopping(state: RunState) -> None:
+                    if state.phase == Phase.RESTARTING:
+                        state.phase, state.unreachable = Phase.STOPPING, hosts
+                run.update(stopping)
+                return False
+            self.log(f"stop left something on {', '.join(sorted(report.errors))}; retrying")
+            time.sleep(delay)
+            delay = min(MAX_POLL_S, delay * 2)
 
-    def _start(self, run: Run) -> str | None:
-        """Start the next attempt; return None, or why it failed to start."""
-        step = common_checkpoint(run)
+    def _restart(self, run: Run) -> Phase | None:
+        """Start the next attempt from the common checkpoint, or give up after max_restarts."""
+        reason = (run.state.attempts[-1].reason if run.state.attempts else None) or "failed"
+        if len(run.state.attempts) - 1 >= run.job.restart.max_restarts:
+            return self._give_up(run, reason, why=f"gave up after {run.job.restart.max_restarts} restart(s)")
+        time.sleep(run.job.restart.backoff_s)
+        step = common_checkpoint(run)   # a host that does not answer raises: next poll retries
         self.log(f"starting attempt {run.state.attempt + 1} from "
-                 f"{'step ' + str(step) if step else 'scratch'}")
+                 f"{'step ' + str(step) if step is not None else 'scratch'}")
         try:
-            start_attempt(run, resume_step=step)
+            begin_attempt(run, resume_step=step, expect=(Phase.RESTARTING,), on_fail=Phase.RESTARTING)
+        except RunError as err:
+            self.log(f"not restarting: {err}")
+            return None if run.reload().live else run.state.phase
         except ConsoleError as err:
-            reason = f"failed to start: {err}"[:600]
-            self.log(f"attempt {run.state.attempt} {reason}")
-            run.state.attempts[-1].reason = reason
-            run.state.phase = "restarting"
-            run.store.save(run.state)
-            return reason
+            self.log(f"attempt {run.state.attempt} failed to start: {err}")
+            return None
         self.progress = Progress(changed=time.time())
         return None
 
-    def _give_up(self, run: Run, reason: str) -> str:
+    def _give_up(self, run: Run, reason: str, *, why: str) -> Phase | None:
         """End as failed, with the failing tasks' tracebacks kept beside the state file."""
         try:
-            failing = [s for s in run.status() if s.state != "exited" or s.exit_code != 0]
+            failing = [s for s in run.status() if s.failed]
         except ConsoleError:
             failing = []
         # The task that failed first, not the peers whose collective it aborted.
         first = [s for s in failing if s.diagnosis != diagnose.PEER_DIED] or failing
-        tails = [f"==> {s.name} ({s.label}) <==\n{traceback_tail(run.log_tail(s.name))}" for s in first]
+        tails = [f"==> {s.name} ({s.label}) <==\n"
+                 f"{traceback_tail(diagnose.current_attempt(run.log_tail(s.name)))}" for s in first]
         (run.local_dir / FAILURE_LOG).write_text(
-            f"gave up after {run.job.restart.max_restarts} restart(s): {reason}\n"
+            f"{why}: {reason}\n"
             "Fix the cause shown below, then launch again (or restore from a checkpoint).\n\n"
             + "\n".join(tails))
-        self.log(f"giving up after {run.job.restart.max_restarts} restart(s): {reason}")
-        if stop_requested(run.local_dir, run.state.attempts[-1].started):
-            return "stopped"
-        run.state.phase = "failed"
-        run.store.save(run.state)
-        return "failed"
+        self.log(f"{why}: {reason}")
+
+        def failed(state: RunState) -> None:
+            if state.phase == Phase.RESTARTING:
+                state.phase = Phase.FAILED
+        run.update(failed)
+        return None if run.state.live else run.state.phase
 
 
 def traceback_tail(log: str, max_lines: int = 60) -> str:

@@ -1,22 +1,46 @@
-"""The local run directory ``runs/<run-id>/`` and the run state persisted in it.
+"""The local run directory ``runs/<run-id>/`` and the run state persisted in it: its one owner.
 
 The state file holds everything a new process needs to reattach to a live run and stop it:
 the cluster and job specs, each task's host, remote run directory and pids, and the attempts.
+Several processes write it (the console, the CLI, a keeper), so every change is a
+read-modify-write under a per-run lock (``RunStore.update``), written to a unique temporary file,
+fsynced and renamed: a reader never sees half a file and no writer loses another's change.
+The file holds the job's environment, which may carry secrets: it is readable by its owner only.
 """
 from __future__ import annotations
 
+import contextlib
+import enum
+import fcntl
 import json
 import os
 import re
 import secrets
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 from backend.errors import RunError
 from backend.harness import layout
 
-RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")   # \Z: no trailing newline
+LOCK = "state.lock"
+
+
+class Phase(enum.StrEnum):
+    LAUNCHING = "launching"     # an attempt's tasks are being started
+    RUNNING = "running"
+    RESTARTING = "restarting"   # the keeper is between a failed attempt and the next
+    STOPPING = "stopping"       # a stop did not reach every host: Stop stays available
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def live(self) -> bool:
+        return self in (Phase.LAUNCHING, Phase.RUNNING, Phase.RESTARTING, Phase.STOPPING)
 
 
 def default_root() -> Path:
@@ -29,7 +53,7 @@ def new_run_id() -> str:
 
 def check_run_id(run_id: str) -> str:
     """Refuse ids that could escape the runs folder (``../x``) or confuse a shell."""
-    if not RUN_ID.match(run_id) or ".." in run_id:
+    if not isinstance(run_id, str) or not RUN_ID.match(run_id) or ".." in run_id:
         raise RunError(f"run id {run_id!r} is not valid",
                        "Use letters, digits, '.', '_' and '-' only (see `python -m backend runs`).")
     return run_id
@@ -40,7 +64,7 @@ class TaskState:
     name: str
     position: int          # index into cluster.tasks
     host: str
-    remote_run_dir: str    # relative to the remote home, or absolute
+    remote_run_dir: str    # relative to the remote home, or absolute; unique per launch
     pid: int | None = None
     pgid: int | None = None
     started: float | None = None
@@ -64,7 +88,8 @@ class RunState:
     job: dict
     tasks: list[TaskState]
     attempts: list[Attempt] = field(default_factory=list)
-    phase: str = "launching"        # launching, running, restarting, finished, failed, stopped
+    phase: Phase = Phase.LAUNCHING
+    unreachable: list[str] = field(default_factory=list)   # hosts a stop could not reach
 
     @property
     def attempt(self) -> int:
@@ -72,16 +97,52 @@ class RunState:
 
     @property
     def live(self) -> bool:
-        return self.phase in ("launching", "running", "restarting")
+        return Phase(self.phase).live
 
     @property
     def chief(self) -> TaskState:
         names = [t.name for t in self.tasks]
         return self.tasks[names.index("chief-0")] if "chief-0" in names else self.tasks[0]
 
+    def end_attempt(self, reason: str, phase: Phase, *, last_step: int | None = None) -> None:
+        """Close the current attempt (once: the first reason recorded stays) and set the phase."""
+        current = self.attempts[-1] if self.attempts else None
+        if current is not None and current.ended is None:
+            current.ended, current.reason = time.time(), reason
+            if last_step is not None:
+                current.last_step = last_step
+        self.phase = Phase(phase)
+
+
+def _from_json(data: dict) -> RunState:
+    data = dict(data)
+    data["tasks"] = [TaskState(**t) for t in data["tasks"]]
+    data["attempts"] = [Attempt(**a) for a in data["attempts"]]
+    data["phase"] = Phase(data.get("phase", Phase.LAUNCHING))
+    return RunState(**data)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Atomically replace ``path`` with ``text``, readable by the owner only.
+
+    A unique temporary name per writer (two writers never share one), fsync before the rename
+    (a crash leaves the old file or the new one, never an empty one).
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:   # mkstemp creates the file 0600
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
 
 class RunStore:
-    """Runs under one root folder: create, save, load, list."""
+    """Runs under one root folder: create, load, list, and change under a lock."""
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root else default_root()
@@ -89,35 +150,67 @@ class RunStore:
     def path(self, run_id: str) -> Path:
         return self.root / check_run_id(run_id)
 
+    @contextlib.contextmanager
+    def locked(self, run_id: str) -> Iterator[None]:
+        """Hold the run's lock: one writer at a time, across processes."""
+        folder = self.path(run_id)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(folder / LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def reserve(self, run_id: str) -> Path:
+        """Create a new run's folder; refuse an id that is taken. Its state is saved next."""
+        folder = self.path(run_id)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            raise RunError(f"run {run_id} already exists", "Choose another run id.") from None
+        return folder
+
+    def update(self, run_id: str, change: Callable[[RunState], object]) -> RunState:
+        """Load, apply ``change`` and save, all under the run's lock; return the new state."""
+        with self.locked(run_id):
+            state = self.load(run_id)
+            change(state)
+            self._write(state)
+            return state
+
     def save(self, state: RunState) -> None:
-        folder = self.path(state.run_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / (layout.STATE + ".tmp")
-        tmp.write_text(json.dumps(asdict(state), indent=1))
-        os.replace(tmp, folder / layout.STATE)  # readers never see half a state file
+        """Replace the whole state (under the lock). Prefer ``update`` for changes."""
+        with self.locked(state.run_id):
+            self._write(state)
+
+    def _write(self, state: RunState) -> None:
+        write_private(self.path(state.run_id) / layout.STATE, json.dumps(asdict(state), indent=1))
 
     def load(self, run_id: str) -> RunState:
         path = self.path(run_id) / layout.STATE
         try:
-            data = json.loads(path.read_text())
+            return _from_json(json.loads(path.read_text()))
         except FileNotFoundError:
             raise RunError(f"no run {run_id!r} under {self.root}",
                            "List runs with `python -m backend runs`.") from None
-        except json.JSONDecodeError:
-            raise RunError(f"run {run_id!r} has a damaged state file {path}",
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            raise RunError(f"run {run_id!r} has a damaged state file {path} ({err})",
                            "Inspect it by hand; its logs are still in the same folder.") from None
-        data["tasks"] = [TaskState(**t) for t in data["tasks"]]
-        data["attempts"] = [Attempt(**a) for a in data["attempts"]]
-        return RunState(**data)
 
     def list(self) -> list[RunState]:
+        return [s for s in self.list_all() if isinstance(s, RunState)]
+
+    def list_all(self) -> list[RunState | RunError]:
+        """Every run, newest first; a damaged one appears as its RunError, never hidden."""
         if not self.root.exists():
             return []
-        states = []
+        out: list[RunState | RunError] = []
         for folder in sorted(self.root.iterdir(), reverse=True):
             if (folder / layout.STATE).exists() and RUN_ID.match(folder.name):
                 try:
-                    states.append(self.load(folder.name))
-                except RunError:
-                    continue  # a damaged run must not hide the others
-        return states
+                    out.append(self.load(folder.name))
+                except RunError as err:
+                    out.append(err)
+        return out

@@ -88,6 +88,7 @@ _RESTART_FIELDS = {
     "max_restarts": (_count, 3),
     "backoff_s": (_seconds, 5.0),
     "stall_timeout_s": (_seconds, 300.0),
+    "unreachable_grace_s": (_seconds, 120.0),
 }
 
 
@@ -152,6 +153,7 @@ class RestartPolicy:
     max_restarts: int = 3
     backoff_s: float = 5.0
     stall_timeout_s: float = 300.0  # no progress for this long counts as a failure
+    unreachable_grace_s: float = 120.0  # a host that does not answer this long counts as failed
 
     def __post_init__(self) -> None:
         _init_from_table(self, _RESTART_FIELDS)

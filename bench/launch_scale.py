@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from backend.engines import hosts as hosts_engine  # noqa: E402
 from backend import launcher  # noqa: E402
 from backend.hosts import pool as pool_module  # noqa: E402
 from backend.hosts.ssh import SSHOptions  # noqa: E402
@@ -74,7 +75,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     a = p.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
-    launcher.START_CHECK_S = 0.0
+    hosts_engine.START_CHECK_S = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         hosts, key, options = start_hosts(root, max(sizes))

@@ -15,10 +15,11 @@ import numpy as np
 
 from backend.errors import ConsoleError, RunError
 from backend.hosts.ssh import SSHOptions
-from backend.launcher import Run, TaskStatus, attach
+from backend.launcher import attach
+from backend.outcome import TaskStatus
+from backend.run import Run
 from backend.metrics import MetricsStore
 from backend.runs import RunStore
-from backend.spec import RestartMode
 
 STATUS_EVERY_S = 2.0   # a status check starts one small process per host: not every rerun
 
@@ -55,7 +56,8 @@ class LiveRun:
                 self.monitor = None
 
     def refresh(self, *, force: bool = False) -> list[TaskStatus]:
-        """Task states, at most every STATUS_EVERY_S; marks the run finished when all tasks are.
+        """Task states, at most every STATUS_EVERY_S; records the run's end when its tasks end
+        (``Run.settle``, as every reader does). An ended run is read once, then not polled.
 
         Never waits on an action in progress (export, restore): it then returns the last states.
         """
@@ -69,16 +71,10 @@ class LiveRun:
             if not self.run.state.live and self.statuses and not force:
                 return self.statuses
             try:
-                self.statuses = self.run.status()
+                self.statuses = self.run.settle() or self.run.status()
                 self.status_error = ""
             except ConsoleError as err:
                 self.status_error = str(err)
-                return self.statuses
-            if self.run.state.phase == "running":
-                try:
-                    settle(self.run, self.statuses)
-                except ConsoleError as err:
-                    self.status_error = str(err)
             return self.statuses
         finally:
             self.lock.release()
@@ -109,26 +105,6 @@ class LiveRun:
                 self._train_info, self._train_attempt = info, self.run.state.attempt
             return info
         return self._train_info
-
-
-def settle(run: Run, statuses: list[TaskStatus]) -> str | None:
-    """When every task has ended, record how (finished or failed); the new phase, or None.
-
-    An on_failure job is left alone: its keeper process owns the outcome and may restart it.
-    """
-    if run.job.restart.mode == RestartMode.ON_FAILURE:
-        return None
-    if not statuses or not all(s.state in ("exited", "lost") for s in statuses):
-        return None
-    ok = all(s.state == "exited" and s.exit_code == 0 for s in statuses)
-    run.mirror_logs()
-    if ok:
-        run.finish_attempt("finished", phase="finished")
-        return "finished"
-    bad = next(s for s in statuses if not (s.state == "exited" and s.exit_code == 0))
-    run.finish_attempt(f"{bad.name} {bad.label}" + (f": {bad.diagnosis}" if bad.diagnosis else ""),
-                       phase="failed")
-    return "failed"
 
 
 def require_live(run: Run, action: str) -> None:

@@ -55,6 +55,9 @@ def supervise(run: str, task: str, argv: list[str], cwd: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     log = open(layout.log_file(run, task), "ab", buffering=0)
+    # Diagnosis reads the log from the last such line on (backend.diagnose.ATTEMPT_MARK).
+    log.write(f"=== tfconsole attempt {os.environ.get('TFCONSOLE_ATTEMPT', '?')} "
+              f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, preexec_fn=_default_signals)
@@ -91,6 +94,12 @@ def start_many(run: str, tasks: list[dict], wait_s: float = 10.0, settle_s: floa
 
     ``tasks`` holds ``{"task", "argv", "env"}`` for each task; the answer maps task -> status.
     """
+    # A task whose previous process group still lives keeps its record: starting over it would
+    # forget the only pgid that can stop those processes.
+    busy = {t["task"]: {**_status_one(run, t["task"]), "state": "busy"} for t in tasks
+            if _status_one(run, t["task"])["state"] == "running"}
+    if busy:
+        return busy
     sups = {t["task"]: start(run, t["task"], t["argv"], t.get("env", {})) for t in tasks}
     deadline = time.time() + wait_s
     out = {name: {"state": "starting"} for name in sups}

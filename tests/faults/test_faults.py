@@ -10,6 +10,7 @@ import time
 import pytest
 import yaml
 
+from backend.engines import hosts as hosts_engine
 from backend import keeper, launcher
 from backend.errors import ConsoleError
 from backend.spec import cluster_to_dict, job_to_dict
@@ -118,7 +119,7 @@ import time
 import tensorflow as tf
 
 def build_model():
-    time.sleep({launcher.START_CHECK_S + 1})
+    time.sleep({hosts_engine.START_CHECK_S + 1})
     raise RuntimeError("boom: this job cannot build its model")
 
 def make_dataset(ctx, batch_size, seed):

@@ -46,15 +46,26 @@ def test_a_second_keeper_is_refused(local_cluster, store, python_path, tmp_path)
             keeper.Keeper("r1", store=store).run()
 
 
-def test_failure_reason_names_the_first_failure_not_the_casualty():
+def test_conclude_names_the_first_failure_not_the_casualty():
     from backend import diagnose
-    from backend.launcher import TaskStatus
-    statuses = [TaskStatus("chief-0", "h", "exited", 1, diagnose.PEER_DIED),
-                TaskStatus("worker-0", "h", "exited", -9)]
-    assert keeper.failure_reason(statuses) == "worker-0 exited(-9)"
-    assert keeper.failure_reason([TaskStatus("chief-0", "h", "exited", 0),
-                                  TaskStatus("worker-0", "h", "running")]) is None
-    assert keeper.failure_reason([TaskStatus("worker-0", "h", "lost")]) == "worker-0 lost"
+    from backend.outcome import TaskStatus, Verdict, conclude
+    found = conclude([TaskStatus("chief-0", "h", "exited", 1, diagnose.PEER_DIED),
+                      TaskStatus("worker-0", "h", "exited", -9)])
+    assert (found.verdict, found.reason, found.all_ended) == (Verdict.FAILED, "worker-0 exited(-9)", True)
+    assert conclude([TaskStatus("chief-0", "h", "exited", 0),
+                     TaskStatus("worker-0", "h", "running")]).verdict == Verdict.GOING
+    assert conclude([TaskStatus("worker-0", "h", "lost")]).reason == "worker-0 lost"
+    assert conclude([TaskStatus("chief-0", "h", "exited", 0),
+                     TaskStatus("worker-0", "h", "exited", 0)]).verdict == Verdict.FINISHED
+
+
+def test_an_unreachable_host_is_unknown_not_failed_unless_another_task_failed():
+    from backend.outcome import TaskStatus, Verdict, conclude
+    found = conclude([TaskStatus("chief-0", "h2", "running"), TaskStatus("worker-0", "h3", "unreachable")])
+    assert found.verdict == Verdict.UNKNOWN and found.unreachable == ("worker-0",)
+    assert "worker-0 (h3)" in found.reason
+    found = conclude([TaskStatus("chief-0", "h2", "exited", -6), TaskStatus("worker-0", "h3", "unreachable")])
+    assert found.verdict == Verdict.FAILED and not found.all_ended   # exit -6 (abort) is a failure
 
 
 @pytest.mark.slow

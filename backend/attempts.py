@@ -1,0 +1,64 @@
+"""Begin an attempt: the one way tasks start, for launch, the keeper's restarts and restore.
+
+All or nothing: if any task fails to start, the started ones are stopped and the attempt is
+recorded as failed to start. The phase moves by compare-and-set under the run's lock, so a
+user's Stop that lands while tasks are starting wins: the new tasks are stopped again.
+"""
+from __future__ import annotations
+
+import time
+
+from backend.errors import ConsoleError, RunError
+from backend.run import Run
+from backend.runs import Attempt, Phase, RunState
+
+START_STOP_GRACE_S = 5.0
+
+
+def begin_attempt(run: Run, *, resume_step: int | None, expect: tuple[Phase, ...],
+                  on_fail: Phase = Phase.FAILED) -> int:
+    """Start every task of a new attempt from ``resume_step``; return the attempt's number.
+
+    ``expect``: the phases the run may be in (launch: launching; the keeper: restarting;
+    restore: an ended phase). Raises RunError if it is in another, ConsoleError if a task
+    does not start; the run is then ``on_fail`` (the keeper retries from ``restarting``), or
+    ``stopping`` when a host could not be cleaned up.
+    """
+    number = []
+
+    def open_attempt(state: RunState) -> None:
+        if state.phase not in expect:
+            raise RunError(f"run {state.run_id} is {state.phase}, so no new attempt starts",
+                           "Nothing to do; see `python -m backend status RUN`.")
+        number.append(state.attempt + 1)
+        state.attempts.append(Attempt(number[0], time.time(), resume_step=resume_step))
+        state.phase, state.unreachable = Phase.LAUNCHING, []
+    run.update(open_attempt)
+    try:
+        started = run.engine.begin(run, attempt=number[0], resume_step=resume_step)
+    except ConsoleError:
+        report = run.stop_attempt(grace_s=START_STOP_GRACE_S)
+
+        def failed(state: RunState) -> None:
+            state.end_attempt("failed to start", on_fail if report.clean else Phase.STOPPING)
+            state.unreachable = sorted(report.errors)
+        run.update(failed)
+        raise
+
+    stopped = []
+
+    def running(state: RunState) -> None:
+        for t in state.tasks:
+            if t.name in started:
+                got = started[t.name]
+                t.pid, t.pgid, t.started = got.pid, got.pgid, got.started
+        if state.phase == Phase.LAUNCHING:
+            state.phase = Phase.RUNNING
+        else:
+            stopped.append(state.phase)
+    run.update(running)
+    if stopped:   # someone stopped the run while its tasks were starting: theirs is the last word
+        run.stop(grace_s=START_STOP_GRACE_S, reason="stopped while starting")
+        raise RunError(f"run {run.run_id} was stopped while its tasks started",
+                       "Nothing is left running; start it again if that was not meant.")
+    return number[0]

@@ -1,0 +1,47 @@
+"""The engine protocol: what ``Run`` needs from whatever starts its tasks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from backend.outcome import TaskStatus
+
+if TYPE_CHECKING:
+    from backend.hosts.base import Transport
+    from backend.run import Run
+
+
+@dataclass
+class Started:
+    """What starting one task recorded: enough to find and stop its processes later."""
+    pid: int | None = None
+    pgid: int | None = None
+    started: float | None = None
+
+
+@dataclass
+class StopReport:
+    """Per host: nothing left (absent), or the error that left something possibly alive."""
+    errors: dict[str, Exception] = field(default_factory=dict)
+    unreachable: list[str] = field(default_factory=list)   # hosts that did not answer at all
+
+    @property
+    def clean(self) -> bool:
+        return not self.errors
+
+
+class Engine(Protocol):
+    def begin(self, run: "Run", *, attempt: int, resume_step: int | None) -> dict[str, Started]:
+        """Start every task of a new attempt, or raise (the caller stops what started)."""
+
+    def status(self, run: "Run") -> list[TaskStatus]:
+        """Each task's state; a host that does not answer gives ``unreachable``, never raises."""
+
+    def stop(self, run: "Run", *, grace_s: float) -> StopReport:
+        """Stop every task's processes and check that nothing is left."""
+
+    def log_tail(self, run: "Run", task: str, max_bytes: int) -> str:
+        """The end of a task's log (raises HostError when its host cannot be read)."""
+
+    def chief_transport(self, run: "Run") -> "Transport":
+        """A transport to the chief's host: the watch agent, checkpoints and export run there."""

@@ -1,0 +1,196 @@
+"""The hosts engine: tasks started by us, over SSH or as local processes, one command per host.
+
+Each task starts through ``harness/spawn.py`` on its host, detached in its own session and
+process group; its pid, pgid, exit code and log stay in the run directory on that host.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from backend import diagnose, tfconfig
+from backend.engines.base import Started, StopReport
+from backend.errors import HostError, MultiHostError
+from backend.harness import layout
+from backend.hosts.pool import Pool, connection_key, failures, parallel
+from backend.outcome import TaskPhase, TaskStatus
+from backend.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
+
+if TYPE_CHECKING:
+    from backend.run import Run
+
+HARNESS_DIR = Path(__file__).resolve().parents[1] / "harness"
+AGENT = Path(__file__).resolve().parents[1] / "watch" / "agent.py"
+# Exit codes of `python -S .../spawn.py stop` when the Python (127) or the harness file (2,
+# "can't open file") is missing: the host answered, and nothing of ours can be running there.
+NOTHING_THERE = (2, 127)
+START_CHECK_S = 3.0   # a task that dies this soon after starting failed to start (checked on the host)
+# One command per host per attempt: unpack the harness, then start that host's tasks.
+BOOT = """import base64, io, json, os, sys, tarfile
+run = sys.argv[1]
+req = json.load(sys.stdin)
+tar = tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["bundle"])))
+tar.extractall(run, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+sys.path.insert(0, os.path.join(run, "harness"))
+import spawn
+print(json.dumps(spawn.start_many(run, req["tasks"], req["wait"], req["settle"])))
+"""
+
+
+def bundle(job: JobSpec) -> bytes:
+    """The files every host needs, as one tar sent on stdin: one command per host."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(HARNESS_DIR.glob("*.py")):
+            tar.add(path, arcname=f"{layout.HARNESS}/{path.name}")
+        if AGENT.exists():
+            tar.add(AGENT, arcname=f"{layout.HARNESS}/watch_agent.py")
+        if job.kind == JobKind.HARNESS:
+            tar.add(job.module, arcname=f"{layout.JOB}/{Path(job.module).name}")
+    return buf.getvalue()
+
+
+def task_argv(job: JobSpec, spec: TaskSpec, run_dir: str, run_id: str, attempt: int,
+              resume_step: int | None) -> list[str]:
+    if job.kind == JobKind.COMMAND:
+        command = list(job.command)
+        return [spec.python, *command] if command[0].endswith(".py") else command
+    argv = [spec.python, f"{run_dir}/{layout.HARNESS}/train.py", "--run-dir", run_dir,
+            "--job", f"{run_dir}/{layout.JOB}/{Path(job.module).name}",
+            "--run-id", run_id, "--attempt", str(attempt)]
+    for key, value in job.params.items():
+        argv += ["--param", f"{key}={value}"]
+    if resume_step is not None:
+        argv += ["--resume-step", str(resume_step)]
+    return argv
+
+
+def task_env(cluster: ClusterSpec, position: int, job: JobSpec, run_dir: str, run_id: str,
+             attempt: int, name: str) -> dict[str, str]:
+    spec = cluster.tasks[position]
+    return {**job.env,
+            "TF_CONFIG": json.dumps(tfconfig.tf_config(cluster, position)),
+            # An empty list hides every GPU: a CPU task must not grab one by accident.
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in spec.gpus),
+            "PYTHONUNBUFFERED": "1",
+            "TFCONSOLE_RUN_DIR": run_dir, "TFCONSOLE_RUN_ID": run_id,
+            "TFCONSOLE_ATTEMPT": str(attempt), "TFCONSOLE_TASK": name}
+
+
+class HostsEngine:
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    # -- helpers --------------------------------------------------------------------------
+    def _by_host(self, run: "Run") -> list[tuple[str, tuple[TaskSpec, str, list[str]]]]:
+        """Tasks grouped per connection and remote run dir: one command per host, not per task."""
+        groups: dict[tuple, list] = {}
+        for t in run.state.tasks:
+            key = (*connection_key(run.cluster.tasks[t.position]), t.remote_run_dir)
+            groups.setdefault(key, []).append(t)
+        return [(g[0].name, (run.cluster.tasks[g[0].position], g[0].remote_run_dir, [t.name for t in g]))
+                for g in groups.values()]
+
+    def _spawn(self, spec: TaskSpec, run_dir: str, args: list[str], **kw):
+        # -S: spawn.py needs only the standard library, and skipping site-packages saves startup.
+        return self.pool.transport(spec).run(
+            [spec.python, "-S", f"{run_dir}/{layout.HARNESS}/spawn.py", *args], **kw)
+
+    def chief_transport(self, run: "Run"):
+        return self.pool.transport(run.cluster.tasks[run.state.chief.position])
+
+    # -- the protocol ---------------------------------------------------------------------
+    def begin(self, run: "Run", *, attempt: int, resume_step: int | None) -> dict[str, Started]:
+        payload = base64.b64encode(bundle(run.job)).decode()
+        started: dict[str, Started] = {}
+
+        def one(item) -> None:
+            spec, run_dir, names = item
+            tasks = [run.task(n) for n in names]
+            request = {"bundle": payload, "wait": 20, "settle": START_CHECK_S, "tasks": [
+                {"task": t.name,
+                 "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),
+                 "env": task_env(run.cluster, t.position, run.job, run_dir, run.run_id, attempt, t.name)}
+                for t in tasks]}
+            result = self.pool.transport(spec).run([spec.python, "-S", "-c", BOOT, run_dir],
+                                                   stdin=json.dumps(request).encode(), timeout=120)
+            if not result.ok:
+                raise HostError(spec.host, f"could not start {', '.join(names)} in {run_dir}",
+                                "Check the task's Python and that the working directory is writable (preflight).",
+                                stderr_tail=result.stderr)
+            answers = json.loads(result.stdout.strip().splitlines()[-1])
+            for t in tasks:
+                info = answers[t.name]
+                if info["state"] == "busy":
+                    raise HostError(spec.host, f"task {t.name} of an earlier attempt still runs "
+                                    f"(process group {info.get('pgid')})",
+                                    "Stop the run first (`python -m backend stop RUN`), then try again.")
+                # "starting": the supervisor runs but a loaded host has not recorded the pid yet;
+                # status and stop read the pid from the host, so that is fine.
+                started[t.name] = Started(info.get("pid"), info.get("pgid"), info.get("started"))
+                if info["state"] == "lost" or (info["state"] == "exited" and info["exit_code"] != 0):
+                    log = diagnose.current_attempt(self.log_tail(run, t.name, 4000))
+                    raise HostError(spec.host, f"task {t.name} did not start (exit {info.get('exit_code')})",
+                                    diagnose.diagnose(log) or "Check the task's Python and command.",
+                                    stderr_tail=log[-2000:])
+
+        errors = failures(parallel(one, self._by_host(run)))
+        if errors:
+            raise MultiHostError("launch", errors, "Fix the cause and launch again.")
+        return started
+
+    def status(self, run: "Run") -> list[TaskStatus]:
+        def one(item):
+            spec, run_dir, names = item
+            argv = ["status", "--run", run_dir] + [a for n in names for a in ("--task", n)]
+            result = self._spawn(spec, run_dir, argv, timeout=30)
+            if not result.ok:
+                raise HostError(spec.host, "status failed", "Check the host.", stderr_tail=result.stderr)
+            return json.loads(result.stdout)
+        groups = self._by_host(run)
+        results = parallel(one, groups)
+        out: dict[str, TaskStatus] = {}
+        for key, (_, _, names) in groups:
+            res = results[key]
+            for name in names:
+                host = run.task(name).host
+                if isinstance(res, Exception):
+                    out[name] = TaskStatus(name, host, TaskPhase.UNREACHABLE, diagnosis=str(res))
+                else:
+                    info = res.get(name, {"state": "lost"})
+                    out[name] = TaskStatus(name, host, TaskPhase(info["state"]), info.get("exit_code"))
+        for s in out.values():
+            if s.failed and s.state == TaskPhase.EXITED:
+                try:
+                    s.diagnosis = diagnose.diagnose(diagnose.current_attempt(self.log_tail(run, s.name, 20000)))
+                except HostError:
+                    s.diagnosis = None
+        return [out[t.name] for t in run.state.tasks if t.name in out]
+
+    def stop(self, run: "Run", *, grace_s: float) -> StopReport:
+        def one(item):
+            spec, run_dir, names = item
+            argv = ["stop", "--run", run_dir, "--grace", str(grace_s)] + [a for n in names for a in ("--task", n)]
+            result = self._spawn(spec, run_dir, argv, timeout=grace_s + 30)
+            if result.exit_code in NOTHING_THERE:
+                return   # the host answered, but our harness (or its Python) is not there: no task is
+            left = {n: r["left"] for n, r in json.loads(result.stdout or "{}").items() if r["left"]}
+            if not result.ok or left:
+                raise HostError(spec.host, f"processes still alive after stop: {left}",
+                                "Stop them by hand (kill -9) and report a bug.", stderr_tail=result.stderr)
+        groups = self._by_host(run)
+        errors = failures(parallel(one, groups))
+        hosts = {key: spec.host for key, (spec, _, _) in groups}
+        unreachable = [hosts[k] for k, e in errors.items()
+                       if isinstance(e, HostError) and "still alive" not in e.problem]
+        return StopReport({hosts[k]: e for k, e in errors.items()}, unreachable)
+
+    def log_tail(self, run: "Run", task: str, max_bytes: int) -> str:
+        t = run.task(task)
+        result = self.pool.transport(run.cluster.tasks[t.position]).run(
+            ["tail", "-c", str(max_bytes), layout.log_file(t.remote_run_dir, task)], timeout=30)
+        return result.stdout if result.ok else ""

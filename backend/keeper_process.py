@@ -1,0 +1,64 @@
+"""The keeper as a process: start it detached, find it, restart it when it has died.
+
+Plain values in (a run id, the runs folder, SSH options): this module imports nothing of runs'
+logic, so launch, restore and any reader can start a keeper without an import circle.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+from backend.hosts.ssh import SSHOptions
+
+POLL_S = 1.0            # detection delay vs. CPU: one status command per host per poll
+KEEPER_LOG = "keeper.log"
+KEEPER_PID = "keeper.pid"
+KEEPER_LOCK = "keeper.lock"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def keeper_pid(local_dir: Path) -> int | None:
+    """The pid of the run's live keeper, or None. A recycled pid of another program is not it."""
+    try:
+        pid = int((local_dir / KEEPER_PID).read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+        return None
+    if b"keep" not in cmdline or local_dir.name.encode() not in cmdline:
+        return None
+    try:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return None   # exited, not yet reaped
+    except (FileNotFoundError, IndexError):
+        return None
+    return pid
+
+
+def start_keeper(run_id: str, runs_root: Path, options: SSHOptions, *, poll_s: float = POLL_S) -> int:
+    """Start the keeper detached (own session, output to keeper.log); return its pid."""
+    local_dir = runs_root / run_id
+    argv = [sys.executable, "-m", "backend", "--runs", str(runs_root.resolve()), "keep",
+            run_id, "--ssh-options", json.dumps(asdict(options)), "--poll", str(poll_s)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    with open(local_dir / KEEPER_LOG, "ab") as log:
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    (local_dir / KEEPER_PID).write_text(f"{proc.pid}\n")
+    # Reap it when it ends, so a long-lived console does not collect zombies.
+    threading.Thread(target=proc.wait, daemon=True).start()
+    return proc.pid
+
+
+def ensure_keeper(run_id: str, runs_root: Path, options: SSHOptions) -> str:
+    """Start a keeper for a kept run that has none; say so ("" when one is running)."""
+    local_dir = runs_root / run_id
+    if keeper_pid(local_dir):
+        return ""
+    pid = start_keeper(run_id, runs_root, options)
+    return f"keeper not running: started a new one (pid {pid}, log {local_dir / KEEPER_LOG})"

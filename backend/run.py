@@ -1,0 +1,206 @@
+"""A handle on one run: status, settle, stop, logs. Not tied to the process that launched it.
+
+Every reader settles: ``settle()`` reads the tasks' statuses, and when the attempt has ended
+(``outcome.conclude``) records how, under the run's lock. A run whose restart policy is
+``on_failure`` is settled by its keeper instead; a reader that finds that keeper dead starts a
+new one, so no run is left live with nothing watching it.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from backend import keeper_process
+from backend.engines.base import Engine, StopReport
+from backend.engines.hosts import HostsEngine
+from backend.errors import ConsoleError, HostError, MultiHostError, RunError
+from backend.harness import layout
+from backend.hosts.pool import Pool, make_transport
+from backend.outcome import Conclusion, TaskStatus, Verdict, conclude
+from backend.runs import Phase, RunState, RunStore, TaskState
+from backend.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec, cluster_from_dict, job_from_dict
+
+SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (DESIGN: peers fail)
+
+
+class Run:
+    def __init__(self, state: RunState, store: RunStore, pool: Pool, engine: Engine | None = None) -> None:
+        self.state, self.store, self.pool = state, store, pool
+        self.cluster: ClusterSpec = cluster_from_dict(state.cluster)
+        self.job: JobSpec = job_from_dict(state.job)
+        self.engine: Engine = engine or HostsEngine(pool)
+        self.keeper_note = ""   # what settle() found about the keeper, for status displays
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    @property
+    def local_dir(self) -> Path:
+        return self.store.path(self.run_id)
+
+    @property
+    def kept(self) -> bool:
+        """Whether a keeper owns this run's outcome (restart policy on_failure)."""
+        return self.job.restart.mode == RestartMode.ON_FAILURE
+
+    def task(self, name: str) -> TaskState:
+        for t in self.state.tasks:
+            if t.name == name:
+                return t
+        raise RunError(f"run {self.run_id} has no task {name!r}",
+                       f"Use one of: {', '.join(t.name for t in self.state.tasks)}.")
+
+    _task = task   # older callers
+
+    def task_spec(self, name: str) -> TaskSpec:
+        return self.cluster.tasks[self.task(name).position]
+
+    def transport(self, name: str):
+        return self.pool.transport(self.task_spec(name))
+
+    def reload(self) -> RunState:
+        self.state = self.store.load(self.run_id)
+        return self.state
+
+    def update(self, change) -> RunState:
+        """Change the saved state under the run's lock and take the result."""
+        self.state = self.store.update(self.run_id, change)
+        return self.state
+
+    # -- reading ------------------------------------------------------------------------
+    def status(self) -> list[TaskStatus]:
+        return self.engine.status(self)
+
+    def log_tail(self, name: str, max_bytes: int = 20000) -> str:
+        try:
+            return self.engine.log_tail(self, name, max_bytes)
+        except ConsoleError as err:
+            local = self.local_dir / layout.LOGS / f"{name}.log"
+            if local.exists():   # the copy kept when the run ended
+                return local.read_bytes()[-max_bytes:].decode(errors="replace")
+            return f"(log unavailable: {err})"
+
+    def follow(self, name: str):
+        """Yield the task's log lines as they are written (``logs --follow``)."""
+        t = self.task(name)
+        stream = self.transport(name).stream(["tail", "-n", "+1", "-F", layout.log_file(t.remote_run_dir, name)])
+        try:
+            for line in stream.stdout:
+                yield line.decode(errors="replace").rstrip("\n")
+        finally:
+            stream.close()
+
+    def monitor(self, store, *, poll: bool = False):
+        """A watch agent on the chief feeding ``store`` (a ``MetricsStore``); call ``.start()``."""
+        from backend.watch.monitor import RunMonitor  # watchdog is needed only by who monitors
+        chief = self.state.chief
+        spec = self.task_spec(chief.name)
+        return RunMonitor(lambda: make_transport(spec, self.pool.options), chief.remote_run_dir,
+                          str(self.local_dir), store, python=spec.python, poll=poll,
+                          agent_path=f"{chief.remote_run_dir}/{layout.HARNESS}/watch_agent.py")
+
+    # -- settling -----------------------------------------------------------------------
+    def settle(self, statuses: list[TaskStatus] | None = None) -> list[TaskStatus]:
+        """Read the tasks and, when their attempt has ended, record how. Returns the statuses.
+
+        A run with a keeper is the keeper's to settle; if its keeper is gone, a new one starts.
+        """
+        self.reload()
+        if statuses is None:
+            statuses = self.status() if self.state.live else []
+        if self.kept and self.state.phase in (Phase.RUNNING, Phase.RESTARTING):
+            self.keeper_note = keeper_process.ensure_keeper(self.run_id, self.store.root, self.pool.options)
+            return statuses
+        if self.kept or self.state.phase != Phase.RUNNING:
+            return statuses
+        found = conclude(statuses)
+        if found.verdict == Verdict.FAILED and not found.all_ended:
+            self._stop_survivors(found)
+        elif found.verdict in (Verdict.FINISHED, Verdict.FAILED):
+            self.conclude_attempt(found, expect=Phase.RUNNING)
+        return statuses
+
+    def conclude_attempt(self, found: Conclusion, *, expect: Phase, last_step: int | None = None) -> bool:
+        """Record a finished or failed attempt, only if the run is still in phase ``expect``."""
+        phase = Phase.FINISHED if found.verdict == Verdict.FINISHED else Phase.FAILED
+        self.mirror_logs()
+        changed = []
+
+        def change(state: RunState) -> None:
+            if state.phase == expect:
+                state.end_attempt(found.reason, phase, last_step=last_step)
+                changed.append(True)
+        self.update(change)
+        return bool(changed)
+
+    def _stop_survivors(self, found: Conclusion) -> None:
+        """A task failed while others still run: they can only abort or hang, so stop them."""
+        report = self.engine.stop(self, grace_s=SETTLE_STOP_GRACE_S)
+        if report.clean:
+            self.conclude_attempt(found, expect=Phase.RUNNING)
+
+    # -- acting -------------------------------------------------------------------------
+    def stop(self, *, grace_s: float = 10.0, reason: str = "stopped") -> StopReport:
+        """Stop every task and check that nothing is left; raise naming the hosts that remain.
+
+        The run is ``stopping`` first (a keeper that sees it yields), then ``stopped``; if a host
+        could not be reached or still holds a process, it stays ``stopping`` and Stop stays offered.
+        """
+        def begin(state: RunState) -> None:
+            if state.live:
+                state.phase = Phase.STOPPING
+        self.update(begin)
+        report = self.engine.stop(self, grace_s=grace_s)
+        self.mirror_logs()
+
+        def finish(state: RunState) -> None:
+            state.unreachable = sorted(report.errors)
+            if report.clean and state.phase == Phase.STOPPING:
+                state.end_attempt(reason, Phase.STOPPED)
+        self.update(finish)
+        if not report.clean:
+            raise MultiHostError("stop", report.errors,
+                                 "The run stays 'stopping': when those hosts answer again, run stop again.")
+        return report
+
+    def stop_attempt(self, *, grace_s: float) -> StopReport:
+        """Stop the tasks without changing the run's phase (the keeper, between attempts)."""
+        report = self.engine.stop(self, grace_s=grace_s)
+        self.mirror_logs()
+        return report
+
+    def mirror_logs(self) -> None:
+        """Copy each task's log into the local run directory (best effort: hosts may be gone)."""
+        (self.local_dir / layout.LOGS).mkdir(parents=True, exist_ok=True)
+        for t in self.state.tasks:
+            try:
+                text = self.engine.log_tail(self, t.name, 50_000_000)
+            except ConsoleError:
+                continue
+            if text:
+                (self.local_dir / layout.LOGS / f"{t.name}.log").write_text(text)
+
+    def wait(self, timeout: float, poll_s: float = 1.0) -> list[TaskStatus]:
+        """Block until the run has ended (whoever settles it); the tasks' last statuses."""
+        deadline = time.time() + timeout
+        while True:
+            statuses = self.settle()
+            if not self.state.live:
+                return statuses or self.status()
+            if time.time() > deadline:
+                raise RunError(f"run {self.run_id} still {self.state.phase} after {timeout:.0f} s",
+                               f"Check `python -m backend status {self.run_id}`, or stop it.")
+            time.sleep(poll_s)
+
+    def request_save(self) -> str:
+        """Ask the chief to save at its next sync point: a request file in its run directory."""
+        chief = self.state.chief
+        name = f"save-{int(time.time() * 1000)}.json"
+        result = self.transport(chief.name).run(
+            ["sh", "-c", 'mkdir -p "$1" && printf "{}" > "$1/$2"', "sh",
+             f"{chief.remote_run_dir}/{layout.REQUESTS}", name], timeout=30)
+        if not result.ok:
+            raise HostError(chief.host, "could not write the save request", "Check the chief's disk.",
+                            stderr_tail=result.stderr)
+        return name
