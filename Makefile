@@ -22,11 +22,14 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $@
 
-# Debian packages the tests drive for real: OpenSSH server and client, Chromium, ps.
+# Debian packages the tests drive for real: OpenSSH server and client, Chromium, ps, and
+# ip/unshare/nsenter for the jump-host test's private network (tests/netns.py).
 system-deps:
-	@if ! command -v /usr/sbin/sshd >/dev/null || ! command -v chromium >/dev/null || ! command -v ps >/dev/null; then \
+	@if ! command -v /usr/sbin/sshd >/dev/null || ! command -v chromium >/dev/null || ! command -v ps >/dev/null \
+	    || ! command -v ip >/dev/null || ! command -v nsenter >/dev/null; then \
 	  $(SUDO) apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q openssh-server openssh-client chromium procps; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q openssh-server openssh-client chromium procps \
+	    iproute2 util-linux; \
 	fi
 
 run: $(VENV)/.runtime

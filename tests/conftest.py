@@ -1,4 +1,18 @@
-"""Shared fixtures. Real parts only; a part missing in CI (CI=true) fails the run."""
+"""Shared fixtures. Real parts only; a part missing in CI (CI truthy) fails the run.
+
+The whole session runs in a private HOME (``pytest_configure`` below): nothing touches the real
+``~/tfconsole``, ``~/.ssh`` or ``./runs``. SSH fixtures, from plain to operator-style:
+
+- ``ssh_hosts``: real sshd on 127.0.0.2 and 127.0.0.3 (session); ``ssh_options``/``ssh_cluster``
+  reach them by address with an explicit key and a private known_hosts.
+- ``operator_ssh``: the private HOME's ``~/.ssh`` (tests/ssh_home.py) with aliases ``h2`` and
+  ``h3`` for those hosts, ``User``, ``IdentityFile`` and a known_hosts that trusts them.
+  ``operator_ssh.add(alias, host)`` names and trusts another host.
+- ``alias_cluster``: chief ``h2``, worker ``h3``, nothing but the aliases: ``SSHOptions()`` defaults.
+- ``jump_host``: ``h5`` is reachable only through the jump host ``h4`` (``ProxyJump h4`` in
+  ``~/.ssh/config``); both live in a private network namespace (tests/netns.py) and a direct
+  connection to ``h5`` is refused.
+"""
 from __future__ import annotations
 
 import getpass
@@ -6,15 +20,44 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests import sshd
+from tests import netns, sshd
+from tests.ssh_home import OperatorSSH
 
 ROOT = Path(__file__).resolve().parents[1]
-IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def truthy(value: str | None) -> bool:
+    """CI services set CI=true, CI=1 or CI=yes; any of them means "in CI"."""
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+IN_CI = truthy(os.environ.get("CI"))
+# Set by pytest_configure before any test module is imported.
+HOME = Path(os.environ.get("HOME", "~"))
+_PRIVATE = ("SSH_AUTH_SOCK", "SSH_AGENT_PID", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
+            "XDG_STATE_HOME", "TFCONSOLE_RUNS")
+
+
+def pytest_configure(config) -> None:
+    """A private HOME and runs folder for the whole session, set before anything reads them."""
+    global HOME
+    HOME = Path(tempfile.mkdtemp(prefix="tfconsole-test-home-"))
+    for var in _PRIVATE:   # the real agent, XDG folders and runs folder stay out of the tests
+        os.environ.pop(var, None)
+    os.environ["HOME"] = str(HOME)
+    os.environ["TFCONSOLE_RUNS"] = str(HOME / "runs")
+
+
+def pytest_unconfigure(config) -> None:
+    if HOME.name.startswith("tfconsole-test-home-"):
+        shutil.rmtree(HOME, ignore_errors=True)
 
 
 def require(what: str, present: bool) -> None:
@@ -40,7 +83,7 @@ def ssh_hosts(tmp_path_factory, client_key):
     """Two real sshd servers, on 127.0.0.2 and 127.0.0.3, each with its own host key."""
     require("sshd (openssh-server)", os.path.exists(sshd.SSHD))
     root = tmp_path_factory.mktemp("sshd")
-    hosts = [sshd.make_host(root, f"127.0.0.{n}", client_key.parent / "authorized_keys")
+    hosts = [sshd.make_host(root, f"127.0.0.{n}", client_key.parent / "authorized_keys", home=str(HOME))
              for n in (2, 3)]
     yield hosts
     for host in hosts:
@@ -116,3 +159,62 @@ def local_cluster(python_path, tmp_path):
     return cluster_from_dict({"tasks": [
         {"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": sshd.free_port(),
          "python": python_path, "workdir": str(tmp_path / "local")} for _ in range(2)]})
+
+
+@pytest.fixture(scope="session")
+def operator_ssh(ssh_hosts, client_key, user) -> OperatorSSH:
+    """The private HOME's ~/.ssh: aliases h2 and h3 for ``ssh_hosts``, trusted, with User and key."""
+    home = OperatorSSH(HOME, client_key, user)
+    home.add("h2", ssh_hosts[0])
+    home.add("h3", ssh_hosts[1])
+    return home
+
+
+def alias_task(alias: str, role: str, python: str, workdir, **extra) -> dict:
+    """One task named only by its ssh_config alias, as an operator writes it."""
+    return {"role": role, "host": alias, "tf_port": sshd.free_port(), "python": python,
+            "workdir": str(workdir), **extra}
+
+
+@pytest.fixture
+def alias_cluster(operator_ssh, python_path, tmp_path):
+    """Chief ``h2``, worker ``h3``: real sshd reached through ~/.ssh/config alone."""
+    from backend.spec import cluster_from_dict
+    return cluster_from_dict({"tasks": [alias_task("h2", "chief", python_path, tmp_path / "h2"),
+                                        alias_task("h3", "worker", python_path, tmp_path / "h3")]})
+
+
+@dataclass
+class JumpRoute:
+    """``target`` is reachable only through ``jump`` (both aliases in ~/.ssh/config)."""
+    jump: str
+    target: str
+    jump_sshd: sshd.SSHHost
+    target_sshd: sshd.SSHHost
+
+
+@pytest.fixture(scope="session")
+def jump_host(operator_ssh, client_key, tmp_path_factory):
+    """h4 (127.0.0.4) is a jump host; h5 (127.0.0.5) sits behind it, in a private network."""
+    require("network namespaces (root, util-linux, iproute2)", netns.available())
+    root = tmp_path_factory.mktemp("jump")
+    space = netns.Netns()
+    keys = client_key.parent / "authorized_keys"
+    outside = ("127.0.0.4", sshd.free_port("127.0.0.4"))
+    hidden = sshd.make_host(root, "127.0.0.5", keys, home=str(HOME), netns=space,
+                            port=sshd.free_port("127.0.0.5"))  # a port nothing uses out here
+    gate = sshd.make_host(root, outside[0], keys, home=str(HOME), netns=space, port=outside[1])
+    bridge = space.bridge(outside, outside)
+    try:
+        sshd.wait_port(*outside)
+        operator_ssh.add("h4", gate)
+        operator_ssh.add("h5", hidden, ProxyJump="h4")
+        yield JumpRoute("h4", "h5", gate, hidden)
+    finally:
+        operator_ssh.remove("h5")
+        operator_ssh.remove("h4")
+        for proc in (gate, hidden):
+            proc.stop()
+        bridge.kill()
+        bridge.wait(timeout=10)
+        space.close()

@@ -2,6 +2,11 @@
 
 They run as the test user (root in CI), listen on 127.0.0.N only, and accept one client key
 generated for the session. Nothing here is a fake: the SSH adapter talks to Debian's sshd.
+
+Every session on them starts in the test session's private HOME (a ``ForceCommand`` wrapper sets
+HOME and changes into it before running the client's command), so a task whose workdir is relative
+to the remote home ("tfconsole", the default) writes there, never into the real home of the user
+sshd runs as. The hosts share that home, as cluster nodes sharing an NFS home do.
 """
 from __future__ import annotations
 
@@ -14,6 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
+                "/usr/libexec/sftp-server", "/usr/lib/ssh/sftp-server")
+# Runs every session: the command the client asked for, from the private home, through sh
+# (sshd itself would use the login shell; both take the POSIX quoting the adapter produces).
+SESSION_WRAPPER = """#!/bin/sh
+export HOME={home}
+cd "$HOME" || exit 1
+if [ -z "$SSH_ORIGINAL_COMMAND" ]; then exec /bin/sh -l; fi
+exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"
+"""
+
+
+def sftp_server() -> str:
+    """The external SFTP server (the wrapper runs it; internal-sftp cannot be wrapped)."""
+    return next((p for p in SFTP_SERVERS if os.path.exists(p)), "internal-sftp")
 
 
 @dataclass
@@ -22,25 +42,41 @@ class SSHHost:
     port: int
     folder: Path
     process: subprocess.Popen | None = None
+    netns: object | None = None   # a tests.netns.Netns when the host lives in a private network
 
     @property
     def host_key_pub(self) -> str:
         return (self.folder / "host_ed25519.pub").read_text()
 
-    def start(self, authorized_keys: Path) -> "SSHHost":
+    def config_lines(self, authorized_keys: Path, home: str | None, sftp: bool) -> list[str]:
+        lines = [f"Port {self.port}", f"ListenAddress {self.address}",
+                 f"HostKey {self.folder / 'host_ed25519'}",
+                 f"AuthorizedKeysFile {authorized_keys}",
+                 f"PidFile {self.folder / 'sshd.pid'}",
+                 "StrictModes no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+                 "PermitRootLogin prohibit-password", "UsePAM no",
+                 "AllowTcpForwarding yes", "LogLevel ERROR"]
+        if sftp:
+            lines.append(f"Subsystem sftp {sftp_server() if home else 'internal-sftp'}")
+        if home:
+            wrapper = self.folder / "session.sh"
+            wrapper.write_text(SESSION_WRAPPER.format(home=home))
+            wrapper.chmod(0o755)
+            lines.append(f"ForceCommand {wrapper}")
+        return lines + [""]
+
+    def start(self, authorized_keys: Path, *, home: str | None = None, sftp: bool = True) -> "SSHHost":
+        """Start sshd; ``home``: the directory every session starts in (see the module notes)."""
         conf = self.folder / "sshd_config"
-        conf.write_text("\n".join([
-            f"Port {self.port}", f"ListenAddress {self.address}",
-            f"HostKey {self.folder / 'host_ed25519'}",
-            f"AuthorizedKeysFile {authorized_keys}",
-            f"PidFile {self.folder / 'sshd.pid'}",
-            "StrictModes no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-            "PermitRootLogin prohibit-password", "UsePAM no", "Subsystem sftp internal-sftp",
-            "AllowTcpForwarding yes", "LogLevel ERROR", "",
-        ]))
-        self.process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(conf)],
-                                        stdout=subprocess.DEVNULL, stderr=open(self.folder / "sshd.log", "ab"))
-        wait_port(self.address, self.port)
+        conf.write_text("\n".join(self.config_lines(authorized_keys, home, sftp)))
+        argv = [SSHD, "-D", "-e", "-f", str(conf)]
+        self.process = subprocess.Popen(self.netns.argv(argv) if self.netns else argv,
+                                        stdout=subprocess.DEVNULL,
+                                        stderr=open(self.folder / "sshd.log", "ab"))
+        if self.netns:
+            self.netns.wait_port(self.address, self.port)
+        else:
+            wait_port(self.address, self.port)
         return self
 
     def stop(self) -> None:
@@ -69,12 +105,16 @@ def keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
 
 
-def make_host(root: Path, address: str, authorized_keys: Path) -> SSHHost:
+def make_host(root: Path, address: str, authorized_keys: Path, *, home: str | None = None,
+              netns=None, port: int | None = None, sftp: bool = True) -> SSHHost:
+    """A started sshd on ``address``; ``netns``: inside that private network namespace."""
     folder = root / address
     folder.mkdir(parents=True, exist_ok=True)
-    keygen(folder / "host_ed25519")
+    if not (folder / "host_ed25519").exists():
+        keygen(folder / "host_ed25519")
     os.makedirs("/run/sshd", exist_ok=True) if os.geteuid() == 0 else None  # privsep dir
-    return SSHHost(address, free_port(address), folder).start(authorized_keys)
+    host = SSHHost(address, port or free_port(address), folder, netns=netns)
+    return host.start(authorized_keys, home=home, sftp=sftp)
 
 
 def known_hosts_line(host: SSHHost) -> str:

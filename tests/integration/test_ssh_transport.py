@@ -78,17 +78,28 @@ def test_unreachable_host(client_key, ssh_options, ssh_hosts):
                      options=ssh_options).run(["true"])
 
 
-def test_ssh_config_alias_and_jump_host(ssh_hosts, client_key, ssh_options, tmp_path):
+def test_ssh_config_alias(ssh_hosts, client_key, ssh_options, tmp_path):
     config = tmp_path / "ssh_config"
     config.write_text(f"Host trainer\n  HostName {ssh_hosts[1].address}\n  Port {ssh_hosts[1].port}\n"
                       f"  IdentityFile {client_key}\n")
     options = SSHOptions(known_hosts=ssh_options.known_hosts, ssh_config=str(config),
                          allow_agent=False, look_for_keys=False)
     assert SSHTransport("trainer", options=options).run(["echo", "hi"]).stdout == "hi\n"
-    jump = f"{ssh_hosts[0].address}:{ssh_hosts[0].port}"
-    # The jump host authenticates with the same key through the alias-free path.
-    config.write_text(config.read_text() + f"Host {ssh_hosts[0].address}\n  IdentityFile {client_key}\n")
-    via = SSHTransport(ssh_hosts[1].address, port=ssh_hosts[1].port, identity_file=str(client_key),
-                       jump_host=jump, options=options)
+
+
+def test_jump_host_field_reaches_a_host_only_the_jump_host_can(jump_host, client_key, user, tmp_path):
+    """The task's own ``jump_host`` field (user@address:port); the target refuses direct connects."""
+    gate, target = jump_host.jump_sshd, jump_host.target_sshd
+    known = tmp_path / "known_hosts"
+    known.write_text(sshd.known_hosts_line(gate) + sshd.known_hosts_line(target))
+    config = tmp_path / "ssh_config"   # only the jump host's key, as an operator would list it
+    config.write_text(f"Host {gate.address}\n  IdentityFile {client_key}\n")
+    options = SSHOptions(known_hosts=str(known), ssh_config=str(config), allow_agent=False,
+                         look_for_keys=False)
+    direct = SSHTransport(target.address, port=target.port, identity_file=str(client_key), options=options)
+    with pytest.raises(HostError, match="cannot connect"):
+        direct.run(["true"])
+    via = SSHTransport(target.address, port=target.port, identity_file=str(client_key),
+                       jump_host=f"{user}@{gate.address}:{gate.port}", options=options)
     assert via.run(["echo", "jumped"]).stdout == "jumped\n"
     via.close()
