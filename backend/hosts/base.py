@@ -3,11 +3,17 @@
 Commands are argument lists, never strings: the SSH adapter quotes every element with
 ``shlex.quote`` before the remote shell sees it, so no field a user typed is ever run.
 Relative remote paths resolve against the user's home directory on every adapter.
+
+The edge: every adapter turns its own I/O failures (socket errors, paramiko's exceptions, a pipe
+that broke, a timeout) into ``HostError`` naming the host; nothing else leaves a transport.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import IO, Protocol, Sequence
+from typing import IO, Iterator, Protocol, Sequence
+
+from backend.errors import HostError
 
 
 @dataclass(frozen=True)
@@ -15,16 +21,60 @@ class Result:
     exit_code: int
     stdout: str
     stderr: str
+    host: str = ""      # the transport's host: errors built from a result name it
+    command: str = ""   # as the host's shell saw it
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
 
+    def check(self, problem: str, fix: str) -> "Result":
+        """This result, or a ``HostError`` with its host, command, exit code and stderr tail."""
+        if not self.ok:
+            raise HostError(self.host, problem, fix, command=self.command, exit_code=self.exit_code,
+                            stderr_tail=self.stderr)
+        return self
+
+
+class Lines:
+    """A stream's stdout, line by line, remembering when data last came (``last_data``).
+
+    ``failures``: the adapter's I/O exceptions; each becomes a ``HostError`` naming the host
+    (a read that waited longer than the stream's idle timeout included).
+    """
+
+    def __init__(self, host: str, raw: IO[bytes], failures: tuple[type[BaseException], ...]) -> None:
+        self.host, self._raw, self._failures = host, raw, failures
+        self.last_data: float | None = None   # time.time() of the last line read
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            line = self._raw.readline()
+        except TimeoutError:
+            raise HostError(self.host, "no data from the remote command within its idle timeout",
+                            "The connection may be cut; it is opened again.") from None
+        except self._failures as err:
+            raise HostError(self.host, f"the stream broke: {type(err).__name__}: {err}",
+                            "The connection may be cut; it is opened again.") from None
+        if not line:
+            raise StopIteration
+        self.last_data = time.time()
+        return line
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        except (OSError, *self._failures):
+            pass   # already broken: nothing left to release
+
 
 class Stream(Protocol):
     """A long-running remote command whose stdout is read line by line (the watch agent)."""
 
-    stdout: IO[bytes]
+    stdout: Lines
 
     def close(self) -> None:
         """Stop the remote command and release the channel or pipe."""
@@ -39,8 +89,9 @@ class Transport(Protocol):
     def run(self, argv: Sequence[str], *, timeout: float | None = 60, stdin: bytes | None = None) -> Result:
         """Run a command to completion and return its exit code and output."""
 
-    def stream(self, argv: Sequence[str]) -> Stream:
-        """Start a command whose stdout is read as it comes."""
+    def stream(self, argv: Sequence[str], *, idle_timeout: float | None = None) -> Stream:
+        """Start a command whose stdout is read as it comes. A read that waits longer than
+        ``idle_timeout`` seconds raises ``HostError`` (over SSH; a local pipe cannot be cut)."""
 
     def put(self, local_path: str, remote_path: str) -> None:
         """Copy one local file to the host, creating parent folders."""

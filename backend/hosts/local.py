@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from typing import Sequence
 
 from backend.errors import HostError
-from backend.hosts.base import Result
+from backend.hosts.base import Lines, Result
 
 
 def _home_path(path: str) -> str:
@@ -15,9 +16,9 @@ def _home_path(path: str) -> str:
 
 
 class LocalStream:
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, host: str, proc: subprocess.Popen) -> None:
         self._proc = proc
-        self.stdout = proc.stdout
+        self.stdout = Lines(host, proc.stdout, (OSError, ValueError))  # ValueError: read after close
 
     def alive(self) -> bool:
         return self._proc.poll() is None
@@ -30,7 +31,7 @@ class LocalStream:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-        for pipe in (self._proc.stdin, self._proc.stdout):
+        for pipe in (self._proc.stdin, self.stdout):
             if pipe:
                 pipe.close()
 
@@ -44,26 +45,36 @@ class LocalTransport:
         try:
             proc = subprocess.run(list(argv), input=stdin or b"", capture_output=True,
                                   timeout=timeout, cwd=os.path.expanduser("~"))
-        except FileNotFoundError:
-            raise HostError(self.host, f"command not found: {argv[0]}",
-                            "Check the task's Python path.", command=" ".join(argv)) from None
+        except FileNotFoundError:   # answered as a shell over SSH answers it: exit 127
+            return Result(127, "", f"{argv[0]}: command not found\n", host=self.host, command=shlex.join(argv))
         except subprocess.TimeoutExpired:
             raise HostError(self.host, f"command timed out after {timeout} s",
                             "Check that the host is not overloaded, then retry.",
-                            command=" ".join(argv)) from None
+                            command=shlex.join(argv)) from None
+        except OSError as err:
+            raise HostError(self.host, f"cannot run {argv[0]}: {err}", "Check the path and its permissions.",
+                            command=shlex.join(argv)) from None
         return Result(proc.returncode, proc.stdout.decode(errors="replace"),
-                      proc.stderr.decode(errors="replace"))
+                      proc.stderr.decode(errors="replace"), host=self.host, command=shlex.join(argv))
 
-    def stream(self, argv: Sequence[str]) -> LocalStream:
-        # stdin stays open: the agent exits when it closes, like over an SSH channel.
-        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, cwd=os.path.expanduser("~"))
-        return LocalStream(proc)
+    def stream(self, argv: Sequence[str], *, idle_timeout: float | None = None) -> LocalStream:
+        # stdin stays open: the agent exits when it closes, like over an SSH channel. A local
+        # pipe cannot be cut by a network, so idle_timeout does not apply here.
+        try:
+            proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, cwd=os.path.expanduser("~"))
+        except OSError as err:
+            raise HostError(self.host, f"cannot run {argv[0]}: {err}", "Check the task's Python path.",
+                            command=shlex.join(argv)) from None
+        return LocalStream(self.host, proc)
 
     def put(self, local_path: str, remote_path: str) -> None:
         target = _home_path(remote_path)
-        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-        shutil.copyfile(local_path, target)
+        try:
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            shutil.copyfile(local_path, target)
+        except OSError as err:
+            raise HostError(self.host, f"cannot write {remote_path}: {err}", "Check the disk and permissions.") from None
 
     def get(self, remote_path: str, local_path: str) -> None:
         try:
@@ -71,6 +82,8 @@ class LocalTransport:
         except FileNotFoundError:
             raise HostError(self.host, f"no file {remote_path}",
                             "Check that the run directory exists on this host.") from None
+        except OSError as err:
+            raise HostError(self.host, f"cannot read {remote_path}: {err}", "Check the disk and permissions.") from None
 
     def close(self) -> None:
         pass

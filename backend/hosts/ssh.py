@@ -20,7 +20,10 @@ from typing import Sequence
 import paramiko
 
 from backend.errors import HostError, HostKeyError
-from backend.hosts.base import Result
+from backend.hosts.base import Lines, Result
+
+# What paramiko and the socket below it raise when a link breaks; the edge maps them to HostError.
+IO_FAILURES = (OSError, EOFError, paramiko.SSHException)
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,11 @@ class SSHOptions:
     known_hosts: str = "~/.ssh/known_hosts"  # our own file in tests; the user's by default
     ssh_config: str = "~/.ssh/config"        # aliases, users, ports, keys, ProxyJump
     connect_timeout: float = 10.0            # an unreachable host must fail fast in preflight
-    keepalive_s: int = 15                    # detect a dead link on long-lived watch streams
+    keepalive_s: int = 15                    # keep NAT and firewalls from dropping idle connections
+    # How long the server may take to answer a channel open or an exec request. paramiko waits
+    # for exec's answer with no limit, so past this the connection is dropped: a cut link then
+    # fails within this bound instead of hanging (docs/reliability.md, "network cut").
+    answer_timeout_s: float = 10.0
     allow_agent: bool = True                 # keys in ssh-agent work as with OpenSSH
     look_for_keys: bool = True               # ~/.ssh/id_* when no identity file is given
 
@@ -157,41 +164,85 @@ class SSHTransport:
     def run(self, argv: Sequence[str], *, timeout: float | None = 60,
             stdin: bytes | None = None) -> Result:
         command = shlex.join(argv)  # every element quoted: typed fields are data, never shell
-        chan = self._connect().get_transport().open_session()
-        chan.settimeout(timeout)
+        chan = self._start(command)
         try:
-            chan.exec_command(command)
+            chan.settimeout(timeout)
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
             out, err = _drain(chan, timeout)
             code = chan.recv_exit_status()  # only after reading, or a full window deadlocks
-        except socket.timeout:
+            if code == -1 and not chan.get_transport().is_active():
+                raise EOFError("the connection closed before the command's exit status came")
+        except TimeoutError:
             raise HostError(self.host, f"command timed out after {timeout} s",
                             "Check that the host is not overloaded, then retry.", command=command) from None
+        except IO_FAILURES as err:
+            raise self._lost(err, command) from None
         finally:
-            chan.close()
-        return Result(code, out.decode(errors="replace"), err.decode(errors="replace"))
+            _close(chan)
+        return Result(code, out.decode(errors="replace"), err.decode(errors="replace"),
+                      host=self.host, command=command)
 
-    def stream(self, argv: Sequence[str]) -> "SSHStream":
-        chan = self._connect().get_transport().open_session()
-        chan.exec_command(shlex.join(argv))
-        return SSHStream(chan)
+    def stream(self, argv: Sequence[str], *, idle_timeout: float | None = None) -> "SSHStream":
+        command = shlex.join(argv)
+        chan = self._start(command)
+        chan.settimeout(idle_timeout)   # a read that waits longer raises: a cut link is noticed
+        return SSHStream(self.host, chan)
+
+    def _start(self, command: str) -> paramiko.Channel:
+        """A channel running ``command``, or HostError within ``answer_timeout_s``.
+
+        paramiko's exec_command waits for the server's answer with no limit; only closing the
+        connection wakes that wait, so a timer does that, and the next call connects afresh.
+        """
+        client = self._connect()
+        limit = self.options.answer_timeout_s
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            client.close()
+        timer = threading.Timer(limit, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            chan = client.get_transport().open_session(timeout=limit)
+            chan.exec_command(command)
+            return chan
+        except IO_FAILURES as err:
+            if expired.is_set():
+                raise HostError(self.host, f"no answer within {limit:.0f} s; the connection was dropped",
+                                "Check the network to this host; the next command connects again.",
+                                command=command) from None
+            raise self._lost(err, command) from None
+        finally:
+            timer.cancel()
+
+    def _lost(self, err: BaseException, command: str) -> HostError:
+        return HostError(self.host, f"connection lost: {type(err).__name__}: {err}",
+                         "Check that the host is up and sshd runs there; the next command connects again.",
+                         command=command)
 
     def put(self, local_path: str, remote_path: str) -> None:
         parent = os.path.dirname(remote_path)
         if parent:
             self.run(["mkdir", "-p", parent])
-        with self._connect().open_sftp() as sftp:
-            sftp.put(local_path, remote_path)
+        try:
+            with self._connect().open_sftp() as sftp:
+                sftp.put(local_path, remote_path)
+        except IO_FAILURES as err:
+            raise self._lost(err, f"sftp put {remote_path}") from None
 
     def get(self, remote_path: str, local_path: str) -> None:
-        with self._connect().open_sftp() as sftp:
-            try:
+        try:
+            with self._connect().open_sftp() as sftp:
                 sftp.get(remote_path, local_path)
-            except FileNotFoundError:
-                raise HostError(self.host, f"no file {remote_path}",
-                                "Check that the run directory exists on this host.") from None
+        except FileNotFoundError:
+            raise HostError(self.host, f"no file {remote_path}",
+                            "Check that the run directory exists on this host.") from None
+        except IO_FAILURES as err:
+            raise self._lost(err, f"sftp get {remote_path}") from None
 
     def close(self) -> None:
         with self._lock:
@@ -200,6 +251,13 @@ class SSHTransport:
                 self._client = None
         if self._jump:
             self._jump.close()
+
+
+def _close(chan: paramiko.Channel) -> None:
+    try:
+        chan.close()
+    except IO_FAILURES:
+        pass   # the connection is already gone: nothing left to release
 
 
 def _drain(chan: paramiko.Channel, timeout: float | None) -> tuple[bytes, bytes]:
@@ -216,21 +274,21 @@ def _drain(chan: paramiko.Channel, timeout: float | None) -> tuple[bytes, bytes]
             if chan.eof_received or not busy:
                 return bytes(out), bytes(err)
         if deadline and time.monotonic() > deadline:
-            raise socket.timeout()
+            raise TimeoutError()
         if not busy:
             time.sleep(0.005)
 
 
 class SSHStream:
-    def __init__(self, chan: paramiko.Channel) -> None:
+    def __init__(self, host: str, chan: paramiko.Channel) -> None:
         self._chan = chan
-        self.stdout = chan.makefile("rb")
+        self.stdout = Lines(host, chan.makefile("rb"), IO_FAILURES)
 
     def alive(self) -> bool:
         return not self._chan.closed and not self._chan.exit_status_ready()
 
     def close(self) -> None:
-        self._chan.close()  # sshd hangs up the agent, which exits on SIGHUP / stdin EOF
+        _close(self._chan)  # sshd hangs up the agent, which exits on SIGHUP / stdin EOF
 
 
 def fetch_host_key(host: str, port: int = 22, timeout: float = 10.0) -> paramiko.PKey:

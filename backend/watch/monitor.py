@@ -23,6 +23,9 @@ from backend.watch.lines import parse_metric_lines
 AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
 _METRIC = b'{"type":"metric","data":'
 _STABLE_S = 5.0   # a session that lasted this long resets the reconnect backoff
+# The agent sends a heartbeat every 2 s: this long with no line at all means the link is gone
+# (a silent network cut), so the session ends and reconnects (docs/reliability.md).
+STREAM_IDLE_S = 10.0
 
 
 class _Batch:
@@ -51,8 +54,9 @@ class RunMonitor:
         self._checkpoints: dict[int, dict] = {}
         self._exports: dict[str, dict] = {}
         self._exits: dict[str, int] = {}
+        # last_data: when the agent's last line of any kind came (a console shows "no data since").
         self._status = {"state": "idle", "connects": 0, "last_error": "", "last_event": None,
-                        "last_heartbeat": None}
+                        "last_heartbeat": None, "last_data": None}
         self._stop = threading.Event()
         self._stream = None
         self._thread: threading.Thread | None = None
@@ -84,7 +88,11 @@ class RunMonitor:
 
     def status(self) -> dict:
         with self._lock:
-            return dict(self._status)
+            out, stream = dict(self._status), self._stream
+        seen = getattr(getattr(stream, "stdout", None), "last_data", None)
+        if seen:   # read from the live stream: the hot path keeps no lock per line
+            out["last_data"] = seen
+        return out
 
     def log_tasks(self) -> list[str]:
         with self._lock:
@@ -155,7 +163,7 @@ class RunMonitor:
         batch = _Batch()   # dropped if the stream breaks: the agent resends it from the offsets
         try:
             transport = self._factory()
-            stream = transport.stream(self._argv())
+            stream = transport.stream(self._argv(), idle_timeout=STREAM_IDLE_S)
             with self._lock:
                 self._stream = stream
                 self._status["connects"] += 1
@@ -173,6 +181,8 @@ class RunMonitor:
         finally:
             with self._lock:
                 self._stream = None
+                seen = getattr(getattr(stream, "stdout", None), "last_data", None)
+                self._status["last_data"] = seen or self._status["last_data"]
             if stream is not None:
                 _quietly(stream.close)
             if transport is not None:

@@ -180,7 +180,7 @@ class ScriptedTransport:
     def __init__(self, sessions, argvs):
         self.sessions, self.argvs = sessions, argvs
 
-    def stream(self, argv):
+    def stream(self, argv, *, idle_timeout=None):
         self.argvs.append(list(argv))
         return ScriptedStream(self.sessions.pop(0) if self.sessions else [])
 

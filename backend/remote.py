@@ -1,0 +1,194 @@
+"""Client of ``harness/hostctl.py``: one function per subcommand, typed answers, our errors.
+
+Every remote action on a run's host goes through here, as plain argv commands: ``install``
+unpacks the harness with ``mkdir`` and ``tar`` (no boot string), then everything else runs
+``python -S RUN/harness/hostctl.py SUBCOMMAND``. No SFTP: files travel as hostctl ``read`` and
+``write`` calls, so hosts whose sshd has no SFTP subsystem work. Failures raise ``HostError``.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from backend.errors import HostError
+from backend.harness import layout
+from backend.hosts.base import Result, Transport
+
+CHUNK = 8 << 20        # bytes per read or write call: a slow link still answers within TIMEOUT_S
+TIMEOUT_S = 60.0
+FAILED = 3             # hostctl's exit code for a failure it reports as JSON
+NOT_INSTALLED = 2      # Python's exit code for "can't open file": no harness in that run directory
+NO_PYTHON = 127        # the shell's "command not found"
+
+
+@dataclass(frozen=True)
+class Host:
+    """One run directory on one host: where hostctl lives and what runs it."""
+    transport: Transport
+    python: str
+    run_dir: str
+
+    @property
+    def name(self) -> str:
+        return self.transport.host
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task as its host reports it (``spawn.py``): state, and once started its process ids."""
+    state: str                      # starting, running, exited, lost, busy
+    exit_code: int | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    started: float | None = None
+
+    @classmethod
+    def of(cls, info: dict) -> "TaskInfo":
+        return cls(str(info.get("state", "lost")), info.get("exit_code"), info.get("pid"),
+                   info.get("pgid"), info.get("started"))
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The chief's metrics.jsonl: its size (None: not written yet) and last complete line."""
+    size: int | None
+    last_line: str | None
+
+
+class NotInstalled(HostError):
+    """The host answered, but no harness is in that run directory (or its Python is missing)."""
+
+
+class MissingFile(HostError):
+    """The run directory has no such file (yet)."""
+
+
+def _call(h: Host, sub: str, *args: str, stdin: bytes | None = None, timeout: float = TIMEOUT_S) -> dict:
+    argv = [h.python, "-S", f"{h.run_dir}/{layout.HARNESS}/hostctl.py", sub, "--run", h.run_dir, *args]
+    result = h.transport.run(argv, stdin=stdin, timeout=timeout)
+    if result.exit_code in (NOT_INSTALLED, NO_PYTHON) and not result.stdout.strip():
+        raise NotInstalled(h.name, f"no harness in {h.run_dir} (or no Python at {h.python})",
+                           "Nothing of this run was started there; check the run directory.",
+                           command=result.command, exit_code=result.exit_code, stderr_tail=result.stderr)
+    answer = _answer(result)
+    if result.exit_code == FAILED and "error" in answer:
+        kind = MissingFile if answer.get("missing") else HostError
+        raise kind(h.name, f"{sub}: {answer['error']}", "Check the run directory on that host.",
+                   command=result.command, exit_code=FAILED)
+    result.check(f"hostctl {sub} failed", "Check the host's Python and disk; the stderr tail says more.")
+    return answer
+
+
+def _answer(result: Result) -> dict:
+    lines = result.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict):
+        return answer
+    if result.ok:
+        raise HostError(result.host, "hostctl answered something that is not JSON",
+                        "Check that nothing in the login shell prints to stdout.",
+                        command=result.command, stderr_tail=result.stderr or result.stdout[-400:])
+    return {}
+
+
+# -- installing and tasks ---------------------------------------------------------------------
+def install(h: Host, bundle: bytes, *, timeout: float = 120) -> None:
+    """Unpack ``bundle`` (a tar of harness/ and job/) into the run directory: mkdir, then tar."""
+    fix = "Check that the working directory is writable and that tar is installed (preflight)."
+    h.transport.run(["mkdir", "-p", h.run_dir], timeout=timeout).check(f"cannot create {h.run_dir}", fix)
+    h.transport.run(["tar", "-x", "--no-same-owner", "-f", "-", "-C", h.run_dir], stdin=bundle,
+                    timeout=timeout).check(f"cannot unpack the harness into {h.run_dir}", fix)
+
+
+def start(h: Host, tasks: list[dict], *, wait_s: float, settle_s: float,
+          timeout: float = 120) -> dict[str, TaskInfo]:
+    """Start ``tasks`` (``{"task", "argv", "env"}`` each) detached; the env goes on stdin only."""
+    answer = _call(h, "start", "--wait", str(wait_s), "--settle", str(settle_s),
+                   stdin=json.dumps({"tasks": tasks}).encode(), timeout=timeout)
+    return {name: TaskInfo.of(info) for name, info in answer.items()}
+
+
+def status(h: Host, tasks: list[str], *, timeout: float = 30) -> dict[str, TaskInfo]:
+    answer = _call(h, "status", *_tasks(tasks), timeout=timeout)
+    return {name: TaskInfo.of(answer.get(name, {"state": "lost"})) for name in tasks}
+
+
+def stop(h: Host, tasks: list[str], *, grace_s: float) -> dict[str, list[int]]:
+    """Stop the tasks' process groups; task -> pids still alive after KILL (empty: all gone)."""
+    answer = _call(h, "stop", *_tasks(tasks), "--grace", str(grace_s), timeout=grace_s + 30)
+    return {name: list(info.get("left", [])) for name, info in answer.items()}
+
+
+def _tasks(tasks: list[str]) -> list[str]:
+    return [a for name in tasks for a in ("--task", name)]
+
+
+# -- files ------------------------------------------------------------------------------------
+def _chunks(h: Host, rel: str, where: list[str]) -> Iterator[bytes]:
+    """A run file's bytes from ``where`` (``--offset N`` or ``--tail N``) to its end, by chunks."""
+    while True:
+        answer = _call(h, "read", "--path", rel, *where, "--limit", str(CHUNK))
+        data = base64.b64decode(answer["data"])
+        yield data
+        if answer["eof"] or not data:
+            return
+        where = ["--offset", str(answer["offset"] + len(data))]
+
+
+def read_tail(h: Host, rel: str, max_bytes: int) -> bytes:
+    """The last ``max_bytes`` of a run file (a log); b"" when it does not exist yet."""
+    try:
+        return b"".join(_chunks(h, rel, ["--tail", str(max_bytes)]))[-max_bytes:]
+    except (MissingFile, NotInstalled):
+        return b""
+
+
+def fetch_file(h: Host, rel: str, local_path: str | Path) -> int:
+    """Copy a run file to this machine, in chunks; returns its size."""
+    size = 0
+    with open(local_path, "wb") as fh:
+        for data in _chunks(h, rel, ["--offset", "0"]):
+            fh.write(data)
+            size += len(data)
+    return size
+
+
+def push_file(h: Host, local_path: str | Path, rel: str) -> int:
+    """Copy a local file into the run directory; it appears whole (renamed in when complete)."""
+    offset = 0
+    with open(local_path, "rb") as fh:
+        while True:
+            data = fh.read(CHUNK)
+            final = len(data) < CHUNK
+            _call(h, "write", "--path", rel, "--offset", str(offset), *(["--final"] if final else []),
+                  stdin=data)
+            offset += len(data)
+            if final:
+                return offset
+
+
+# -- the chief ----------------------------------------------------------------------------------
+def progress(h: Host) -> Progress:
+    answer = _call(h, "progress", timeout=30)
+    return Progress(answer.get("size"), answer.get("last"))
+
+
+def request_save(h: Host) -> str:
+    """Leave a save-now request for the chief; returns its name (for ``saved_step``)."""
+    return str(_call(h, "request-save", timeout=30)["name"])
+
+
+def saved_step(h: Host, name: str) -> int | None:
+    """The step the request ``name`` was saved at, or None while it waits."""
+    return _call(h, "save-done", "--name", name, timeout=30).get("step")
+
+
+def exports(h: Host) -> list[dict]:
+    """Every finished export's result.json, by name."""
+    return list(_call(h, "exports", timeout=30)["exports"])

@@ -1,0 +1,135 @@
+"""The host-side command line (harness/hostctl.py) through its client (backend.remote), for real:
+installed with mkdir + tar, tasks started and stopped as real processes, files read and written,
+over the local transport and over real sshd."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from backend import remote
+from backend.errors import HostError
+from backend.harness import layout
+from backend.hosts.local import LocalTransport
+from backend.hosts.ssh import SSHTransport
+from tests.conftest import wait_for
+
+HARNESS_DIR = Path(__file__).resolve().parents[2] / "backend" / "harness"
+SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"]
+
+
+def harness_bundle() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(HARNESS_DIR.glob("*.py")):
+            tar.add(path, arcname=f"{layout.HARNESS}/{path.name}")
+    return buf.getvalue()
+
+
+@pytest.fixture
+def local_host(tmp_path):
+    h = remote.Host(LocalTransport(), sys.executable, str(tmp_path / "run"))
+    remote.install(h, harness_bundle())
+    return h
+
+
+def alive(pid: int) -> bool:
+    stat = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout
+    return bool(stat.strip()) and not stat.strip().startswith("Z")
+
+
+def test_start_status_logs_stop(local_host):
+    started = remote.start(local_host, [{"task": "worker-0", "argv": SLEEPER, "env": {"SECRET": "s"}}],
+                           wait_s=20, settle_s=0)
+    info = started["worker-0"]
+    assert info.state in ("running", "starting") and info.pgid
+    wait_for(lambda: b"up" in remote.read_tail(local_host, "logs/worker-0.log", 1000), 30, "the task's output")
+    assert remote.status(local_host, ["worker-0"])["worker-0"].state == "running"
+    assert alive(info.pid)
+    assert remote.stop(local_host, ["worker-0"], grace_s=5) == {"worker-0": []}
+    after = remote.status(local_host, ["worker-0"])["worker-0"]
+    assert after.state == "exited" and not alive(info.pid)
+    # The environment reached the task, never an argv that ps would show.
+    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+    assert "SECRET" not in ps
+
+
+def test_files_round_trip_in_chunks(local_host, tmp_path, monkeypatch):
+    monkeypatch.setattr(remote, "CHUNK", 1000)   # several calls each way
+    payload = os.urandom(4321)
+    (tmp_path / "out.bin").write_bytes(payload)
+    assert remote.push_file(local_host, tmp_path / "out.bin", "checkpoints/deep/ckpt.data") == 4321
+    assert not Path(local_host.run_dir, "checkpoints/deep/ckpt.data.part").exists()
+    assert remote.fetch_file(local_host, "checkpoints/deep/ckpt.data", tmp_path / "back.bin") == 4321
+    assert (tmp_path / "back.bin").read_bytes() == payload
+    assert remote.read_tail(local_host, "checkpoints/deep/ckpt.data", 2500) == payload[-2500:]
+    assert remote.read_tail(local_host, "logs/none.log", 100) == b""
+    with pytest.raises(remote.MissingFile, match="no file"):
+        remote.fetch_file(local_host, "nothing/here", tmp_path / "x")
+
+
+@pytest.mark.parametrize("rel", ["../escape", "/etc/passwd", "a/../../b"])
+def test_paths_stay_inside_the_run_directory(local_host, tmp_path, rel):
+    with pytest.raises(HostError, match="not inside the run directory"):
+        remote.fetch_file(local_host, rel, tmp_path / "x")
+
+
+def test_progress_reads_the_last_complete_line(local_host):
+    assert remote.progress(local_host) == remote.Progress(None, None)
+    rows = [json.dumps({"step": s, "attempt": 1}) for s in (5, 10)]
+    Path(local_host.run_dir, layout.METRICS).write_text("\n".join(rows) + '\n{"step": 15, "att')
+    got = remote.progress(local_host)
+    assert got.last_line == rows[-1] and got.size == Path(local_host.run_dir, layout.METRICS).stat().st_size
+
+
+def test_save_request_and_its_answer(local_host):
+    name = remote.request_save(local_host)
+    folder = Path(local_host.run_dir, layout.REQUESTS)
+    assert (folder / name).read_text() == "{}" and [p.name for p in folder.iterdir()] == [name]
+    assert remote.saved_step(local_host, name) is None
+    (folder / name.replace(".json", ".done")).write_text('{"step": 40}')
+    assert remote.saved_step(local_host, name) == 40
+    with pytest.raises(HostError, match="not a save request name"):
+        remote.saved_step(local_host, "../x.json")
+
+
+def test_exports_lists_finished_ones(local_host):
+    folder = Path(local_host.run_dir, layout.EXPORTS)
+    (folder / "a").mkdir(parents=True)
+    (folder / "a" / "result.json").write_text('{"name": "a"}')
+    (folder / ".partial").mkdir()
+    (folder / "b").mkdir()   # no result.json yet: still exporting
+    assert remote.exports(local_host) == [{"name": "a"}]
+
+
+def test_a_host_without_the_harness_says_so(tmp_path):
+    h = remote.Host(LocalTransport(), sys.executable, str(tmp_path / "never-installed"))
+    with pytest.raises(remote.NotInstalled, match="no harness"):
+        remote.status(h, ["worker-0"])
+    assert remote.read_tail(h, "logs/worker-0.log", 100) == b""
+    with pytest.raises(remote.NotInstalled):
+        remote.stop(remote.Host(LocalTransport(), "/no/such/python", h.run_dir), ["w"], grace_s=1)
+
+
+def test_over_ssh(ssh_hosts, client_key, ssh_options, tmp_path):
+    t = SSHTransport(ssh_hosts[0].address, port=ssh_hosts[0].port, identity_file=str(client_key),
+                     options=ssh_options)
+    h = remote.Host(t, sys.executable, str(tmp_path / "ssh-run"))
+    try:
+        remote.install(h, harness_bundle())
+        info = remote.start(h, [{"task": "chief-0", "argv": SLEEPER, "env": {}}], wait_s=20, settle_s=0)
+        assert info["chief-0"].state in ("running", "starting")
+        (tmp_path / "up.bin").write_bytes(b"\x00\xffbinary\n")
+        remote.push_file(h, tmp_path / "up.bin", "job/data.bin")
+        remote.fetch_file(h, "job/data.bin", tmp_path / "down.bin")
+        assert (tmp_path / "down.bin").read_bytes() == b"\x00\xffbinary\n"
+        assert remote.stop(h, ["chief-0"], grace_s=5) == {"chief-0": []}
+        assert remote.status(h, ["chief-0"])["chief-0"].state == "exited"
+    finally:
+        t.close()
