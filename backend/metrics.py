@@ -151,13 +151,26 @@ def records_to_columns(records: Iterable[Mapping]) -> tuple[dict, int]:
     records = list(records)
     good = [r for r in records if type(r.get("task")) is str and type(r.get("step")) is int
             and abs(r["step"]) < 2 ** 62]
+    try:
+        floats = {name: _floats([r.get(name) for r in good]) for name in _FLOAT_IN}
+    except OverflowError:   # rare: find the records at fault rather than pay for a check per record
+        good = [r for r in good if all(_fits(r.get(name)) for name in _FLOAT_IN)]
+        floats = {name: _floats([r.get(name) for r in good]) for name in _FLOAT_IN}
     cols = {"task": [r["task"] for r in good],
             "step": np.fromiter((r["step"] for r in good), np.int64, len(good)),
             "attempt": np.fromiter((a if type(a := r.get("attempt")) is int and abs(a) < 2 ** 62
                                     else 0 for r in good), np.int64, len(good))}
-    for name in _FLOAT_IN:
-        cols[name] = _floats([r.get(name) for r in good])
+    cols.update(floats)
     return cols, len(records) - len(good)
+
+
+def _fits(value) -> bool:
+    """False for a number no float can hold (a 400-digit integer): its record is quarantined."""
+    try:
+        _num(value)
+    except OverflowError:
+        return False
+    return True
 
 
 class MetricsStore:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from backend import checkpoints
 from backend.errors import ArtifactError, ConsoleError, SpecError
 from backend.launcher import Preflight, launch
+from backend.runs import new_run_id
 from backend.spec import JobSpec
 from console import cluster_actions, forms
 from console.live import LiveRun, Registry, require_live
@@ -20,7 +21,29 @@ class StartResult:
     preflight: dict | None = None
 
 
-def start(rows: list[dict], job: JobSpec, registry: Registry) -> StartResult:
+def begin_start(rows: list[dict], job: JobSpec, registry: Registry) -> str:
+    """Check the cluster now (its errors show at once), then preflight and launch in the
+    background under a run id chosen here; the id goes into the session before any slow work,
+    so whatever page the user opens next finds the run."""
+    cluster, problems = forms.check_rows(rows)
+    if cluster is None or forms.blocking(problems):
+        raise ConsoleError("The cluster has errors: " + " ".join(p.text() for p in problems if p.level == "error"),
+                           "Fix them on the Cluster page, then press Start again.")
+    run_id = new_run_id()
+
+    def work(action) -> StartResult:
+        action.say("preflight: checking every host")
+        result = start(rows, job, registry, run_id=run_id)
+        if result.errors:
+            action.result = result
+            raise ConsoleError(" ".join(result.errors))
+        action.say("every task started; the watch agent is connecting")
+        return result
+    registry.actions.submit("start", run_id, work)
+    return run_id
+
+
+def start(rows: list[dict], job: JobSpec, registry: Registry, *, run_id: str | None = None) -> StartResult:
     """Check the cluster, run the preflight, launch on every host and start watching."""
     cluster, problems = forms.check_rows(rows)
     if cluster is None or forms.blocking(problems):
@@ -32,7 +55,7 @@ def start(rows: list[dict], job: JobSpec, registry: Registry) -> StartResult:
                                    "Fix each host in the table, then start again."], preflight=report)
     try:
         run = launch(cluster, job, store=registry.store, options=registry.options,
-                     preflight=Preflight.SKIP)
+                     preflight=Preflight.SKIP, run_id=run_id)
     except ConsoleError as err:
         return StartResult(errors=[str(err)], preflight=report)
     live = registry.put(run)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backend.errors import ConsoleError, RunError
+from console.background import Actions
 from backend.hosts.ssh import SSHOptions
 from backend.launcher import attach
 from backend.outcome import TaskStatus
@@ -120,6 +121,17 @@ def stop(live: LiveRun, grace_s: float = 10.0) -> None:
     live.refresh(force=True)
 
 
+def begin_stop(live: LiveRun, actions: Actions, grace_s: float = 10.0):
+    """Stop in the background: the page returns at once and shows the action's progress."""
+    require_live(live.run, "be stopped")
+
+    def work(action) -> None:
+        action.say(f"stopping every task (TERM, then KILL after {grace_s:.0f} s)")
+        stop(live, grace_s)
+        action.say("no process is left on any host")
+    return actions.submit("stop", live.run_id, work)
+
+
 # ---- progress -------------------------------------------------------------------------------
 
 @dataclass
@@ -199,6 +211,7 @@ class Registry:
     """Run id -> LiveRun, for one runs folder. Shared across sessions; safe from any thread."""
     store: RunStore
     options: SSHOptions = field(default_factory=SSHOptions)
+    actions: Actions = field(default_factory=Actions)   # Start and Stop, in threads of their own
     _runs: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
@@ -38,6 +39,23 @@ def snapshot(live: LiveRun, smoothing: float = 0.0) -> Snapshot:
                     throughput=figures.throughput_figure(store),
                     monitor=live.monitor.status() if live.monitor else {},
                     tasks=[t.name for t in live.run.state.tasks])
+
+
+STALE_S = 15.0   # the agent sends a heartbeat every few seconds: this much silence is news
+
+
+def watch_line(status: dict, *, now: float) -> str:
+    """One line on the watch stream: connected or not, and since when nothing has come."""
+    state = status.get("state", "idle")
+    seen = max((t for t in (status.get("last_event"), status.get("last_heartbeat")) if t), default=None)
+    parts = [f"watch: {state}"]
+    if seen is not None and now - seen > STALE_S:
+        parts.append("no data since " + time.strftime("%H:%M:%S", time.localtime(seen)))
+    if state != "connected" and status.get("last_error"):
+        parts.append(str(status["last_error"]))
+    if status.get("quarantined"):
+        parts.append(f"{status['quarantined']} malformed metric line(s) set aside")
+    return " — ".join(parts)
 
 
 def filter_log(lines: list[str], query: str = "", *, hide_noise: bool = True,

@@ -31,6 +31,7 @@ DEFAULTS = {
     "cluster_version": lambda: 0,        # bumped to give the table editor fresh rows
     "launch_form": lambda: launch_form(job_to_dict(default_job(EXAMPLES))),   # widget key -> value
     "run_id": lambda: None,              # the current run
+    "action_run_id": lambda: None,       # the run of this session's last Start or Stop
     "preflight": lambda: None,           # [row dict] of the last preflight
     "host_key": lambda: None,            # {"host", "port", "fingerprint", "key_type"} to confirm
     "confirm_stop": lambda: False,
@@ -72,13 +73,22 @@ def run_store() -> RunStore:
 
 
 def current_run():
-    """The LiveRun the session works on, or None. A new session picks the newest live run
-    (else the newest run), so a browser reload or an app restart shows it again."""
+    """The LiveRun the session works on, or None.
+
+    Found from the runs folder, not only from the session: a new session, or one whose run has
+    ended while a newer run is live (started by another page, tab or the CLI), takes the newest
+    live run (else the newest run), so a reload, an app restart or a click away from the Launch
+    page while it started a run still shows that run.
+    """
     init()
     run_id = st.session_state.run_id
-    if run_id is None:
-        states = run_store().list()
-        live = [s for s in states if s.live]
+    action = registry().actions.get(run_id)
+    if action is not None and not action.done and action.kind == "start":
+        return None   # its record is not written yet: pages show the action's progress
+    states = run_store().list()
+    live = [s for s in states if s.live]
+    mine = next((s for s in states if s.run_id == run_id), None)
+    if mine is None or (not mine.live and live and live[0].created > mine.created):
         pick = (live or states or [None])[0]
         if pick is None:
             return None
@@ -89,6 +99,12 @@ def current_run():
         st.error(str(err))
         st.session_state.run_id = None
         return None
+
+
+def current_action():
+    """This session's last Start or Stop (running in the background), or None."""
+    init()
+    return registry().actions.get(st.session_state.action_run_id)
 
 
 def cluster_rows_now() -> list[dict]:

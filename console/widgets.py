@@ -10,6 +10,9 @@ from backend.errors import ConsoleError
 from console import live as live_mod
 
 
+ACTION_SHOWN_S = 120.0   # how long a finished Start or Stop stays on the page
+
+
 def run_header(live) -> None:
     state = live.run.state
     restarts = max(0, state.attempt - 1)
@@ -42,7 +45,8 @@ def attempts_table(live) -> None:
 
 
 def stop_controls(live, *, key: str) -> None:
-    """A Stop button that asks before it stops; errors (a run not live) show as st.error."""
+    """A Stop button that asks before it stops; the stop then runs in the background."""
+    from console import state
     ss = st.session_state
     flag = f"{key}_confirm"
     if st.button("Stop run", key=f"{key}_stop", disabled=live is None):
@@ -53,11 +57,32 @@ def stop_controls(live, *, key: str) -> None:
         if yes.button("Yes, stop it", key=f"{key}_yes", type="primary"):
             ss[flag] = False
             try:
-                with st.spinner("Stopping every task..."):
-                    live_mod.stop(live)
-                st.success(f"Stopped {live.run_id}: no process is left on any host.")
+                live_mod.begin_stop(live, state.registry().actions)
+                ss.action_run_id = live.run_id
+                st.rerun()
             except ConsoleError as err:
                 st.error(str(err))
         if no.button("Cancel", key=f"{key}_no"):
             ss[flag] = False
             st.rerun()
+
+
+def action_panel(action, *, key: str) -> None:
+    """Progress of a Start or Stop running in the background; when it ends, redraw the page."""
+    if action is None or (action.done and time.time() - action.ended > ACTION_SHOWN_S):
+        return
+    seen = f"{key}_seen_{action.kind}_{action.run_id}_{action.began}"
+
+    @st.fragment(run_every=1.0)
+    def panel() -> None:
+        if not action.done:
+            st.info(action.line())
+            return
+        if action.error:
+            st.error(f"{action.kind} {action.run_id} failed: {action.error}")
+        else:
+            st.success(action.line() + (": no process is left on any host." if action.kind == "stop" else "."))
+        if not st.session_state.get(seen):
+            st.session_state[seen] = True
+            st.rerun()   # the whole page: the run's new phase, Start enabled again
+    panel()

@@ -10,8 +10,10 @@ st.title("Launch")
 
 if ss.get("launch_flash"):
     st.success(ss.pop("launch_flash"))
+action = state.current_action()
 live = state.current_run()
-running = live is not None and live.run.state.live
+starting = action is not None and action.kind == "start" and not action.done
+running = starting or (live is not None and live.run.state.live)
 rows = state.cluster_rows_now()
 cluster, problems = forms.check_rows(rows)
 if cluster is not None and not forms.blocking(problems):
@@ -68,24 +70,22 @@ if start:
             st.error(message)
         job = None
     if job is not None:
-        with st.status("Preflight, then starting every task...", expanded=True) as box:
-            result = actions.start(rows, job, state.registry())
-            if result.live is not None:
-                ss.run_id = result.live.run_id
-                box.update(label=f"Started run {result.live.run_id}", state="complete", expanded=False)
-            else:
-                box.update(label="Not started", state="error")
-        for message in result.errors:
-            st.error(message)
-        if result.preflight and result.preflight["rows"] and result.live is None:
-            cluster_actions.show_preflight(result.preflight)
-        if result.live is not None:   # rerun: Start turns disabled, the status table appears
-            ss.launch_flash = f"Run {result.live.run_id} started. Open the Monitor page to watch its loss."
+        try:   # the work goes on in the background: another click cannot cut it off
+            ss.run_id = ss.action_run_id = actions.begin_start(rows, job, state.registry())
             st.rerun()
+        except ConsoleError as err:
+            st.error(str(err))
+
+action = state.current_action()
+widgets.action_panel(action, key="launch")
+if action is not None and action.done and action.kind == "start" and action.error:
+    report = getattr(action.result, "preflight", None)
+    if report and report["rows"]:
+        cluster_actions.show_preflight(report)
 
 st.subheader("Current run")
 if live is None:
-    st.info("No run yet: press Start.")
+    st.info("No run yet: press Start." if not starting else "The run is starting; it shows here once its tasks run.")
     st.stop()
 widgets.run_header(live)
 widgets.status_table(live, key="launch_status")

@@ -1,10 +1,13 @@
 """Monitor: live loss per worker and global, step time, throughput, progress, logs, status."""
+import time
+
 import streamlit as st
 
 from console import monitor_view, state, widgets
 
 state.init()
 st.title("Monitor")
+widgets.action_panel(state.current_action(), key="monitor")
 live = state.current_run()
 if live is None:
     st.info("No run yet: start one on the Launch page.")
@@ -20,9 +23,7 @@ def live_panel() -> None:
     snap = monitor_view.snapshot(live, smoothing)
     p = snap.progress
     st.progress(p.fraction, text=p.text())
-    conn = snap.monitor.get("state", "idle")
-    if snap.monitor.get("last_error") and conn != "connected":
-        st.caption(f"watch: {conn} — {snap.monitor['last_error']}")
+    st.caption(monitor_view.watch_line(snap.monitor, now=time.time()))
     st.plotly_chart(snap.loss, key="loss_chart", width="stretch")
     a, b = st.columns(2)
     a.plotly_chart(snap.step_time, key="step_time_chart", width="stretch")

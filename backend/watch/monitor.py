@@ -143,9 +143,9 @@ class RunMonitor:
         for line in self._journal.metric_lines():
             chunk.append(line.rstrip(b"\n"))
             if len(chunk) >= 100_000:
-                self._store.add_columns(parse_metric_lines(chunk)[0])
+                self._ingest(chunk)
                 chunk = []
-        self._store.add_columns(parse_metric_lines(chunk)[0])
+        self._ingest(chunk)
         with self._lock:
             for task, lines in self._journal.recent_logs(self._log_lines).items():
                 self._logs[task] = deque(lines, maxlen=self._log_lines)
@@ -231,7 +231,20 @@ class RunMonitor:
                 self._logs.setdefault(task, deque(maxlen=self._log_lines)).extend(lines)
             self._status["last_event"] = time.time()
         if batch.metrics:
-            self._store.add_columns(parse_metric_lines(batch.metrics)[0])
+            self._ingest(batch.metrics)
+
+    def _ingest(self, lines: list[bytes]) -> None:
+        """Metric lines into the store; lines it cannot use are counted, never fatal: one bad
+        line must not stop the monitor, nor a replay of the mirror that holds it."""
+        try:
+            cols, bad = parse_metric_lines(lines)
+            self._store.add_columns(cols)
+        except Exception as exc:  # noqa: BLE001 - quarantine the batch, keep watching
+            bad = len(lines)
+            self._set(last_error=f"metric lines quarantined: {type(exc).__name__}: {exc}"[:300])
+        if bad:
+            with self._lock:
+                self._status["quarantined"] = self._status.get("quarantined", 0) + bad
 
     def _set(self, **fields) -> None:
         with self._lock:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from backend.runs import RunStore
 from tests.app.conftest import errors, local_rows
+from tests.conftest import wait_for
 
 
 def test_missing_job_file_is_an_error(page, runs_dir):
@@ -24,8 +25,11 @@ def test_start_then_stop_with_confirmation(page, runs_dir):
     at.button(key="start_button").click().run()
     assert not at.exception
     assert not errors(at), errors(at)
-    assert any("started" in s.value for s in at.success)
-    run_id = at.session_state["run_id"]
+    run_id = at.session_state["run_id"]                         # chosen before any slow work
+    assert at.button(key="start_button").disabled              # while it starts, and after
+    wait_for(lambda: at.run() and any("started" in s.value for s in at.success) and at, 180,
+             "the background start to report success")
+    assert not errors(at), errors(at)
     assert RunStore(runs_dir).load(run_id).live
     assert at.button(key="start_button").disabled              # one live run at a time
 
@@ -34,8 +38,10 @@ def test_start_then_stop_with_confirmation(page, runs_dir):
     assert RunStore(runs_dir).load(run_id).live
     at.button(key="launch_yes").click().run()
     assert not at.exception
-    assert any("no process is left" in s.value for s in at.success), errors(at)
+    wait_for(lambda: at.run() and any("no process is left" in s.value for s in at.success) and at, 60,
+             "the background stop to report success")
     assert RunStore(runs_dir).load(run_id).phase == "stopped"
+    assert not at.button(key="start_button").disabled
 
 
 def test_form_values_survive_a_page_switch(runs_dir):
