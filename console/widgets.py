@@ -11,6 +11,8 @@ from console import live as live_mod
 
 
 ACTION_SHOWN_S = 120.0   # how long a finished Start or Stop stays on the page
+DONE = {"start": "Run {run_id} started. Open the Monitor page to watch its loss.",
+        "stop": "Stopped {run_id}: no process is left on any host."}
 
 
 def run_header(live) -> None:
@@ -79,9 +81,9 @@ def action_panel(action, *, key: str) -> None:
             st.info(action.line())
             return
         if action.error:
-            st.error(f"{action.kind} {action.run_id} failed: {action.error}")
+            st.error(f"{action.kind.capitalize()} of run {action.run_id} failed: {action.error}")
         else:
-            st.success(action.line() + (": no process is left on any host." if action.kind == "stop" else "."))
+            st.success(DONE[action.kind].format(run_id=action.run_id))
         if not st.session_state.get(seen):
             st.session_state[seen] = True
             st.rerun()   # the whole page: the run's new phase, Start enabled again

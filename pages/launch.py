@@ -8,8 +8,6 @@ state.init()
 ss = st.session_state
 st.title("Launch")
 
-if ss.get("launch_flash"):
-    st.success(ss.pop("launch_flash"))
 action = state.current_action()
 live = state.current_run()
 starting = action is not None and action.kind == "start" and not action.done

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -83,6 +84,39 @@ class SSHHost:
         if self.process and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=10)
+
+    def kill_all(self) -> None:
+        """The host vanishes: SIGKILL its sshd and every process sshd forked for a connection
+        (open sessions die too). Processes the sessions started in sessions of their own (our
+        detached tasks) live on, as they would on a real host whose sshd died."""
+        if not self.process or self.process.poll() is not None:
+            return
+        doomed = descendants(self.process.pid) | {self.process.pid}
+        for pid in doomed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait(timeout=10)
+
+
+def descendants(root: int) -> set[int]:
+    """Every live descendant of ``root`` that is an sshd process, from /proc."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            names[int(entry)] = stat[stat.index("(") + 1:stat.rindex(")")]
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in found}
+        found |= frontier
+    return {pid for pid in found if names.get(pid, "").startswith("sshd")}
 
 
 def wait_port(address: str, port: int, timeout: float = 10.0) -> None:

@@ -136,7 +136,7 @@ def _start(page) -> None:
         outcome = page.get_by_text(re.compile(r"Run \S+ started|Preflight failed")).first
         outcome.wait_for(timeout=120_000)
         text = outcome.inner_text()
-        if "started" in text:
+        if re.match(r"Run \S+ started", text):   # "Preflight failed, nothing was started" is not it
             return
         if "is in use" not in page.inner_text("body"):
             _fail(page, "preflight failed")

@@ -189,3 +189,29 @@ def test_odd_values_do_not_break_a_batch():
                        rec("chief-0", 3, step_time=None), rec("chief-0", 2 ** 70)]) == 3
     ser = s.series("chief-0")
     assert math.isnan(ser.loss[0]) and math.isnan(ser.step_time[2]) and s.rejected == 1
+
+
+def test_a_number_no_float_can_hold_is_quarantined_not_fatal():
+    """A metrics line with a 400-digit loss once killed the monitor thread (and every replay)."""
+    from backend.watch.lines import parse_metric_lines
+    store = MetricsStore()
+    good = b'{"task": "worker-0", "step": 2, "loss": 0.5}'
+    bad = b'{"task": "worker-0", "step": 1, "loss": ' + b"9" * 400 + b"}"
+    cols, rejected = parse_metric_lines([bad, good])
+    assert rejected == 1
+    store.add_columns(cols)
+    assert list(store.series("worker-0").step) == [2]
+    assert store.add_many([{"task": "worker-1", "step": 1, "global_loss": 10 ** 400}]) == 0
+    assert store.rejected == 1
+
+
+def test_the_watch_line_says_since_when_no_data_came():
+    import time
+    from console.monitor_view import STALE_S, watch_line
+    now = time.time()
+    fresh = {"state": "connected", "last_event": now - 1, "last_heartbeat": now - 1}
+    assert watch_line(fresh, now=now) == "watch: connected"
+    quiet = {"state": "connected", "last_event": now - STALE_S - 5, "quarantined": 2}
+    line = watch_line(quiet, now=now)
+    assert "no data since " + time.strftime("%H:%M:%S", time.localtime(now - STALE_S - 5)) in line
+    assert "2 malformed metric line(s) set aside" in line
