@@ -20,7 +20,7 @@ from backend.outcome import Conclusion, TaskStatus, Verdict, conclude
 from backend.runs import Phase, RunState, RunStore, TaskState
 from backend.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec, cluster_from_dict, job_from_dict
 
-SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (DESIGN: peers fail)
+SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (docs/facts.md #6)
 
 
 class Run:

@@ -31,6 +31,11 @@ def status_table(live, *, key: str) -> None:
     statuses = live.refresh()
     if live.status_error:
         st.warning(live.status_error)
+    if live.run.keeper_note:   # the run's keeper had died; settle started a new one
+        st.warning(live.run.keeper_note)
+    if live.run.state.unreachable:
+        st.warning(f"Not stopped yet on {', '.join(live.run.state.unreachable)}: the run stays "
+                   f"{live.run.state.phase}. Press Stop again when those hosts answer.")
     if statuses:
         st.dataframe(pd.DataFrame(status_rows(statuses)), hide_index=True, width="stretch", key=key)
         for s in statuses:

@@ -89,7 +89,7 @@ def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int)
         mean_loss = (row[1] + local) / (row[2] + 1.0)
         out = tf.stack([row[0], mean_loss, row[3], row[4], row[5]])
         # all_gather in the replica context: all_reduce of a tensor passed in from outside
-        # failed ("destinations can not be empty"), DESIGN fact 3.
+        # failed ("destinations can not be empty"), docs/facts.md #3.
         ctx = tf.distribute.get_replica_context()
         return ctx.all_gather(tf.reshape(out, [1, len(COLS)]), axis=0)
 

@@ -5,7 +5,7 @@ or as a local subprocess, so the same code manages processes everywhere.
 
 Why a supervisor: every task runs under a small supervisor process that is the leader of a new
 session and process group. The task inherits that group, so stopping the group stops the task
-and anything it spawned, and no wrapper can leave an orphan behind (DESIGN.md fact 7). The
+and anything it spawned, and no wrapper can leave an orphan behind (docs/facts.md #7). The
 supervisor ignores SIGTERM so it can record the task's exit code after the task has stopped.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ from .conftest import read_metrics
 from tests.conftest import wait_for
 
 # The collective timeout bounds the wait even when no error reaches the survivor (a network
-# partition); on localhost a dead peer is noticed within about a second (DESIGN fact 6).
+# partition); on localhost a dead peer is noticed within about a second (docs/facts.md #6).
 COLLECTIVE_TIMEOUT_S = 20
 BOUND_S = COLLECTIVE_TIMEOUT_S + 25   # + slack for a loaded 2-core machine
 

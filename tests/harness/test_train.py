@@ -72,7 +72,7 @@ def test_every_worker_saved_the_same_complete_checkpoints(trained_run):
     meta = a[-1]
     assert set(meta["losses"]) == {"worker-0", "worker-1"}
     assert {"step", "epoch", "global_loss", "time", "tensorflow", "keras"} <= set(meta)
-    # Each worker holds a full copy of the variables (DESIGN fact 5): same bytes.
+    # Each worker holds a full copy of the variables (docs/facts.md #5): same bytes.
     for name in ("ckpt-200.index", "ckpt-200.data-00000-of-00001"):
         assert open(os.path.join(chief, name), "rb").read() == \
             open(os.path.join(other, name), "rb").read()
