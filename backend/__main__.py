@@ -104,6 +104,18 @@ def cmd_logs(a) -> int:
     return 0
 
 
+def cmd_stacks(a) -> int:
+    from backend import stacks
+    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    found, folder = stacks.dump_and_save(run)
+    for s in found:
+        print(f"==> {s.task} on {s.host} <==")
+        print(s.text.rstrip() if s.text else f"(no stacks: {s.error})")
+    if folder:
+        print(f"saved in {folder}")
+    return 0 if any(s.text for s in found) else 1
+
+
 def cmd_stop(a) -> int:
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
     if not run.reload().live:
@@ -157,6 +169,8 @@ def parser() -> argparse.ArgumentParser:
     s = add("logs", cmd_logs, "print a run's logs")
     s.add_argument("run"); s.add_argument("--task", help="one task, e.g. worker-1")
     s.add_argument("--follow", action="store_true", help="keep printing new lines")
+    add("stacks", cmd_stacks, "every task's Python stacks, now (a hung run: where each worker is)"
+        ).add_argument("run")
     s = add("stop", cmd_stop, "stop every task (TERM, then KILL) and check nothing is left")
     s.add_argument("run"); s.add_argument("--grace", type=float, default=10.0, help="seconds between TERM and KILL")
     s = add("keep", cmd_keep, "watch a run and restart it on failure (launch starts this detached)")

@@ -24,7 +24,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from backend import diagnose
+from backend import diagnose, stacks
 from backend.attempts import begin_attempt
 from backend.checkpoints import common_checkpoint
 from backend.errors import ConsoleError, RunError
@@ -136,7 +136,16 @@ class Keeper:
     def _stalled(self, run: Run) -> str | None:
         limit = run.job.restart.stall_timeout_s
         idle = time.time() - self.progress.changed
-        return f"stalled: no new metrics for {idle:.0f} s" if limit and idle > limit else None
+        if not (limit and idle > limit):
+            return None
+        # Before anything is stopped: where each worker hangs is the only clue to why.
+        found, folder = stacks.dump_and_save(run, label=f"stall-attempt-{run.state.attempt}")
+        in_job = [s.task for s in found if s.in_job_code]
+        self.log(f"stalled: stacks of every task saved in {folder}"
+                 + (f"; stuck in the job's own code: {', '.join(in_job)}" if in_job else "")
+                 if folder else f"stalled: no stacks ({found[0].error if found else 'no tasks'})")
+        where = f"; stacks in {layout.STACKS}/{folder.name}/" if folder else ""
+        return f"stalled: no new metrics for {idle:.0f} s{where}"
 
     def _read_progress(self, run: Run) -> None:
         """Size and last line of the chief's metrics.jsonl, in one command."""

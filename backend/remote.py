@@ -125,6 +125,12 @@ def stop(h: Host, tasks: list[str], *, grace_s: float) -> dict[str, list[int]]:
     return {name: list(info.get("left", [])) for name, info in answer.items()}
 
 
+def stacks(h: Host, tasks: list[str], *, wait_s: float = 5.0) -> dict[str, dict]:
+    """task -> {"pid", "stacks"} (every Python thread's stack), or {"error"} saying why none."""
+    answer = _call(h, "stacks", *_tasks(tasks), "--wait", str(wait_s), timeout=wait_s * len(tasks) + 30)
+    return {name: dict(answer.get(name) or {"error": "no answer"}) for name in tasks}
+
+
 def _tasks(tasks: list[str]) -> list[str]:
     return [a for name in tasks for a in ("--task", name)]
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
+from backend import stacks
 from console import figures
 from console.live import LiveRun, Progress, progress, step_times
 
@@ -80,3 +81,18 @@ def log_html(lines: list[str]) -> str:
         if ERROR_LINE.search(line) else html.escape(line) for line in lines)
     return ('<pre style="max-height:360px;overflow:auto;font-size:12px;background:#f7f7f9;'
             f'padding:8px;border-radius:6px;white-space:pre-wrap">{body or "(no lines)"}</pre>')
+
+
+def stall_warning(live: LiveRun, *, now: float) -> str:
+    """Names the worker whose step stopped advancing, well before the stall timeout acts."""
+    if not live.run.state.live:
+        return ""
+    limit = live.run.job.restart.stall_timeout_s
+    return stacks.stall_note(stacks.progress(live.metrics), now=now, stall_timeout_s=limit,
+                             warn_after_s=min(60.0, limit / 2))
+
+
+def stacks_text(found: list) -> dict[str, str]:
+    """Task label -> what to show for it: its stacks, or why there are none."""
+    return {f"{s.task} on {s.host}" + (" (in the job's own code)" if s.in_job_code else ""):
+            s.text or f"(no stacks: {s.error})" for s in found}

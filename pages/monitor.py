@@ -3,6 +3,7 @@ import time
 
 import streamlit as st
 
+from backend import stacks
 from console import monitor_view, state, widgets
 
 state.init()
@@ -24,6 +25,9 @@ def live_panel() -> None:
     p = snap.progress
     st.progress(p.fraction, text=p.text())
     st.caption(monitor_view.watch_line(snap.monitor, now=time.time()))
+    stall = monitor_view.stall_warning(live, now=time.time())
+    if stall:
+        st.warning(stall)
     st.plotly_chart(snap.loss, key="loss_chart", width="stretch")
     a, b = st.columns(2)
     a.plotly_chart(snap.step_time, key="step_time_chart", width="stretch")
@@ -33,6 +37,18 @@ def live_panel() -> None:
 
 
 live_panel()
+
+if st.button("Dump stacks", key="dump_stacks", disabled=not live.run.state.live,
+             help="Every worker's Python stack, now: where a hung run is stuck"):
+    with st.spinner("asking every worker for its stacks..."):
+        found, folder = stacks.dump_and_save(live.run)
+    st.session_state.stacks_dump = (monitor_view.stacks_text(found), str(folder or ""))
+if st.session_state.get("stacks_dump"):
+    shown, folder = st.session_state.stacks_dump
+    st.caption(f"Stacks saved in {folder}" if folder else "Stacks could not be saved")
+    for label, text in shown.items():
+        with st.expander(label, expanded=True):
+            st.code(text, language="text")
 
 st.subheader("Logs")
 c1, c2, c3, c4 = st.columns([2, 3, 1, 1])

@@ -20,6 +20,7 @@ import time
 
 import layout
 import spawn
+import stackdump
 
 FAILED = 3
 READ_LIMIT = 16 << 20     # bytes per read answer: one call stays short on a slow link
@@ -54,6 +55,21 @@ def cmd_status(a) -> dict:
 
 def cmd_stop(a) -> dict:
     return spawn.stop(a.run, a.task, a.grace)
+
+
+def cmd_stacks(a) -> dict:
+    """Each running task's Python stacks (``stackdump.py``), or why there are none."""
+    out = {}
+    for task in a.task:
+        info = spawn._status_one(a.run, task)
+        pid = info.get("pid")
+        if info["state"] != "running" or not pid:
+            out[task] = {"error": f"{task} is {info['state']}, not running"}
+        elif not stackdump.catches(pid):
+            out[task] = {"error": f"{task} (pid {pid}) has no stack handler: only harness jobs dump stacks"}
+        else:
+            out[task] = {"pid": pid, "stacks": stackdump.dump(a.run, task, pid, a.wait)}
+    return out
 
 
 def cmd_read(a) -> dict:
@@ -162,6 +178,9 @@ def parser() -> argparse.ArgumentParser:
     s = add("stop", cmd_stop, "stop tasks' process groups: INT and TERM, then KILL")
     s.add_argument("--task", action="append", required=True)
     s.add_argument("--grace", type=float, default=10.0)
+    s = add("stacks", cmd_stacks, "each task's Python stacks (SIGUSR1 to its faulthandler)")
+    s.add_argument("--task", action="append", required=True)
+    s.add_argument("--wait", type=float, default=5.0, help="seconds to wait for each dump")
     s = add("read", cmd_read, "a file's bytes (base64), by offset or from its end")
     s.add_argument("--path", required=True)
     where = s.add_mutually_exclusive_group()

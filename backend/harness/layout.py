@@ -18,6 +18,7 @@ WORKER_CHECKPOINTS = "worker_checkpoints"  # <task>/: every other worker's own c
 REQUESTS = "requests"          # save-now requests, read by the chief
 EXPORTS = "exports"            # <name>/ with saved_model/, model.keras, result.json
 TENSORBOARD = "tensorboard"
+STACKS = "stacks"              # <task>.txt: Python stacks a task writes on SIGUSR1 (faulthandler)
 STATE = "state.json"           # the local run directory's persisted run state
 
 
@@ -36,6 +37,10 @@ def task_file(run: str, task: str, suffix: str) -> str:
 
 def log_file(run: str, task: str) -> str:
     return os.path.join(run, LOGS, f"{task}.log")
+
+
+def stacks_file(run: str, task: str) -> str:
+    return os.path.join(run, STACKS, f"{task}.txt")
 
 
 def worker_checkpoint_dir(run: str, task: str) -> str:

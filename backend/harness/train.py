@@ -17,6 +17,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, when imported too
 
 import jobs  # noqa: E402  (stdlib only: a bad job or --param fails before TF loads)
+import stackdump  # noqa: E402  (stdlib only)
 
 
 def parse_args(argv):
@@ -40,6 +41,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     task = "?"
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # First thing: a worker hung anywhere (even in cluster start-up) can show its stack.
+    stackdump.install(args.run_dir, os.environ.get("TFCONSOLE_TASK") or "worker-0")
     try:
         job = jobs.load_job(args.job)
         params = jobs.settle_params(job, args.param)

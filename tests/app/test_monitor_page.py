@@ -55,3 +55,10 @@ def test_log_filter_and_highlight():
     assert monitor_view.filter_log(lines, errors_only=True) == lines[2:]
     html = monitor_view.log_html(lines[1:])
     assert "&lt;input&gt;" in html and html.count("color:#b00020") == 2
+
+
+def test_dump_stacks_is_offered_only_for_a_live_run(on_finished):
+    open_page, run_id = on_finished
+    at = open_page("monitor")
+    assert not at.exception
+    assert at.button(key="dump_stacks").disabled   # a finished run has no process to ask
