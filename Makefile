@@ -22,14 +22,17 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $@
 
-# Debian packages the tests drive for real: OpenSSH server and client, Chromium, ps, and
-# ip/unshare/nsenter for the jump-host test's private network (tests/netns.py).
+# Debian packages the tests drive for real: OpenSSH server and client, Chromium, ps,
+# ip/unshare/nsenter for the jump-host test's private network (tests/netns.py), and Slurm with
+# munge for the one-node test cluster (tests/slurm.py; no systemd needed).
 system-deps:
 	@if ! command -v /usr/sbin/sshd >/dev/null || ! command -v chromium >/dev/null || ! command -v ps >/dev/null \
-	    || ! command -v ip >/dev/null || ! command -v nsenter >/dev/null; then \
+	    || ! command -v ip >/dev/null || ! command -v nsenter >/dev/null \
+	    || ! command -v /usr/sbin/slurmctld >/dev/null || ! command -v /usr/sbin/slurmd >/dev/null \
+	    || ! command -v sbatch >/dev/null || ! command -v /usr/sbin/munged >/dev/null; then \
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q openssh-server openssh-client chromium procps \
-	    iproute2 util-linux; \
+	    iproute2 util-linux slurmctld slurmd slurm-client munge; \
 	fi
 
 run: $(VENV)/.runtime

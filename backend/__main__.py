@@ -11,6 +11,7 @@ from backend.hosts.ssh import SSHOptions, fetch_host_key, fingerprint, trust_hos
 from backend.preflight import CHECKS, run_preflight
 from backend.runs import RunStore
 from backend.hosts.pool import Pool
+from backend.slurm.spec import load_any_cluster
 from backend.spec import load_cluster, load_job
 
 
@@ -44,7 +45,7 @@ def cmd_preflight(a) -> int:
 
 
 def cmd_launch(a) -> int:
-    run = launcher.launch(load_cluster(a.cluster), load_job(a.job), store=RunStore(a.runs),
+    run = launcher.launch(load_any_cluster(a.cluster), load_job(a.job), store=RunStore(a.runs),
                           options=_options(a), run_id=a.run_id)
     print(run.run_id)
     if a.wait:

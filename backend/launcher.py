@@ -22,6 +22,7 @@ from backend.outcome import TaskStatus  # noqa: F401  (re-exported for older cal
 from backend.preflight import require_preflight
 from backend.run import Run
 from backend.runs import Phase, RunState, RunStore, TaskState, check_run_id, new_run_id
+from backend.slurm.spec import SlurmSpec, slurm_to_dict
 from backend.spec import ClusterSpec, JobKind, JobSpec, RestartMode, cluster_to_dict, job_to_dict
 
 
@@ -30,22 +31,30 @@ class Preflight(enum.Enum):
     SKIP = "skip"          # the caller has just run it (the console shows its table first)
 
 
-def launch(cluster: ClusterSpec, job: JobSpec, *, store: RunStore | None = None,
+def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | None = None,
            options: SSHOptions | None = None, preflight: Preflight = Preflight.REQUIRED,
            run_id: str | None = None) -> Run:
-    """Start every task, or none: if any fails to start, the started ones are stopped."""
-    tfconfig.require_valid(cluster)
+    """Start every task, or none: if any fails to start, the started ones are stopped.
+
+    ``cluster`` is a list of hosts, or a ``SlurmSpec`` (Slurm starts the tasks; its own checks
+    at ``sbatch`` time replace preflight, and refuse with Slurm's message).
+    """
     store = store or RunStore()
     run_id = check_run_id(run_id or new_run_id())
     pool = Pool(options)
-    if preflight == Preflight.REQUIRED:
-        require_preflight(cluster, pool)
+    if isinstance(cluster, SlurmSpec):
+        saved, cluster = slurm_to_dict(cluster), cluster.as_cluster()
+    else:
+        saved = cluster_to_dict(cluster)
+        tfconfig.require_valid(cluster)
+        if preflight == Preflight.REQUIRED:
+            require_preflight(cluster, pool)
     # The remote folder carries a fresh suffix: a reused run id (after `make clean`, say) never
     # meets an older run's metrics or checkpoints on a host.
     remote_name = f"{run_id}.{secrets.token_hex(3)}"
     local_dir = store.reserve(run_id)
     job = _keep_module(job, local_dir)
-    state = RunState(run_id, time.time(), cluster_to_dict(cluster), job_to_dict(job),
+    state = RunState(run_id, time.time(), saved, job_to_dict(job),
                      [TaskState(n, i, t.host, layout.run_dir(t.workdir, remote_name))
                       for i, (n, t) in enumerate(zip(cluster.task_names(), cluster.tasks))])
     store.save(state)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from backend import keeper_process
 from backend.engines.base import Engine, StopReport
-from backend.engines.hosts import HostsEngine
+from backend.engines import engine_for, tasks_view
 from backend.errors import ConsoleError, HostError, MultiHostError, RunError
 from backend.harness import layout
 from backend.hosts.pool import Pool, make_transport
 from backend.outcome import Conclusion, TaskStatus, Verdict, conclude
 from backend.runs import Phase, RunState, RunStore, TaskState
-from backend.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec, cluster_from_dict, job_from_dict
+from backend.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec, job_from_dict
 
 SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (docs/facts.md #6)
 
@@ -26,9 +26,10 @@ SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (doc
 class Run:
     def __init__(self, state: RunState, store: RunStore, pool: Pool, engine: Engine | None = None) -> None:
         self.state, self.store, self.pool = state, store, pool
-        self.cluster: ClusterSpec = cluster_from_dict(state.cluster)
+        # A Slurm run's tasks are seen through its login host (backend.engines.tasks_view).
+        self.cluster: ClusterSpec = tasks_view(state.cluster)
         self.job: JobSpec = job_from_dict(state.job)
-        self.engine: Engine = engine or HostsEngine(pool)
+        self.engine: Engine = engine or engine_for(state.cluster, pool)
         self.keeper_note = ""   # what settle() found about the keeper, for status displays
 
     @property

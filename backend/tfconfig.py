@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from backend.errors import SpecError, SpecErrors
+from backend.harness import tf_config as tf_config_doc
 from backend.spec import ClusterSpec, Role, TransportKind
 
 # TensorFlow lists chief and workers in "cluster"; an evaluator only learns its own task entry.
@@ -25,9 +26,8 @@ def tf_config(cluster: ClusterSpec, task_position: int) -> dict:
         raise SpecError("task_position", f"no task at position {task_position!r}",
                         f"Use a position from 0 to {len(indexed) - 1}.")
     task, index = indexed[task_position]
-    listed = {role.value: [t.address for t in cluster.tasks if t.role is role] for role in _LISTED_ROLES}
-    return {"cluster": {role: addrs for role, addrs in listed.items() if addrs},
-            "task": {"type": task.role.value, "index": index}}
+    addresses = {role.value: [t.address for t in cluster.tasks if t.role is role] for role in _LISTED_ROLES}
+    return tf_config_doc.build(addresses, task.role.value, index)
 
 
 def all_tf_configs(cluster: ClusterSpec) -> dict[str, dict]:

@@ -218,3 +218,24 @@ def jump_host(operator_ssh, client_key, tmp_path_factory):
         bridge.kill()
         bridge.wait(timeout=10)
         space.close()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real one-node Slurm cluster (tests/slurm.py); ``SLURM_CONF`` points every client at it.
+
+    Session-wide: the daemons start in about a second, but one cluster for all tests keeps the
+    job ids and the node's state easy to read in a failure.
+    """
+    from tests import slurm
+    lacking = slurm.missing()
+    require("a one-node Slurm cluster (" + ", ".join(lacking) + ")", not lacking)
+    cluster = slurm.start()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = cluster.env["SLURM_CONF"]
+    yield cluster
+    cluster.stop()
+    if before is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = before

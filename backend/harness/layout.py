@@ -20,6 +20,7 @@ EXPORTS = "exports"            # <name>/ with saved_model/, model.keras, result.
 TENSORBOARD = "tensorboard"
 STACKS = "stacks"              # <task>.txt: Python stacks a task writes on SIGUSR1 (faulthandler)
 STATE = "state.json"           # the local run directory's persisted run state
+SLURM_RANK_LOG = "slurm-task-{rank}.log"   # in logs/: srun --output of rank N; logs/<task>.log links to it
 
 
 def task_name(role: str, index: int) -> str:

@@ -1,0 +1,154 @@
+"""The Slurm engine: an attempt is one ``sbatch`` job; Slurm starts, tracks and ends its tasks.
+
+Every command runs on the login host (local, or over the SSH transport with its aliases, keys and
+jump hosts): ``sbatch --parsable`` of the script ``backend.slurm.script`` builds,
+``scontrol show job`` (with each task's exit file) for status, ``scancel`` to stop. The run
+folder is on a filesystem the login host shares with the nodes (docs/slurm.md), so logs,
+metrics and checkpoints are read on the login host, and the watch agent, save now, export and
+restore work there unchanged. Each attempt's Slurm job id is kept in the local run folder
+(``slurm.json``): a restart is a new job, resuming from the newest checkpoint.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import TYPE_CHECKING
+
+from backend import diagnose
+from backend.engines.base import Started, StopReport
+from backend.engines.hosts import bundle
+from backend.errors import ConsoleError, HostError
+from backend.harness import layout
+from backend.hosts.pool import Pool
+from backend.outcome import TaskPhase, TaskStatus
+from backend.runs import write_private
+from backend.slurm import script as batch
+from backend.slurm.spec import SlurmSpec
+from backend.slurm.states import JobInfo, SlurmPhase, parse_scontrol, task_statuses
+
+if TYPE_CHECKING:
+    from backend.run import Run
+
+JOBS_FILE = "slurm.json"   # in the local run folder: {"jobs": {attempt: job id}}
+STOP_WAIT_S = 120.0        # beyond the grace: Slurm's KillWait (30 s by default) and its cleanup
+# Unpack the harness and the job module into the run folder and write the batch script there.
+UNPACK = """import base64, io, json, os, sys, tarfile
+run, script = sys.argv[1], sys.argv[2]
+req = json.load(sys.stdin)
+tar = tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["bundle"])))
+tar.extractall(run, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+for sub in ("logs", "tasks"):
+    os.makedirs(os.path.join(run, sub), exist_ok=True)
+os.makedirs(os.path.dirname(script), mode=0o700, exist_ok=True)
+fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)   # the job's env may hold secrets
+os.write(fd, req["script"].encode())
+os.close(fd)
+"""
+
+
+class SlurmEngine:
+    def __init__(self, pool: Pool, spec: SlurmSpec) -> None:
+        self.pool, self.spec = pool, spec
+
+    def _login(self):
+        return self.pool.transport(self.spec.login())
+
+    @staticmethod
+    def _run_dir(run: "Run") -> str:
+        return run.state.chief.remote_run_dir   # every task shares it (one shared filesystem)
+
+    # -- the job id of each attempt ----------------------------------------------------------
+    @staticmethod
+    def jobs(run: "Run") -> dict[str, str]:
+        try:
+            return json.loads((run.local_dir / JOBS_FILE).read_text())["jobs"]
+        except (FileNotFoundError, ValueError, KeyError):
+            return {}
+
+    def job_id(self, run: "Run") -> str | None:
+        return self.jobs(run).get(str(run.state.attempt))
+
+    def _remember(self, run: "Run", attempt: int, job_id: str) -> None:
+        jobs = {**self.jobs(run), str(attempt): job_id}
+        write_private(run.local_dir / JOBS_FILE, json.dumps({"jobs": jobs}))
+
+    # -- the protocol ---------------------------------------------------------------------
+    def begin(self, run: "Run", *, attempt: int, resume_step: int | None) -> dict[str, Started]:
+        run_dir, login = self._run_dir(run), self._login()
+        text = batch.batch_script(self.spec, run.job, run_dir=run_dir, run_id=run.run_id,
+                                  attempt=attempt, resume_step=resume_step)
+        path = batch.script_path(run_dir, attempt)
+        request = {"bundle": base64.b64encode(bundle(run.job)).decode(), "script": text}
+        login.run([self.spec.python, "-S", "-c", UNPACK, run_dir, path], stdin=json.dumps(request).encode(),
+                  timeout=120).check(f"could not prepare {run_dir}",
+                                     "Check python and that workdir is writable on the login host.")
+        result = login.run(["sbatch", "--parsable", path], timeout=60)
+        if not result.ok:   # Slurm's own words: invalid partition, account, QoS, limits
+            raise HostError(login.host, "sbatch refused the job",
+                            "Fix the Slurm fields of the cluster file (partition, account, qos, "
+                            "time_limit, extra) and launch again.", exit_code=result.exit_code,
+                            stderr_tail=result.stderr)
+        job_id = result.stdout.strip().splitlines()[-1].split(";")[0]
+        self._remember(run, attempt, job_id)
+        now = time.time()
+        return {t.name: Started(started=now) for t in run.state.tasks}
+
+    def probe(self, run: "Run", job_id: str) -> tuple[JobInfo | None, dict]:
+        """Slurm's view of the job and every task's files, in one command on the login host."""
+        run_dir = self._run_dir(run)
+        argv = [self.spec.python, "-S", f"{run_dir}/{layout.HARNESS}/slurm_task.py", "probe",
+                "--run-dir", run_dir, "--job", job_id] + [a for t in run.state.tasks for a in ("--task", t.name)]
+        result = self._login().run(argv, timeout=60).check(
+            "could not read the Slurm job's state", "Check the login host and that scontrol works there.")
+        answer = json.loads(result.stdout)
+        return parse_scontrol(answer["scontrol"]["out"]), answer["tasks"]
+
+    def status(self, run: "Run") -> list[TaskStatus]:
+        names = [t.name for t in run.state.tasks]
+        job_id = self.job_id(run)
+        if job_id is None:   # the attempt never reached sbatch
+            return [TaskStatus(n, self.spec.host, TaskPhase.LOST) for n in names]
+        try:
+            job, files = self.probe(run, job_id)
+        except (ConsoleError, ValueError, KeyError) as err:
+            return [TaskStatus(n, self.spec.host, TaskPhase.UNREACHABLE, diagnosis=str(err)) for n in names]
+        statuses = task_statuses(job, files, names)
+        for s in statuses:
+            if s.failed and s.diagnosis is None:   # the task's own failure: read its log
+                s.diagnosis = diagnose.diagnose(diagnose.current_attempt(self.log_tail(run, s.name, 20000)))
+        return statuses
+
+    def job(self, run: "Run") -> JobInfo | None:
+        """The current attempt's job as Slurm shows it (None: not submitted, or forgotten)."""
+        job_id = self.job_id(run)
+        return self.probe(run, job_id)[0] if job_id else None
+
+    def stop(self, run: "Run", *, grace_s: float) -> StopReport:
+        """``scancel``, then wait until Slurm reports every process of the job ended."""
+        job_id, host = self.job_id(run), self.spec.host
+        if job_id is None:
+            return StopReport()
+        try:
+            job, _ = self.probe(run, job_id)
+            if job is not None and not job.phase.ended:
+                self._login().run(["scancel", job_id], timeout=60).check(
+                    f"scancel {job_id} failed", "Check the login host, then stop again.")
+            deadline = time.time() + grace_s + STOP_WAIT_S
+            while job is not None and not job.phase.ended:
+                if time.time() > deadline:
+                    raise HostError(host, f"Slurm job {job_id} is still {job.state} on {job.nodes}",
+                                    "Ask the cluster's administrator about those nodes, then stop again.")
+                time.sleep(0.5)
+                job, _ = self.probe(run, job_id)
+        except HostError as err:
+            return StopReport({host: err}, [] if "still" in err.problem else [host])
+        return StopReport()
+
+    def log_tail(self, run: "Run", task: str, max_bytes: int) -> str:
+        path = layout.log_file(self._run_dir(run), task)   # a link to the rank's srun output
+        result = self._login().run(["tail", "-c", str(max_bytes), path], timeout=30)
+        return result.stdout if result.ok else ""
+
+    def chief_transport(self, run: "Run"):
+        return self._login()

@@ -1,0 +1,108 @@
+"""One Slurm task: ``srun ... python -S slurm_task.py run --run-dir RUN --tf-port P -- ARGV``.
+
+The batch script starts this on every task of its ``srun`` step. It builds the task's
+TF_CONFIG from the step's ``SLURM_*`` variables (slurm_env.py, with the same builder the console
+uses for SSH hosts), runs ARGV (the harness, unchanged) with it, and keeps the files every other
+part of the console reads in the run directory: ``tasks/<task>.json`` (pid, node),
+``tasks/<task>.exit`` (exit code) and ``logs/<task>.log`` (a link to the log ``srun --output``
+writes for this rank). ``probe`` answers the console's status poll in one command.
+Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import layout  # noqa: E402
+import slurm_env  # noqa: E402
+from spawn import _read, _write_atomic  # noqa: E402  (the task files as spawn.py writes them)
+
+
+def _link_log(run: str, name: str, rank: int) -> None:
+    """``logs/<task>.log`` -> this rank's srun output, so every reader finds it by task name."""
+    link = layout.log_file(run, name)
+    tmp = f"{link}.{os.getpid()}.tmp"
+    os.symlink(layout.SLURM_RANK_LOG.format(rank=rank), tmp)
+    os.replace(tmp, link)
+
+
+def _default_signals() -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def run(run_dir: str, tf_port: int, argv: list[str]) -> int:
+    name, config = slurm_env.tf_config_for(dict(os.environ), tf_port)
+    rank = int(os.environ["SLURM_PROCID"])
+    for sub in (layout.TASKS, layout.LOGS):
+        os.makedirs(os.path.join(run_dir, sub), exist_ok=True)
+    exit_file = layout.task_file(run_dir, name, "exit")
+    if os.path.exists(exit_file):
+        os.remove(exit_file)
+    _link_log(run_dir, name, rank)
+    # Diagnosis reads the log from the last such line on (backend.diagnose.ATTEMPT_MARK).
+    print(f"=== tfconsole attempt {os.environ.get('TFCONSOLE_ATTEMPT', '?')} "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S')} === {name} on {socket.gethostname()} "
+          f"TF_CONFIG={json.dumps(config)}", flush=True)
+    # Slurm signals every process of the step on scancel or timeout; this wrapper outlives TERM
+    # so it can record the harness's exit code (KILL, after KillWait, ends both).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    env = {**os.environ, "TF_CONFIG": json.dumps(config), "TFCONSOLE_TASK": name}
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_default_signals)
+    _write_atomic(layout.task_file(run_dir, name, "json"), json.dumps({
+        "pid": proc.pid, "pgid": os.getpgid(0), "node": socket.gethostname(), "rank": rank,
+        "job": os.environ.get("SLURM_JOB_ID"), "started": time.time(), "tf_config": config}))
+    code = proc.wait()
+    _write_atomic(exit_file, f"{code}\n")
+    return code if code >= 0 else 128 - code
+
+
+def probe(run_dir: str, job: str, names: list[str]) -> dict:
+    """``scontrol show job -o`` and every task's files, for one status poll."""
+    try:
+        sc = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True,
+                            timeout=30)
+        scontrol = {"code": sc.returncode, "out": sc.stdout, "err": sc.stderr}
+    except (OSError, subprocess.TimeoutExpired) as err:
+        scontrol = {"code": 127, "out": "", "err": f"scontrol: {err}"}
+    tasks = {}
+    for name in names:
+        info, code = _read(layout.task_file(run_dir, name, "json")), _read(layout.task_file(run_dir, name, "exit"))
+        try:
+            tasks[name] = {"info": json.loads(info) if info else None,
+                           "exit": int(code) if code and code.strip() else None}
+        except ValueError:   # a file being written: the next poll reads it whole
+            tasks[name] = {"info": None, "exit": None}
+    return {"scontrol": scontrol, "tasks": tasks}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--run-dir", required=True)
+    r.add_argument("--tf-port", type=int, required=True)
+    r.add_argument("argv", nargs=argparse.REMAINDER)
+    q = sub.add_parser("probe")
+    q.add_argument("--run-dir", required=True)
+    q.add_argument("--job", required=True)
+    q.add_argument("--task", action="append", default=[])
+    a = p.parse_args(argv)
+    if a.cmd == "probe":
+        print(json.dumps(probe(a.run_dir, a.job, a.task)))
+        return 0
+    command = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+    return run(a.run_dir, a.tf_port, command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The batch script ``sbatch`` runs for one attempt (pure; the console shows it as a preview).
+
+One ``srun`` step starts one task per worker: each runs ``harness/slurm_task.py``, which builds
+its TF_CONFIG from the step's ``SLURM_*`` variables and runs the harness command unchanged.
+``--distribution=block`` fixes which rank lands on which node (slurm_env.py relies on it);
+``--kill-on-bad-exit`` ends the step when one task fails, because under
+MultiWorkerMirroredStrategy its peers can only abort or hang. ``--no-requeue``: a restart is
+the console's own resubmission, which resumes from the newest checkpoint. Every value is
+quoted for the shell, and the option values were allow-listed by the spec.
+"""
+from __future__ import annotations
+
+import shlex
+
+from backend.engines.hosts import task_argv   # the same harness command line as on SSH hosts
+from backend.harness import layout
+from backend.slurm.spec import FLAG_OPTIONS, SlurmSpec
+from backend.spec import JobSpec
+
+BATCH_LOG = "slurm-batch-%j.log"   # the batch script's own output, per Slurm job id
+
+
+def script_path(run_dir: str, attempt: int) -> str:
+    return f"{run_dir}/slurm/attempt-{attempt}.sbatch"
+
+
+def sbatch_options(spec: SlurmSpec, *, run_id: str, run_dir: str) -> list[str]:
+    opts = [f"--job-name=tfconsole-{run_id}", f"--nodes={spec.nodes}",
+            f"--ntasks-per-node={spec.tasks_per_node}", f"--cpus-per-task={spec.cpus_per_task}",
+            f"--time={spec.time_limit}", f"--output={run_dir}/{layout.LOGS}/{BATCH_LOG}", "--no-requeue"]
+    for name in ("partition", "account", "qos"):
+        if getattr(spec, name):
+            opts.append(f"--{name}={getattr(spec, name)}")
+    if spec.gpus_per_task:
+        opts.append(f"--gpus-per-task={spec.gpus_per_task}")
+    for key, value in spec.extra.items():
+        opts.append(f"--{key}" if key in FLAG_OPTIONS else f"--{key}={value}")
+    return opts
+
+
+def batch_script(spec: SlurmSpec, job: JobSpec, *, run_dir: str, run_id: str, attempt: int,
+                 resume_step: int | None) -> str:
+    """The whole script. ``run_dir`` is relative to home (sbatch runs there) or absolute."""
+    env = {**job.env, "TFCONSOLE_RUN_DIR": run_dir, "TFCONSOLE_RUN_ID": run_id,
+           "TFCONSOLE_ATTEMPT": str(attempt), "PYTHONUNBUFFERED": "1"}
+    if not spec.gpus_per_task:   # CPU only: no task may grab a GPU by accident
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    resumed = "from scratch" if resume_step is None else f"resuming from step {resume_step}"
+    task = [spec.python, "-S", f"{run_dir}/{layout.HARNESS}/slurm_task.py", "run",
+            "--run-dir", run_dir, "--tf-port", str(spec.tf_port), "--",
+            *task_argv(job, spec.login(), run_dir, run_id, attempt, resume_step)]
+    srun = ["srun", "--distribution=block", "--kill-on-bad-exit=1", "--open-mode=append",
+            f"--output={run_dir}/{layout.LOGS}/{layout.SLURM_RANK_LOG.format(rank='%t')}"]
+    lines = ["#!/bin/bash",
+             f"# tfconsole run {run_id}, attempt {attempt}, {resumed}: {spec.num_tasks} tasks, "
+             "one per worker; rank 0 is the chief.",
+             *[f"#SBATCH {opt}" for opt in sbatch_options(spec, run_id=run_id, run_dir=run_dir)],
+             "",
+             *[f"export {key}={shlex.quote(value)}" for key, value in env.items()],
+             f"mkdir -p {shlex.quote(f'{run_dir}/{layout.LOGS}')}",
+             "# Each task builds its TF_CONFIG from SLURM_PROCID, SLURM_STEP_NODELIST and",
+             "# SLURM_STEP_TASKS_PER_NODE; slot k on a node listens on --tf-port + k.",
+             shlex.join(srun) + " \\",
+             "  " + shlex.join(task),
+             ""]
+    return "\n".join(lines)
+
+
+def preview(spec: SlurmSpec, job: JobSpec) -> str:
+    """The script as the first attempt of a new run would get it (run id shown as RUN_ID)."""
+    return batch_script(spec, job, run_dir=layout.run_dir(spec.workdir, "RUN_ID"), run_id="RUN_ID",
+                        attempt=1, resume_step=None)

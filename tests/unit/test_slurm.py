@@ -1,0 +1,136 @@
+"""The Slurm kind's pure parts: the spec's validation, the batch script, Slurm's output read back,
+and a task's place from its step's SLURM_* variables."""
+from __future__ import annotations
+
+import pytest
+
+from backend.errors import SpecErrors
+from backend.harness import slurm_env
+from backend.outcome import TaskPhase, Verdict, conclude
+from backend.slurm.script import batch_script
+from backend.slurm.spec import SlurmSpec, any_cluster_from_dict, slurm_from_dict, slurm_to_dict
+from backend.slurm.states import SlurmPhase, parse_scontrol, parse_squeue, task_statuses
+from backend.spec import ClusterSpec, JobKind, JobSpec
+
+BASE = {"kind": "slurm", "host": "login1"}
+
+
+def errors_of(**fields) -> dict[str, str]:
+    with pytest.raises(SpecErrors) as info:
+        slurm_from_dict({**BASE, **fields})
+    return {e.field: str(e) for e in info.value.errors}
+
+
+def test_a_slurm_file_round_trips_and_shows_its_tasks_through_the_login_host():
+    spec = slurm_from_dict({**BASE, "partition": "gpu", "nodes": 2, "tasks_per_node": 2,
+                            "gpus_per_task": 1, "extra": {"mem": "16G", "exclusive": True}})
+    assert slurm_from_dict(slurm_to_dict(spec)) == spec
+    assert isinstance(any_cluster_from_dict(slurm_to_dict(spec)), SlurmSpec)
+    assert isinstance(any_cluster_from_dict({"tasks": [{"role": "worker", "host": "a", "tf_port": 2000}]}),
+                      ClusterSpec)
+    view = spec.as_cluster()
+    assert view.task_names() == ["chief-0", "worker-0", "worker-1", "worker-2"]
+    assert {t.host for t in view.tasks} == {"login1"}
+
+
+@pytest.mark.parametrize("field,value,fix", [
+    ("partition", "gpu;rm -rf", "sinfo"),
+    ("nodes", 0, "1, 2, 3"),
+    ("tasks_per_node", "two", "1, 2, 3"),
+    ("gpus_per_task", -1, "CPU only"),
+    ("time_limit", "soon", "HH:MM:SS"),
+    ("time_limit", "0:00", "HH:MM:SS"),
+    ("account", "a b", "sacctmgr"),
+    ("extra.output", "x", "Use only these sbatch options"),
+    ("extra.mem", "16 G\n#SBATCH --x", "no spaces"),
+    ("extra.exclusive", "yes", "exclusive: true"),
+    ("host", "a;b", "hostname"),
+])
+def test_a_bad_field_is_named_with_its_fix(field, value, fix):
+    top, _, sub = field.partition(".")
+    found = errors_of(**{top: {sub: value} if sub else value})
+    assert field in found and fix in found[field], found
+
+
+def test_the_batch_script_starts_one_task_per_worker_with_srun():
+    spec = slurm_from_dict({**BASE, "partition": "debug", "nodes": 2, "tasks_per_node": 2,
+                            "account": "ml", "qos": "high", "time_limit": "04:00:00", "extra": {"mem": "8G"},
+                            "python": "/opt/venv/bin/python", "tf_port": 30000})
+    job = JobSpec(kind=JobKind.HARNESS, module="/x/synthetic.py", params={"epochs": 2},
+                  env={"SECRET_NAME": "a b'c"})
+    text = batch_script(spec, job, run_dir="tf/runs/r1.abc", run_id="r1", attempt=2, resume_step=40)
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2", "#SBATCH --partition=debug",
+                 "#SBATCH --account=ml", "#SBATCH --qos=high", "#SBATCH --time=04:00:00",
+                 "#SBATCH --mem=8G", "#SBATCH --no-requeue", "export CUDA_VISIBLE_DEVICES=''",
+                 "export SECRET_NAME='a b'\"'\"'c'", "export TFCONSOLE_ATTEMPT=2"):
+        assert line in text.splitlines(), line
+    srun = text[text.index("\nsrun "):]
+    assert "--output=tf/runs/r1.abc/logs/slurm-task-%t.log" in srun
+    assert "harness/slurm_task.py run --run-dir tf/runs/r1.abc --tf-port 30000 --" in srun
+    assert "harness/train.py --run-dir tf/runs/r1.abc" in srun and "--resume-step 40" in srun
+    gpu = batch_script(slurm_from_dict({**BASE, "gpus_per_task": 1}), job, run_dir="r", run_id="r1",
+                       attempt=1, resume_step=None)
+    assert "#SBATCH --gpus-per-task=1" in gpu and "CUDA_VISIBLE_DEVICES" not in gpu
+
+
+def test_a_task_builds_its_tf_config_from_its_step_variables():
+    env = {"SLURM_PROCID": "3", "SLURM_STEP_NODELIST": "gpu[01-02],big7",
+           "SLURM_STEP_TASKS_PER_NODE": "2(x2),1", "SLURM_STEP_NUM_TASKS": "5"}
+    name, config = slurm_env.tf_config_for(env, 23456)
+    assert name == "worker-2"
+    assert config == {"cluster": {"chief": ["gpu01:23456"],
+                                  "worker": ["gpu01:23457", "gpu02:23456", "gpu02:23457", "big7:23456"]},
+                      "task": {"type": "worker", "index": 2}}
+    assert slurm_env.tf_config_for({**env, "SLURM_PROCID": "0"}, 23456)[1]["task"] == {"type": "chief", "index": 0}
+
+
+SCONTROL = ("JobId=41 JobName=tfconsole-r1 UserId=ann(1000) Priority=1 Account=(null) QOS=normal "
+            "JobState={state} Reason={reason} Dependency=(null) Requeue=0 Restarts=0 BatchFlag=1 "
+            "ExitCode={code} RunTime=00:00:31 TimeLimit=00:00:30 Command=/home/ann/my runs/a.sbatch "
+            "WorkDir=/home/ann NodeList={nodes} NumNodes=1 NumTasks=2\n")
+
+
+def job(state, reason="None", code="0:0", nodes="vm"):
+    return parse_scontrol(SCONTROL.format(state=state, reason=reason, code=code, nodes=nodes))
+
+
+def test_scontrol_and_squeue_lines_are_read():
+    info = job("PENDING", "Resources", nodes="(null)")
+    assert (info.job_id, info.phase, info.reason, info.nodes) == ("41", SlurmPhase.PENDING, "Resources", "")
+    assert info.label == "pending (Resources)"
+    assert job("CANCELLED", code="0:15").signal == 15
+    assert parse_scontrol("slurm_load_jobs error: Invalid job id specified\n") is None
+    queued = parse_squeue("41|PENDING|Priority|(null)|10:00\n")
+    assert (queued.phase, queued.reason) == (SlurmPhase.PENDING, "Priority")
+    assert parse_squeue("") is None
+
+
+@pytest.mark.parametrize("state,phase", [
+    ("PENDING", SlurmPhase.PENDING), ("RUNNING", SlurmPhase.RUNNING), ("COMPLETING", SlurmPhase.COMPLETING),
+    ("COMPLETED", SlurmPhase.COMPLETED), ("FAILED", SlurmPhase.FAILED), ("CANCELLED", SlurmPhase.CANCELLED),
+    ("TIMEOUT", SlurmPhase.TIMEOUT), ("NODE_FAIL", SlurmPhase.NODE_FAIL), ("OUT_OF_MEMORY", SlurmPhase.OUT_OF_MEMORY),
+])
+def test_each_slurm_state_maps_to_a_phase(state, phase):
+    assert job(state).phase == phase
+
+
+NAMES = ["chief-0", "worker-0"]
+
+
+def test_task_statuses_follow_the_job_and_the_tasks_own_exit_codes():
+    running = {"chief-0": {"info": {"node": "vm"}, "exit": None}, "worker-0": {"info": None, "exit": None}}
+    pending = task_statuses(job("PENDING", "Resources"), {}, NAMES)
+    assert [s.state for s in pending] == [TaskPhase.PENDING] * 2 and "Resources" in pending[0].diagnosis
+    assert conclude(pending).verdict == Verdict.GOING
+    live = task_statuses(job("RUNNING"), running, NAMES)
+    assert [s.state for s in live] == [TaskPhase.RUNNING, TaskPhase.STARTING]
+    done = {n: {"info": {"node": "vm"}, "exit": 0} for n in NAMES}
+    assert conclude(task_statuses(job("COMPLETED"), done, NAMES)).verdict == Verdict.FINISHED
+    timeout = task_statuses(job("TIMEOUT", "TimeLimit", "0:15"), running, NAMES)
+    found = conclude(timeout)
+    assert found.verdict == Verdict.FAILED and "timeout" in found.reason and "time_limit" in found.reason
+    killed = {"chief-0": {"info": {"node": "vm"}, "exit": -9}, "worker-0": {"info": {}, "exit": None}}
+    failed = task_statuses(job("FAILED", "NonZeroExitCode", "137:0"), killed, NAMES)
+    assert [(s.state, s.exit_code) for s in failed] == [(TaskPhase.EXITED, -9), (TaskPhase.EXITED, 137)]
+    forgotten = task_statuses(None, {"chief-0": {"exit": 0}}, NAMES)
+    assert [s.state for s in forgotten] == [TaskPhase.EXITED, TaskPhase.LOST]
