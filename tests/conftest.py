@@ -176,6 +176,15 @@ def alias_task(alias: str, role: str, python: str, workdir, **extra) -> dict:
             "workdir": str(workdir), **extra}
 
 
+def operator_launch_task(host: sshd.SSHHost, role: str, python: str, **extra) -> dict:
+    """A task on a test sshd that a launch can use today: named by address and SSH port, with
+    User, IdentityFile and known_hosts from the operator's ~/.ssh. (TF_CONFIG still carries the
+    host as written, and workers cannot resolve an alias; once it carries the alias's HostName,
+    launches can use ``alias_task`` too.)"""
+    return {"role": role, "host": host.address, "ssh_port": host.port, "tf_port": sshd.free_port(),
+            "python": python, **extra}
+
+
 @pytest.fixture
 def alias_cluster(operator_ssh, python_path, tmp_path):
     """Chief ``h2``, worker ``h3``: real sshd reached through ~/.ssh/config alone."""

@@ -27,13 +27,16 @@ def runs_dir(tmp_path, monkeypatch):
                 pass
 
 
+def open_page(name: str, **session) -> AppTest:
+    """Run one page script once, with ``session`` in its session state."""
+    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
+    for key, value in session.items():
+        at.session_state[key] = value
+    return at.run()
+
+
 @pytest.fixture
 def page(runs_dir):
-    def open_page(name: str, **session) -> AppTest:
-        at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
-        for key, value in session.items():
-            at.session_state[key] = value
-        return at.run()
     return open_page
 
 
@@ -85,10 +88,29 @@ def on_finished(finished_run, monkeypatch):
     """Pages see the finished run's folder; returns a page opener and the run id."""
     root, run_id = finished_run
     monkeypatch.setenv("TFCONSOLE_RUNS", str(root))
-
-    def open_page(name: str, **session) -> AppTest:
-        at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
-        for key, value in session.items():
-            at.session_state[key] = value
-        return at.run()
     return open_page, run_id
+
+
+def table_rows(tasks: list[dict]) -> list[dict]:
+    """Cluster page rows for task dicts, as the page's table holds them."""
+    from backend.spec import cluster_from_dict, cluster_to_dict
+    from console.forms import cluster_rows
+    return cluster_rows(cluster_to_dict(cluster_from_dict({"tasks": tasks})))
+
+
+@pytest.fixture
+def alias_rows(operator_ssh, python_path, tmp_path) -> list[dict]:
+    """Chief h2, worker h3: hosts named only by their ~/.ssh/config aliases."""
+    from tests.conftest import alias_task
+    return table_rows([alias_task("h2", "chief", python_path, tmp_path / "h2"),
+                       alias_task("h3", "worker", python_path, tmp_path / "h3")])
+
+
+@pytest.fixture
+def ssh_rows(operator_ssh, ssh_hosts, python_path) -> list[dict]:
+    """Chief on 127.0.0.2, worker on 127.0.0.3 over real sshd, by address and SSH port; User, key
+    and known_hosts come from the operator's ~/.ssh, which the console reads (SSHOptions()).
+    The workdir is the default "tfconsole" under the (private) remote home."""
+    from tests.conftest import operator_launch_task
+    return table_rows([operator_launch_task(ssh_hosts[0], "chief", python_path),
+                       operator_launch_task(ssh_hosts[1], "worker", python_path)])

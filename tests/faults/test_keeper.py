@@ -6,15 +6,23 @@ import pytest
 from backend import keeper, launcher
 from tests.faults.conftest import assert_nothing_left, command_job, wait_phase
 
-FAIL_LATER = "import sys, time; time.sleep(4); sys.exit(3)"   # past launch's 3 s start check
 HANG = "import time; time.sleep(600)"
 
 
+def fail_when(flag) -> str:
+    """A command that exits 3 once ``flag`` exists: the test creates it after launch has returned,
+    so the failure always comes after launch's start check, however slow the machine."""
+    return f"import os, sys, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.05)\nsys.exit(3)"
+
+
 @pytest.mark.slow
-def test_user_stop_wins_over_a_pending_restart(local_cluster, store, python_path):
-    job = command_job(FAIL_LATER, python_path, max_restarts=3, backoff_s=8)
+def test_user_stop_wins_over_a_pending_restart(local_cluster, store, python_path, tmp_path):
+    flag = tmp_path / "fail-now"
+    job = command_job(fail_when(flag), python_path, max_restarts=3, backoff_s=8)
     run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
     assert keeper.keeper_pid(run.local_dir), "launch started no keeper"
+    assert store.load(run.run_id).phase == "running"         # both tasks passed the start check
+    flag.touch()
     wait_phase(store, run.run_id, ("restarting",), 60)      # the keeper is in its backoff
     launcher.attach(run.run_id, store=store).stop(grace_s=2)
     assert_nothing_left(run, store)

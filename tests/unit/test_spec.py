@@ -72,9 +72,10 @@ def test_host_message_says_what_is_allowed():
     assert "letters, digits" in str(bad("host", "$(touch /tmp/pwned)"))
 
 
-@pytest.mark.parametrize("host", ["node-1.example.com", "10.0.0.5", "my_alias", "::1", "[2001:db8::2]"])
-def test_fine_hosts_accepted(host):
-    assert good("host", host)
+@pytest.mark.parametrize("host,kept", [("node-1.example.com", "node-1.example.com"), ("10.0.0.5", "10.0.0.5"),
+                                       ("my_alias", "my_alias"), ("::1", "::1"), ("[2001:db8::2]", "2001:db8::2")])
+def test_fine_hosts_accepted(host, kept):
+    assert good("host", host).host == kept   # accepted, and kept as written (IPv6 without brackets)
 
 
 @pytest.mark.parametrize("value", [1023, 0, 65536, -1, True, "22; ls", 22.5, "abc", [1]])

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from backend.watch import AGENT_PATH
+from backend.watch.agent import RESCAN_S
 
 
 class AgentProc:
@@ -46,9 +47,14 @@ class AgentProc:
             time.sleep(0.02)
         raise AssertionError(f"timed out; events so far: {self.events[-20:]}")
 
-    def settle(self, seconds: float = 0.4) -> None:
-        """Give the agent time to (wrongly) send something a test says must not come."""
-        time.sleep(seconds)
+    def settle(self, timeout: float = 20.0) -> None:
+        """Wait until the agent has surely looked at everything written before this call, so a
+        test can then check that something did NOT come. The agent rescans every folder every
+        RESCAN_S and sends a heartbeat every HEARTBEAT_S; a heartbeat stamped more than RESCAN_S
+        after this call comes from a loop that has rescanned since. A fixed sleep could end
+        before the agent had even started, and then check nothing."""
+        since = time.time() + RESCAN_S + 0.2
+        self.wait(lambda: any(e["time"] >= since for e in self.of("heartbeat")), timeout)
 
     def close(self) -> int:
         if self.proc.poll() is None:

@@ -134,7 +134,7 @@ def test_subfolders_created_after_start_are_watched(tmp_path):
     run.mkdir()
     a = AgentProc(run)
     try:
-        a.settle(0.3)
+        a.settle()   # the agent runs and has scanned the empty folder before logs/ appears
         append(run / "logs/chief-0.log", "hi\n")
         a.wait(lambda: a.lines("chief-0") == ["hi"], timeout=5)
     finally:

@@ -1,0 +1,209 @@
+"""Console pages over real sshd, as an operator uses them: ~/.ssh/config aliases, preflight,
+trusting a host key, YAML import, Start and Stop, Restore, reattaching to a run started elsewhere."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+from backend.runs import RunStore
+from tests import sshd
+from tests.app.conftest import errors, open_page
+from tests.conftest import HOME, processes_of, wait_for
+
+
+def test_preflight_from_the_page_over_aliases(page, alias_rows):
+    at = page("cluster", cluster_rows=alias_rows)
+    assert not at.exception and not errors(at), errors(at)
+    at.button(key="preflight_button").click().run()
+    assert not at.exception
+    assert not errors(at), errors(at)
+    table = at.dataframe[-1].value   # the preflight table, below the cluster editor
+    assert list(table["host"]) == ["h2", "h3"]
+    assert all(str(v).startswith("ok") for v in table["ssh"]), table.to_dict()
+    assert any("Every host passed" in s.value for s in at.success)
+
+
+def test_preflight_failure_names_the_task_and_host(page, alias_rows):
+    alias_rows[1]["python"] = "/no/such/python"
+    at = page("cluster", cluster_rows=alias_rows)
+    at.button(key="preflight_button").click().run()
+    assert not at.exception
+    failures = [m for m in errors(at) if m.startswith("worker-0 (h3)")]
+    assert failures and "/no/such/python" in failures[0], errors(at)
+    assert not any(m.startswith("chief") for m in errors(at))
+
+
+@pytest.fixture
+def untrusted(tmp_path, client_key, operator_ssh):
+    """A fresh sshd on 127.0.0.6 whose key nobody has trusted yet."""
+    host = sshd.make_host(tmp_path, "127.0.0.6", client_key.parent / "authorized_keys", home=str(HOME))
+    yield host
+    host.stop()
+
+
+def test_trust_a_host_key_from_the_page(page, untrusted, python_path):
+    from tests.app.conftest import table_rows
+    rows = table_rows([{"role": "worker", "host": untrusted.address, "ssh_port": untrusted.port,
+                        "tf_port": sshd.free_port(), "python": python_path}])
+    at = page("cluster", cluster_rows=rows)
+    at.button(key="preflight_button").click().run()
+    assert any("unknown host key" in m for m in errors(at)), errors(at)   # refused, not accepted
+
+    target = f"{untrusted.address}:{untrusted.port}"
+    assert at.selectbox(key="hostkey_target").value == target
+    at.button(key="hostkey_fetch").click().run()
+    # What the operator compares it with: ssh-keygen on the host's own public key.
+    expected = subprocess.run(["ssh-keygen", "-lf", str(untrusted.folder / "host_ed25519.pub")],
+                              capture_output=True, text=True, check=True).stdout.split()[1]
+    assert any(expected in c.value for c in at.code), [c.value for c in at.code]
+    at.button(key="hostkey_trust").click().run()
+    assert not at.exception
+    assert any("Trusted" in s.value and expected in s.value for s in at.success)
+    assert f"[{untrusted.address}]:{untrusted.port}" in (HOME / ".ssh" / "known_hosts").read_text()
+
+    at.button(key="preflight_button").click().run()
+    assert not errors(at), errors(at)
+    assert any("Every host passed" in s.value for s in at.success)
+
+
+def test_yaml_import_on_the_page(page, alias_rows, tmp_path):
+    from backend.spec import cluster_to_dict
+    from console.forms import check_rows
+    cluster, _ = check_rows(alias_rows)
+    text = yaml.safe_dump(cluster_to_dict(cluster)).encode()
+    at = page("cluster")
+    at.file_uploader(key="yaml_upload").set_value(("cluster.yaml", text, "application/x-yaml")).run()
+    at.button(key="yaml_load").click().run()
+    assert not at.exception and not errors(at), errors(at)
+    assert any("Imported" in s.value for s in at.success)
+    assert [(r["role"], r["host"]) for r in at.session_state["cluster_rows"]] == [("chief", "h2"), ("worker", "h3")]
+    assert any("2 task(s)" in s.value and "h2" in s.value for s in at.success)
+
+    at.file_uploader(key="yaml_upload").set_value(("bad.yaml", b"tasks: [{role: chief, host: 'a b'}]",
+                                                   "application/x-yaml")).run()
+    at.button(key="yaml_load").click().run()
+    assert not at.exception
+    assert any("host" in m for m in errors(at)), errors(at)
+    assert [r["host"] for r in at.session_state["cluster_rows"]] == ["h2", "h3"]   # table kept
+
+
+def _table(at, *columns: str):
+    """The first table on the page that has these columns (AppTest does not keep their keys)."""
+    return next(d.value for d in at.dataframe if set(columns) <= set(d.value.columns))
+
+
+def _task_states(at) -> dict[str, tuple[str, str]]:
+    return {row["task"]: (row["host"], row["state"]) for row in _table(at, "task", "host", "state")
+            .to_dict("records")}
+
+
+@pytest.mark.slow
+def test_start_and_stop_over_ssh(page, ssh_rows, runs_dir):
+    from backend.launcher import attach
+    at = page("launch", cluster_rows=ssh_rows)
+    at.number_input(key="param_epochs").set_value(1)
+    at.number_input(key="param_steps_per_epoch").set_value(5000)   # still running when we stop
+    at.button(key="start_button").click().run()
+    assert not at.exception and not errors(at), errors(at)
+    run_id = at.session_state["run_id"]
+    store = RunStore(runs_dir)
+    assert store.load(run_id).live
+    hosts = {t.host for t in store.load(run_id).tasks}
+    assert hosts == {"127.0.0.2", "127.0.0.3"}
+    states = wait_for(lambda: (s := _task_states(at.run())) and
+                      all(state == "running" for _, state in s.values()) and s, 120, "both tasks running")
+    assert sorted(host for host, _ in states.values()) == ["127.0.0.2", "127.0.0.3"]
+
+    at.button(key="launch_stop").click().run()
+    at.button(key="launch_yes").click().run()
+    assert not at.exception and not errors(at), errors(at)
+    wait_for(lambda: store.load(run_id).phase == "stopped", 60, "the run to be stopped")
+    assert processes_of(attach(run_id, store=store)) == []
+
+
+@pytest.fixture(scope="module")
+def two_ssh_runs(tmp_path_factory, operator_ssh, ssh_hosts, python_path):
+    """Two short finished runs over sshd (different seeds), launched as the CLI would:
+    (runs root, [run ids])."""
+    from backend.launcher import Preflight, launch
+    from backend.spec import cluster_from_dict, job_from_dict
+    from tests.conftest import ROOT, operator_launch_task
+    root = tmp_path_factory.mktemp("ssh_runs") / "runs"
+    ids = []
+    for seed in (1, 2):
+        cluster = cluster_from_dict({"tasks": [operator_launch_task(ssh_hosts[0], "chief", python_path),
+                                               operator_launch_task(ssh_hosts[1], "worker", python_path)]})
+        job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
+                             "params": {"epochs": 1, "steps_per_epoch": 40, "checkpoint_every": 20,
+                                        "log_every": 5, "seed": seed}})
+        run = launch(cluster, job, store=RunStore(root), preflight=Preflight.SKIP)
+        statuses = run.wait(timeout=240)
+        assert all(s.exit_code == 0 for s in statuses), [run.log_tail(s.name, 2000) for s in statuses]
+        ids.append(run.run_id)
+    yield root, ids
+    from console import state
+    state._registry(str(root.resolve())).close()
+
+
+@pytest.fixture
+def on_ssh_runs(two_ssh_runs, monkeypatch):
+    """Pages see the two runs' folder: (page opener, runs root, run ids)."""
+    root, ids = two_ssh_runs
+    monkeypatch.setenv("TFCONSOLE_RUNS", str(root))
+    return open_page, root, ids
+
+
+@pytest.mark.slow
+def test_compare_two_runs_on_the_runs_page(on_ssh_runs):
+    import json
+
+    from console import runs_view
+    open_page, root, ids = on_ssh_runs
+    for run_id in ids:   # the console copies a run's history when it is opened on the Monitor page
+        open_page("monitor", run_id=run_id)
+        wait_for(lambda: len(runs_view.load_metrics(root / run_id).global_loss()[0]) >= 8, 60,
+                 f"{run_id}'s metrics in the console's copy")
+    at = open_page("runs")
+    at.selectbox(key="compare_a").set_value(ids[0])
+    at.selectbox(key="compare_b").set_value(ids[1])
+    at.slider(key="compare_smoothing").set_value(0.0).run()   # the raw curves, to compare exactly
+    assert not at.exception and not at.warning, [w.value for w in at.warning]
+    traces = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+    assert [t["name"] for t in traces] == ids
+    for trace, run_id in zip(traces, ids):
+        steps, losses = runs_view.load_metrics(root / run_id).global_loss()
+        assert list(_values(trace["x"])) == list(steps)
+        assert list(_values(trace["y"])) == pytest.approx(list(losses))
+    assert list(_values(traces[0]["y"])) != list(_values(traces[1]["y"]))   # not one run drawn twice
+
+
+def _values(array):
+    """A plotly JSON array: a list, or numpy data packed as {"dtype": ..., "bdata": base64}."""
+    import base64
+
+    import numpy as np
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
+    return np.asarray(array)
+
+
+@pytest.mark.slow
+def test_yes_restore_relaunches_from_the_chosen_step(on_ssh_runs):
+    open_page, root, ids = on_ssh_runs
+    store = RunStore(root)
+    run_id = ids[1]
+    at = open_page("checkpoints", run_id=run_id)
+    assert not at.exception and not errors(at), errors(at)
+    assert list(_table(at, "step", "size (KB)")["step"]) == [20, 40]
+    at.selectbox(key="restore_step").set_value(20)
+    at.button(key="restore_button").click().run()
+    at.button(key="restore_yes").click().run()
+    assert not at.exception and not errors(at), errors(at)
+    from backend.launcher import attach
+    run = attach(run_id, store=store)
+    assert run.state.attempt == 2 and run.state.attempts[-1].resume_step == 20, run.state
+    statuses = run.wait(timeout=240)   # as any reader does, this settles the run when it ends
+    assert run.reload().phase == "finished", [run.log_tail(s.name, 2000) for s in statuses]
+    assert processes_of(run) == []
