@@ -67,6 +67,10 @@ def cmd_status(a) -> int:
         resumed = "scratch" if t.resume_step is None else f"step {t.resume_step}"
         print(f"  attempt {t.number}: from {resumed}, last step {t.last_step if t.last_step is not None else '-'}, "
               f"{'ended: ' + str(t.reason) if t.ended else 'running'}")
+    from backend import health
+    nan = health.status_line(run)
+    if nan:
+        print(f"  {nan}")
     if run.state.unreachable:
         print(f"  not stopped yet on: {', '.join(run.state.unreachable)} - run `stop {run.run_id}` again "
               "when they answer")

@@ -181,6 +181,7 @@ class MetricsStore:
         self._global = _Task(("step", "time", "loss"), self._cap)
         self.rejected = 0       # records without a task name or an integer step
         self.version = 0        # bumps on every change: a cheap "redraw needed?" check
+        self.nonfinite: dict[str, tuple[int, float]] = {}   # task -> first NaN/Inf loss (step, value)
 
     def add(self, record: Mapping) -> int:
         return self.add_many((record,))
@@ -210,12 +211,20 @@ class MetricsStore:
                 if t is None:
                     t = self._tasks[name] = _Task(FIELDS, self._cap)
                 kept += t.add(attempt[rows], {f: cols[f][rows] for f in FIELDS})
+                self._check_finite(name, cols["step"][rows], cols["loss"][rows])
             g = np.flatnonzero(~np.isnan(cols["global_loss"]))
             self._global.add(attempt[g], {"step": cols["step"][g], "time": cols["time"][g],
                                           "loss": cols["global_loss"][g]})
             if kept:
                 self.version += 1
         return kept
+
+    def _check_finite(self, task: str, steps: np.ndarray, loss: np.ndarray) -> None:
+        """Keep a task's first non-finite loss: the console flags it at once."""
+        if task in self.nonfinite or np.isfinite(loss).all():
+            return
+        i = int(np.flatnonzero(~np.isfinite(loss))[0])
+        self.nonfinite[task] = (int(steps[i]), float(loss[i]))
 
     def tasks(self) -> list[str]:
         with self._lock:

@@ -95,3 +95,22 @@ def _figure(traces: list[dict], *, title: str, y_title: str) -> go.Figure:
         "xaxis": {"title": {"text": "step"}}, "yaxis": {"title": {"text": y_title}},
         "legend": {"orientation": "h", "y": -0.2}, "margin": {"l": 50, "r": 20, "t": 50, "b": 40},
         "hovermode": "closest", "template": "plotly_white"}})
+
+
+def gpu_figure(samples: dict[str, list], field: str = "util", *, title: str = "GPU utilisation",
+               y_title: str = "%") -> go.Figure:
+    """One line per host and GPU over wall time, from the watch agent's nvidia-smi samples."""
+    lines: dict[str, tuple[list, list]] = {}
+    for host, readings in samples.items():
+        for t, gpus in readings:
+            for g in gpus:
+                xs, ys = lines.setdefault(f"{host} GPU {g.get('index')}", ([], []))
+                xs.append(np.datetime64(int(t * 1000), "ms"))
+                ys.append(g.get(field))
+    traces = [_line(name, np.array(x), np.array(y, dtype=np.float64), _color(i), width=1.5)
+              for i, (name, (x, y)) in enumerate(sorted(lines.items()))]
+    fig = _figure(traces, title=title, y_title=y_title)
+    fig.update_layout(xaxis_title_text="time")
+    for trace in fig.data:
+        trace.hovertemplate = f"{trace.name}<br>%{{x}}<br>%{{y:.4g}}<extra></extra>"
+    return fig

@@ -38,6 +38,7 @@ class LiveRun:
         self._status_at = 0.0
         self._train_info: dict | None = None
         self._train_attempt = -1
+        self._versions: tuple[int, dict] | None = None   # (attempt, task -> versions)
 
     @property
     def run_id(self) -> str:
@@ -86,6 +87,14 @@ class LiveRun:
             self.run.state = self.run.store.load(self.run_id)
         except ConsoleError as err:
             self.status_error = str(err)
+
+    def task_versions(self) -> dict[str, dict]:
+        """Each task's TensorFlow and Keras versions, read once per attempt (when a NaN shows)."""
+        attempt = self.run.state.attempt
+        if self._versions is None or self._versions[0] != attempt:
+            from backend import health
+            self._versions = (attempt, health.task_versions(self.run))
+        return self._versions[1]
 
     def train_info(self) -> dict | None:
         """The chief's train.json (total_steps, steps_per_epoch, ...), read once per attempt."""

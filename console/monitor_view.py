@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
-from backend import stacks
+from backend import health, stacks
 from console import figures
 from console.live import LiveRun, Progress, progress, step_times
 
@@ -96,3 +96,9 @@ def stacks_text(found: list) -> dict[str, str]:
     """Task label -> what to show for it: its stacks, or why there are none."""
     return {f"{s.task} on {s.host}" + (" (in the job's own code)" if s.in_job_code else ""):
             s.text or f"(no stacks: {s.error})" for s in found}
+
+
+def health_error(live: LiveRun) -> str:
+    """A NaN or Inf loss, the moment its metrics line arrives, with every worker's versions."""
+    bad = dict(live.metrics.nonfinite)
+    return health.nan_line(bad, live.task_versions()) if bad else ""

@@ -4,7 +4,7 @@ import time
 import streamlit as st
 
 from backend import stacks
-from console import monitor_view, state, widgets
+from console import figures, monitor_view, state, widgets
 
 state.init()
 st.title("Monitor")
@@ -25,6 +25,9 @@ def live_panel() -> None:
     p = snap.progress
     st.progress(p.fraction, text=p.text())
     st.caption(monitor_view.watch_line(snap.monitor, now=time.time()))
+    nan = monitor_view.health_error(live)
+    if nan:
+        st.error(nan)
     stall = monitor_view.stall_warning(live, now=time.time())
     if stall:
         st.warning(stall)
@@ -32,6 +35,12 @@ def live_panel() -> None:
     a, b = st.columns(2)
     a.plotly_chart(snap.step_time, key="step_time_chart", width="stretch")
     b.plotly_chart(snap.throughput, key="throughput_chart", width="stretch")
+    gpu = live.monitor.gpu() if live.monitor else {}
+    if gpu:   # only where the chief's host has GPUs (nvidia-smi answers)
+        g1, g2 = st.columns(2)
+        g1.plotly_chart(figures.gpu_figure(gpu), key="gpu_util_chart", width="stretch")
+        g2.plotly_chart(figures.gpu_figure(gpu, "mem_used_mib", title="GPU memory used", y_title="MiB"),
+                        key="gpu_mem_chart", width="stretch")
     widgets.status_table(live, key="monitor_status")
     widgets.attempts_table(live)
 

@@ -23,6 +23,7 @@ DEFAULTS = {
     "seed": 0,
     "collective_timeout_s": 60,
     "resume_data": "skip",      # on resume: "skip" consumed batches, or "reseed" the data
+    "stop_on_nan": False,       # stop every worker at the first NaN or Inf loss (harness/health.py)
     "bare": False,              # benchmark switch: no gather, metrics, checkpoints or logs
 }
 

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import ckpt
 import ckpt_index
+import health
 import layout
 import loop
 import report
@@ -26,6 +27,8 @@ class Session:
         self.total = int(params["epochs"]) * self.spe
         self.gbs = int(params["global_batch_size"])
         self.losses_since_sync: list = []
+        self.versions = health.write_versions(self.run_dir, self.task)
+        self.health = health.Watch(self.run_dir, is_chief=cluster.is_chief, stop=bool(params["stop_on_nan"]))
 
     # ---- set up -----------------------------------------------------------------------------
     def _setup(self):
@@ -87,6 +90,7 @@ class Session:
             "epochs": int(self.p["epochs"]), "global_batch_size": self.gbs,
             "start_step": self.start, "num_workers": len(self.cluster.tasks),
             "tasks": list(self.cluster.tasks), "params": self.p, "time": time.time(),
+            "versions": self.versions,
         }
         ckpt_index.write_json_atomic(os.path.join(self.run_dir, "train.json"), info)
 
@@ -165,6 +169,7 @@ class Session:
               flush=True)
         if self.cluster.is_chief:
             self._write_metrics(step, epoch, folded, global_loss)
+        self.health.check(step, {t: v["loss"] for t, v in folded.items()}, self.versions)
         if self._save_due(step) or save_now:
             losses = {t: v["loss"] for t, v in folded.items()}
             path = self.ckpt.save(step, epoch, losses, global_loss)

@@ -14,6 +14,8 @@ Events, one JSON object per line:
   task_exit  {"type":"task_exit","task":T,"exit_code":C}
   offsets    {"type":"offsets","offsets":{rel:{"inode":I,"offset":O}}}  closes every batch
   heartbeat  {"type":"heartbeat","time":T}
+  gpu        {"type":"gpu","time":T,"host":H,"gpus":[{"index","util","mem_used_mib","mem_total_mib"}]}
+                                                       with each heartbeat, where nvidia-smi runs
   error      {"type":"error","message":M}              (stderr may not reach the console)
 
 Offsets always point just past the last line sent, so a reader that commits a batch when its
@@ -25,8 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
+import socket
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -35,6 +40,7 @@ MAX_LINE = 1 << 20          # a longer line is skipped and counted, never held i
 CHUNK = MAX_LINE + 1        # a chunk with no newline therefore always means "too long"
 BATCH_BYTES = 8 << 20       # per file per batch: a long backlog streams out in steps, not RAM
 HEARTBEAT_S = 2.0
+GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 RESCAN_S = 1.0              # full rescan even without events: events can be missed (overflow)
 METRICS = "metrics.jsonl"
 SUBDIRS = ("logs", "checkpoints", "exports", "tasks")
@@ -272,6 +278,44 @@ def _enc(event: dict) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode() + b"\n"
 
 
+class GpuSampler:
+    """This host's GPUs, from ``nvidia-smi`` (absent or failing three times: no samples)."""
+
+    def __init__(self) -> None:
+        self.exe = shutil.which("nvidia-smi")
+        self.failures = 0
+        self.host = socket.gethostname()
+
+    def sample(self) -> bytes | None:
+        if not self.exe or self.failures >= 3:
+            return None
+        try:
+            out = subprocess.run([self.exe, *GPU_QUERY], capture_output=True, text=True, timeout=5)
+            gpus = parse_gpus(out.stdout) if out.returncode == 0 else []
+        except (OSError, subprocess.SubprocessError):
+            gpus = []
+        if not gpus:
+            self.failures += 1
+            return None
+        return _enc({"type": "gpu", "time": time.time(), "host": self.host, "gpus": gpus})
+
+
+def parse_gpus(text: str) -> list[dict]:
+    """``nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total`` CSV rows."""
+    gpus = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 4:
+            continue
+        try:   # "[N/A]" where a GPU does not report a value: skip that reading only
+            index = int(cells[0])
+            util, used, total = (float(c) if c.replace(".", "", 1).isdigit() else None for c in cells[1:])
+        except ValueError:
+            continue
+        gpus.append({"index": index, "util": util, "mem_used_mib": used, "mem_total_mib": total})
+    return gpus
+
+
 def kind_of(run_dir: str, path: str) -> str | None:
     """Which part of the run directory a watchdog event touched."""
     rel = os.path.relpath(path, run_dir)
@@ -393,6 +437,7 @@ def serve(run_dir: str, offsets: dict, *, poll: bool, interval: float, out, stop
     threading.Thread(target=lambda: (stop.wait(), watcher.wake.set()), daemon=True).start()
     rescan_every = max(RESCAN_S, interval) if poll else RESCAN_S
     kinds, next_rescan, next_beat = {"all"}, 0.0, 0.0
+    gpus = GpuSampler()
     try:
         while not stop.is_set():
             now = time.monotonic()
@@ -404,6 +449,7 @@ def serve(run_dir: str, offsets: dict, *, poll: bool, interval: float, out, stop
             backlog = any(t.more for t in agent.tails.values())
             if now >= next_beat:
                 events.append(_enc({"type": "heartbeat", "time": time.time()}))
+                events += [e for e in [gpus.sample()] if e]   # same period as the heartbeat
                 next_beat = now + HEARTBEAT_S
             if events:
                 out.write(b"".join(events))

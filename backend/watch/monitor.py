@@ -26,6 +26,7 @@ _STABLE_S = 5.0   # a session that lasted this long resets the reconnect backoff
 # The agent sends a heartbeat every 2 s: this long with no line at all means the link is gone
 # (a silent network cut), so the session ends and reconnects (docs/reliability.md).
 STREAM_IDLE_S = 10.0
+GPU_SAMPLES = 1800   # an hour of the agent's 2 s samples per host
 
 
 class _Batch:
@@ -54,6 +55,7 @@ class RunMonitor:
         self._checkpoints: dict[int, dict] = {}
         self._exports: dict[str, dict] = {}
         self._exits: dict[str, int] = {}
+        self._gpu: dict[str, deque] = {}   # host -> (time, [gpu readings]); not journaled: live only
         # last_data: when the agent's last line of any kind came (a console shows "no data since").
         self._status = {"state": "idle", "connects": 0, "last_error": "", "last_event": None,
                         "last_heartbeat": None, "last_data": None}
@@ -109,6 +111,11 @@ class RunMonitor:
     def exports(self) -> dict[str, dict]:
         with self._lock:
             return {name: dict(res) for name, res in sorted(self._exports.items())}
+
+    def gpu(self) -> dict[str, list]:
+        """host -> [(time, [{"index", "util", "mem_used_mib", "mem_total_mib"}])], oldest first."""
+        with self._lock:
+            return {host: list(samples) for host, samples in self._gpu.items()}
 
     def task_exits(self) -> dict[str, int]:
         with self._lock:
@@ -219,6 +226,9 @@ class RunMonitor:
                 self._exports[str(ev["name"])] = dict(ev.get("result") or {})
             elif kind == "task_exit":
                 self._exits[str(ev["task"])] = int(ev["exit_code"])
+            elif kind == "gpu":
+                samples = self._gpu.setdefault(str(ev.get("host")), deque(maxlen=GPU_SAMPLES))
+                samples.append((float(ev.get("time") or time.time()), list(ev.get("gpus") or [])))
             elif kind == "heartbeat":
                 self._status["last_heartbeat"] = time.time()
             elif kind == "error":

@@ -1,0 +1,88 @@
+"""Health watch, for real: a two-worker TensorFlow run whose loss turns NaN is flagged by the
+console's monitor and by ``status`` with each worker's TensorFlow and Keras versions, and with
+``stop_on_nan`` every worker stops with a clear error and nothing is left running."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import keras
+import pytest
+import tensorflow as tf
+
+from backend import launcher
+from backend.metrics import MetricsStore
+from backend.spec import job_from_dict
+from tests.conftest import processes_of, wait_for
+from tests.faults.conftest import TF_ENV, store  # noqa: F401
+
+# Labels turn NaN from global batch 20 on: the loss is finite, then NaN on every worker.
+NAN_JOB = '''
+import keras
+import tensorflow as tf
+
+PARAMS = {}
+
+
+def make_dataset(input_context, batch_size, seed):
+    def batch(i):
+        x = tf.random.stateless_normal([batch_size, 4], seed=tf.stack([tf.cast(seed, tf.int64), i]))
+        y = tf.reduce_sum(x, axis=1, keepdims=True)
+        return x, tf.where(i >= 20, tf.fill(tf.shape(y), float("nan")), y)
+    return tf.data.Dataset.range(2 ** 62).map(batch)
+
+
+def build_model():
+    return keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(1)])
+
+
+def loss_fn(labels, predictions):
+    return keras.losses.mean_squared_error(labels, predictions)
+
+
+def make_optimizer():
+    return keras.optimizers.SGD(0.01)
+'''
+
+
+def test_the_store_keeps_each_tasks_first_non_finite_loss():
+    store = MetricsStore()
+    store.add_many([{"task": "worker-0", "step": s, "time": float(s), "loss": v, "global_loss": 1.0}
+                    for s, v in ((5, 1.0), (10, float("nan")), (15, float("inf")))]
+                   + [{"task": "worker-1", "step": 5, "time": 5.0, "loss": 0.5, "global_loss": 1.0}])
+    assert set(store.nonfinite) == {"worker-0"}
+    step, value = store.nonfinite["worker-0"]
+    assert step == 10 and value != value   # NaN
+
+
+@pytest.mark.slow
+def test_nan_loss_is_flagged_with_versions_and_stops_the_run(local_cluster, store, tmp_path):
+    module = tmp_path / "nan_job.py"
+    module.write_text(NAN_JOB)
+    job = job_from_dict({"kind": "harness", "module": str(module), "env": TF_ENV,
+                         "params": {"epochs": 1, "steps_per_epoch": 400, "log_every": 5,
+                                    "checkpoint_every": 0, "global_batch_size": 16,
+                                    "stop_on_nan": True}})
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    metrics = MetricsStore()
+    monitor = run.monitor(metrics).start()
+    try:
+        wait_for(lambda: metrics.nonfinite, 240, "the monitor to flag the NaN loss")
+        assert set(metrics.nonfinite) == {"worker-0", "worker-1"}
+        assert all(step >= 20 for step, _ in metrics.nonfinite.values())
+        assert len(metrics.series("worker-0")) >= 4   # finite points came first
+    finally:
+        monitor.stop()
+    wait_for(lambda: (run.settle(), not run.state.live)[1], 120, "the run to end")
+    assert run.state.phase == "failed"
+    for task in ("worker-0", "worker-1"):
+        log = run.log_tail(task)
+        assert "HARNESS FAILED: NonFiniteLoss: loss is not finite at step" in log, log[-2000:]
+        assert "stop_on_nan is set" in log
+    cli = subprocess.run([sys.executable, "-m", "backend", "--runs", str(store.root), "status", run.run_id],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert "Loss is not finite: worker-0 nan at step" in cli.stdout, cli.stdout
+    for task in ("worker-0", "worker-1"):
+        assert f"{task}: TensorFlow {tf.__version__}, Keras {keras.__version__}" in cli.stdout
+    wait_for(lambda: processes_of(run) == [], 30, "no process of the run")
