@@ -28,6 +28,20 @@ WITH_HANDLER = [sys.executable, "-c", textwrap.dedent(f"""
 """)]
 NO_HANDLER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(600)"]
 
+# The rest of a job module: a one-layer model, its loss and optimizer.
+TINY_MODEL = '''
+def build_model():
+    return keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(1)])
+
+
+def loss_fn(labels, predictions):
+    return keras.losses.mean_squared_error(labels, predictions)
+
+
+def make_optimizer():
+    return keras.optimizers.SGD(0.01)
+'''
+
 # worker-1 hangs in the job's own Python (a tf.data py_function) once it has made 40 batches;
 # the chief then waits for it in the next collective, as a real input-pipeline hang does.
 HANGING_JOB = '''
@@ -49,19 +63,7 @@ def make_dataset(input_context, batch_size, seed):
     y = tf.reduce_sum(x, axis=1, keepdims=True)
     ds = tf.data.Dataset.range(2 ** 62).map(lambda i: tf.py_function(_maybe_hang, [i], tf.int64))
     return ds.map(lambda i: (x, y))
-
-
-def build_model():
-    return keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(1)])
-
-
-def loss_fn(labels, predictions):
-    return keras.losses.mean_squared_error(labels, predictions)
-
-
-def make_optimizer():
-    return keras.optimizers.SGD(0.01)
-'''
+''' + "\n\n" + TINY_MODEL
 
 
 def test_stacks_come_back_from_a_task_with_the_handler(local_host):

@@ -15,6 +15,7 @@ from backend.metrics import MetricsStore
 from backend.spec import job_from_dict
 from tests.conftest import processes_of, wait_for
 from tests.faults.conftest import TF_ENV, store  # noqa: F401
+from tests.integration.test_hang import TINY_MODEL
 
 # Labels turn NaN from global batch 20 on: the loss is finite, then NaN on every worker.
 NAN_JOB = '''
@@ -30,19 +31,7 @@ def make_dataset(input_context, batch_size, seed):
         y = tf.reduce_sum(x, axis=1, keepdims=True)
         return x, tf.where(i >= 20, tf.fill(tf.shape(y), float("nan")), y)
     return tf.data.Dataset.range(2 ** 62).map(batch)
-
-
-def build_model():
-    return keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(1)])
-
-
-def loss_fn(labels, predictions):
-    return keras.losses.mean_squared_error(labels, predictions)
-
-
-def make_optimizer():
-    return keras.optimizers.SGD(0.01)
-'''
+''' + "\n\n" + TINY_MODEL
 
 
 def test_the_store_keeps_each_tasks_first_non_finite_loss():
