@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 
 from backend.errors import SpecError, SpecErrors
@@ -358,12 +358,12 @@ def import_ssh_config(path: str | Path) -> list[str]:
 DEFAULT_PORTS = (23456, 23457)
 
 
-def default_cluster(python: str) -> ClusterSpec:
+def default_cluster(python: str, ports: Sequence[int] = DEFAULT_PORTS) -> ClusterSpec:
     """Two local workers on this machine; worker 0 acts as chief (TensorFlow's rule with no chief)."""
     return ClusterSpec(tuple(
         TaskSpec(role=Role.WORKER, host="127.0.0.1", tf_port=port, transport=TransportKind.LOCAL,
                  python=python)
-        for port in DEFAULT_PORTS))
+        for port in ports))
 
 
 def default_job(examples_dir: Path) -> JobSpec:

@@ -10,6 +10,7 @@ copy each change back (``kept``), and so come back as the operator left them.
 """
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import streamlit as st
 from backend.errors import ConsoleError
 from backend.hosts.ssh import SSHOptions
 from backend.runs import RunStore, default_root
-from backend.spec import cluster_to_dict, default_cluster, default_job, job_to_dict
+from backend.spec import DEFAULT_PORTS, cluster_to_dict, default_cluster, default_job, job_to_dict
 from console.forms import cluster_rows, launch_form
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +27,7 @@ EXAMPLES = ROOT / "examples"
 
 # Every session key, with how to build its first value.
 DEFAULTS = {
-    "cluster_rows": lambda: cluster_rows(cluster_to_dict(default_cluster(sys.executable))),
+    "cluster_rows": lambda: cluster_rows(cluster_to_dict(default_cluster(sys.executable, free_ports()))),
     "cluster_current": lambda: None,     # the edited rows, as other pages read them
     "cluster_version": lambda: 0,        # bumped to give the table editor fresh rows
     "launch_form": lambda: launch_form(job_to_dict(default_job(EXAMPLES))),   # widget key -> value
@@ -39,6 +40,22 @@ DEFAULTS = {
     "last_export": lambda: None,
     "ssh_aliases": lambda: [],
 }
+
+
+def free_ports(first: int = DEFAULT_PORTS[0], count: int = len(DEFAULT_PORTS)) -> list[int]:
+    """The built-in default's TF ports: the usual ones, or the next free ones when another run
+    (a second console, a test) holds them, so Start works out of the box."""
+    ports, port = [], first
+    while len(ports) < count and port < 65535:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as gRPC binds: TIME_WAIT is free
+            try:
+                s.bind(("127.0.0.1", port))
+                ports.append(port)
+            except OSError:
+                pass
+        port += 1
+    return ports
 
 
 def init() -> None:
