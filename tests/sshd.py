@@ -129,6 +129,14 @@ def wait_port(address: str, port: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"sshd on {address}:{port} did not start")
 
 
+def wait_for_path(path: Path, timeout: float = 10.0) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        if time.time() > deadline:
+            raise RuntimeError(f"{path} did not appear")
+        time.sleep(0.05)
+
+
 def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((address, 0))

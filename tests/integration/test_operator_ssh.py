@@ -67,3 +67,41 @@ def test_proxyjump_from_the_config_reaches_the_hidden_host(jump_host, tmp_path):
     t.get(str(tmp_path / "remote" / "a.txt"), str(tmp_path / "back.txt"))
     assert (tmp_path / "back.txt").read_text() == "through the jump host"
     t.close()
+
+
+@pytest.fixture
+def agent_with_key(tmp_path, client_key, monkeypatch):
+    """A real ssh-agent holding the test key; the key file itself is deleted once loaded."""
+    import shutil
+    import subprocess
+
+    from tests.conftest import require
+    require("ssh-agent and ssh-add (openssh-client)", bool(shutil.which("ssh-agent") and shutil.which("ssh-add")))
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        from tests.sshd import wait_for_path
+        wait_for_path(sock)
+        key = tmp_path / "only_in_agent"
+        shutil.copyfile(client_key, key)
+        key.chmod(0o600)
+        env = {"SSH_AUTH_SOCK": str(sock), "PATH": "/usr/bin:/bin"}
+        subprocess.run(["ssh-add", str(key)], env=env, check=True, capture_output=True)
+        key.unlink()
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        yield sock
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+
+
+def test_keys_in_ssh_agent_work(agent_with_key, operator_ssh, ssh_hosts, tmp_path):
+    host = ssh_hosts[0]
+    text = f"Host h2\n  HostName {host.address}\n  Port {host.port}\n"   # no IdentityFile at all
+    config = tmp_path / "agent_config"
+    config.write_text(text)
+    with_agent = SSHOptions(ssh_config=str(config), known_hosts=str(operator_ssh.known_hosts))
+    assert SSHTransport("h2", options=with_agent).run(["echo", "agent"]).stdout == "agent\n"
+    without = SSHOptions(ssh_config=str(config), known_hosts=str(operator_ssh.known_hosts), allow_agent=False)
+    with pytest.raises(HostError, match="(?i)authentication"):
+        SSHTransport("h2", options=without).run(["true"])
