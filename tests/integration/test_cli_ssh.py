@@ -138,10 +138,11 @@ def test_preflight_refuses_a_host_with_another_tensorflow(ssh_files, python_path
     python.write_text(f"#!/bin/sh\nPYTHONPATH={stub} exec {python_path} \"$@\"\n")
     python.chmod(0o755)
     cluster = yaml.safe_load((ssh_files / "cluster.yaml").read_text())
-    cluster["tasks"][1]["python"] = str(python)
+    # A third task, on the worker's host, with the other TensorFlow: two against one.
+    cluster["tasks"].append({**cluster["tasks"][1], "python": str(python), "tf_port": sshd.free_port()})
     (ssh_files / "mixed.yaml").write_text(yaml.safe_dump(cluster))
     proc = cli(*flags(ssh_files), "preflight", str(ssh_files / "mixed.yaml"), runs=ssh_files / "runs", check=False)
     assert proc.returncode == 1, proc.stdout
-    chief, worker = (line for line in proc.stdout.splitlines()[1:])
-    assert "FAIL" not in chief, chief
-    assert "FAIL" in worker and "2.0.0" in worker and "same version" in worker, worker
+    rows = proc.stdout.splitlines()[1:]
+    assert ["FAIL" in row for row in rows] == [False, False, True], rows
+    assert "2.0.0" in rows[2] and "same version" in rows[2], rows[2]
