@@ -6,6 +6,7 @@ import json
 import sys
 
 from backend import launcher, tfconfig
+from backend.cli_checkpoints import EXIT_CODES, add_commands, print_json, print_table, status_json
 from backend.errors import ConsoleError
 from backend.hosts.ssh import SSHOptions, fetch_host_key, fingerprint, trust_host_key
 from backend.preflight import CHECKS, run_preflight
@@ -32,12 +33,10 @@ def cmd_preflight(a) -> int:
     cluster = load_cluster(a.cluster)
     with Pool(_options(a)) as pool:
         reports = run_preflight(cluster, pool)
-    header = ["task", "host", *CHECKS]
-    rows = [r.row() for r in reports]
-    widths = {h: max(len(h), *(len(str(r[h])) for r in rows)) for h in header}
-    print("  ".join(h.ljust(widths[h]) for h in header))
-    for r in rows:
-        print("  ".join(str(r[h]).ljust(widths[h]) for h in header))
+    if a.json:
+        print_json([{"task": r.task, "host": r.host, "ok": r.ok, "checks": r.checks} for r in reports])
+    else:
+        print_table([r.row() for r in reports], ["task", "host", *CHECKS])
     bad = [r for r in reports if not r.ok]
     if bad:
         print(f"preflight failed on {len(bad)} of {len(reports)} task(s)", file=sys.stderr)
@@ -60,6 +59,11 @@ def cmd_status(a) -> int:
     from backend.keeper_process import KEEPER_LOG, keeper_pid
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
     statuses = run.settle() or run.status()   # settle: a run whose tasks all ended is recorded so
+    from backend import health
+    nan = health.status_line(run)
+    if a.json:
+        print_json(status_json(run, statuses, health_line=nan))
+        return 0
     print(f"run {run.run_id}: {run.state.phase}, attempt {run.state.attempt}")
     for s in statuses:
         print(f"  {s.name:<10} {s.host:<20} {s.label}" + (f"  -- {s.diagnosis}" if s.diagnosis else ""))
@@ -67,8 +71,6 @@ def cmd_status(a) -> int:
         resumed = "scratch" if t.resume_step is None else f"step {t.resume_step}"
         print(f"  attempt {t.number}: from {resumed}, last step {t.last_step if t.last_step is not None else '-'}, "
               f"{'ended: ' + str(t.reason) if t.ended else 'running'}")
-    from backend import health
-    nan = health.status_line(run)
     if nan:
         print(f"  {nan}")
     if run.state.unreachable:
@@ -132,7 +134,13 @@ def cmd_stop(a) -> int:
 
 
 def cmd_runs(a) -> int:
-    for state in RunStore(a.runs).list_all():
+    found = RunStore(a.runs).list_all()
+    if a.json:
+        print_json([{"damaged": str(s)} if isinstance(s, ConsoleError) else
+                    {"run_id": s.run_id, "phase": str(s.phase), "attempt": s.attempt, "tasks": len(s.tasks),
+                     "created": s.created} for s in found])
+        return 0
+    for state in found:
         if isinstance(state, ConsoleError):   # a damaged run is shown, never hidden
             print(f"(damaged) {state}")
             continue
@@ -155,22 +163,26 @@ def cmd_trust_host(a) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m backend",
-                                description="Launch and manage TensorFlow multi-worker runs over SSH.")
+                                description="Launch and manage TensorFlow multi-worker runs over SSH.",
+                                epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", default=None, help="local runs folder (default ./runs or $TFCONSOLE_RUNS)")
     p.add_argument("--known-hosts", default="~/.ssh/known_hosts", help="known_hosts file to verify host keys")
     p.add_argument("--ssh-config", default="~/.ssh/config", help="ssh_config for aliases and ProxyJump")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     def add(name, fn, help):
-        s = sub.add_parser(name, help=help, description=help)
+        s = sub.add_parser(name, help=help, description=help, epilog=EXIT_CODES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         s.set_defaults(fn=fn)
         return s
     add("tf-config", cmd_tf_config, "print every task's TF_CONFIG as JSON").add_argument("cluster")
-    add("preflight", cmd_preflight, "check every host and print a table").add_argument("cluster")
+    s = add("preflight", cmd_preflight, "check every host and print a table")
+    s.add_argument("cluster"); s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     s = add("launch", cmd_launch, "start a run on every host and print its run id")
     s.add_argument("cluster"); s.add_argument("job")
     s.add_argument("--run-id", help="name the run (default: a timestamp)")
     s.add_argument("--wait", type=float, metavar="SECONDS", help="wait for the run to end")
-    add("status", cmd_status, "each task's state: starting, running, exited(code), lost").add_argument("run")
+    s = add("status", cmd_status, "each task's state: starting, running, exited(code), lost")
+    s.add_argument("run"); s.add_argument("--json", action="store_true", help="print JSON for scripts")
     s = add("logs", cmd_logs, "print a run's logs")
     s.add_argument("run"); s.add_argument("--task", help="one task, e.g. worker-1")
     s.add_argument("--follow", action="store_true", help="keep printing new lines")
@@ -181,7 +193,8 @@ def parser() -> argparse.ArgumentParser:
     s = add("keep", cmd_keep, "watch a run and restart it on failure (launch starts this detached)")
     s.add_argument("run"); s.add_argument("--poll", type=float, default=1.0, help="seconds between checks")
     s.add_argument("--ssh-options", help="SSHOptions as JSON (launch passes its own)")
-    add("runs", cmd_runs, "list runs")
+    add("runs", cmd_runs, "list runs").add_argument("--json", action="store_true", help="print JSON for scripts")
+    add_commands(add)
     s = add("trust-host", cmd_trust_host, "show a host's SSH key fingerprint and, when confirmed, trust it")
     s.add_argument("host"); s.add_argument("--port", type=int, default=22)
     s.add_argument("--fingerprint", help="the SHA256:... fingerprint you checked")

@@ -1,0 +1,125 @@
+"""The Checkpoints page on the command line: list, save now, export, restore; and ``--json``.
+
+Each command calls ``backend.checkpoints``, the module the page uses, so both do the same thing.
+With ``--json`` a command prints one JSON document on stdout (for scripts) instead of a table.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+
+from backend import checkpoints, launcher
+from backend.errors import SpecError
+from backend.runs import RunStore
+
+EXIT_CODES = """exit codes:
+  0    done (for status and runs: whatever the run's state)
+  1    the check or the wait did not succeed: preflight failed on a host, launch --wait ended
+       other than finished, stacks got no stack, trust-host needs --fingerprint
+  2    an error, one line on stderr saying why and what to do; or a usage error
+  130  interrupted (Ctrl-C)
+"""
+
+
+def print_json(value) -> None:
+    json.dump(value, sys.stdout, indent=1, default=str)
+    print()
+
+
+def _attach(a):
+    from backend.hosts.ssh import SSHOptions
+    return launcher.attach(a.run, store=RunStore(a.runs),
+                           options=SSHOptions(known_hosts=a.known_hosts, ssh_config=a.ssh_config))
+
+
+def checkpoint_rows(found: list[dict]) -> list[dict]:
+    rows = []
+    for c in sorted(found, key=lambda c: c.get("step", 0)):
+        files = c.get("files") or {}
+        rows.append({"step": c.get("step"), "epoch": c.get("epoch"), "loss": c.get("global_loss"),
+                     "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c["time"])) if c.get("time") else "",
+                     "bytes": sum(files.values()) if files else None})
+    return rows
+
+
+def print_table(rows: list[dict], header: list[str]) -> None:
+    widths = {h: max(len(h), *(len(str(r.get(h, ""))) for r in rows)) for h in header}
+    print("  ".join(h.ljust(widths[h]) for h in header))
+    for r in rows:
+        print("  ".join(str("" if r.get(h) is None else r.get(h)).ljust(widths[h]) for h in header))
+
+
+def cmd_checkpoints(a) -> int:
+    rows = checkpoint_rows(checkpoints.list_checkpoints(_attach(a)))
+    if a.json:
+        print_json(rows)
+    elif rows:
+        print_table(rows, ["step", "epoch", "loss", "time", "bytes"])
+    else:
+        print("no complete checkpoint yet")
+    return 0
+
+
+def cmd_save(a) -> int:
+    step = checkpoints.save_now(_attach(a), wait_s=a.wait)
+    print(f"saved at step {step}" if step is not None else "save requested: every worker saves at its next sync point")
+    return 0
+
+
+def _step(text: str | None) -> int | None:
+    if text in (None, "latest"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise SpecError("--step", f"{text!r} is not a step", "Give a step number from `checkpoints RUN`, or latest.") from None
+
+
+def cmd_export(a) -> int:
+    step = _step(a.step)   # bad input is refused before any host is asked
+    result = checkpoints.export(_attach(a), step=step, name=a.name,
+                                formats=tuple(f.strip() for f in a.formats.split(",") if f.strip()))
+    if a.json:
+        print_json(result)
+    else:
+        print(f"exported step {result.get('step')} as {result.get('name')}: "
+              + ", ".join(f"{k} {v}" for k, v in result.items() if k not in ("step", "name")))
+    return 0
+
+
+def cmd_restore(a) -> int:
+    run = _attach(a)
+    checkpoints.restore(run, a.step)
+    print(f"run {run.run_id}: attempt {run.reload().attempt} started from step {a.step}")
+    return 0
+
+
+def status_json(run, statuses, *, health_line: str) -> dict:
+    s = run.state
+    return {"run_id": s.run_id, "phase": str(s.phase), "attempt": s.attempt,
+            "tasks": [{"name": t.name, "host": t.host, "state": str(t.state), "label": t.label,
+                       "exit_code": t.exit_code, "diagnosis": t.diagnosis} for t in statuses],
+            "attempts": [asdict(t) for t in s.attempts], "unreachable": list(s.unreachable),
+            "keeper": run.keeper_note or None, "health": health_line or None}
+
+
+def add_commands(add) -> None:
+    """The checkpoint commands, on the parser's ``add(name, fn, help)``."""
+    s = add("checkpoints", cmd_checkpoints, "list the chief's complete checkpoints")
+    s.add_argument("run")
+    s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    s = add("save", cmd_save, "ask every worker to save a checkpoint at its next sync point")
+    s.add_argument("run")
+    s.add_argument("--wait", type=float, default=120.0, metavar="SECONDS",
+                   help="wait this long for the save and print its step (0: do not wait)")
+    s = add("export", cmd_export, "export a checkpoint (SavedModel and .keras) and verify it in a fresh process")
+    s.add_argument("run")
+    s.add_argument("--step", default="latest", help="a checkpoint step, or latest (default)")
+    s.add_argument("--name", help="the export's name (default: step-<S>-<time>)")
+    s.add_argument("--formats", default="savedmodel,keras", help="savedmodel, keras or both (comma separated)")
+    s.add_argument("--json", action="store_true", help="print the export's result as JSON")
+    s = add("restore", cmd_restore, "start a new attempt of the run from a checkpoint step")
+    s.add_argument("run")
+    s.add_argument("--step", type=int, required=True, help="a complete checkpoint step (see checkpoints RUN)")
