@@ -147,6 +147,15 @@ def _chunks(h: Host, rel: str, where: list[str]) -> Iterator[bytes]:
         where = ["--offset", str(answer["offset"] + len(data))]
 
 
+def read_at(h: Host, rel: str, offset: int, *, limit: int = CHUNK) -> tuple[bytes, int]:
+    """Up to ``limit`` bytes of a run file from ``offset``, and the file's size (-1: no file)."""
+    try:
+        answer = _call(h, "read", "--path", rel, "--offset", str(offset), "--limit", str(limit))
+    except MissingFile:
+        return b"", -1
+    return base64.b64decode(answer["data"]), int(answer["size"])
+
+
 def read_tail(h: Host, rel: str, max_bytes: int) -> bytes:
     """The last ``max_bytes`` of a run file (a log); b"" when it does not exist yet."""
     try:

@@ -74,13 +74,18 @@ class Run:
         return self.engine.status(self)
 
     def log_tail(self, name: str, max_bytes: int = 20000) -> str:
+        """The end of a task's log: from its host, or from the copy kept here (``logcopy``) when
+        the run has ended or the host does not answer."""
+        from backend.logcopy import local_copy
+        self.task(name)   # an unknown task is an error, not an empty log
+        local = local_copy(self, name)
+        if local is not None and not self.state.live:
+            return _tail(local, max_bytes)
         try:
-            return self.engine.log_tail(self, name, max_bytes)
+            text = self.engine.log_tail(self, name, max_bytes)
         except ConsoleError as err:
-            local = self.local_dir / layout.LOGS / f"{name}.log"
-            if local.exists():   # the copy kept when the run ended
-                return local.read_bytes()[-max_bytes:].decode(errors="replace")
-            return f"(log unavailable: {err})"
+            return _tail(local, max_bytes) if local is not None else f"(log unavailable: {err})"
+        return text or (_tail(local, max_bytes) if local is not None else "")
 
     def follow(self, name: str):
         """Yield the task's log lines as they are written (``logs --follow``)."""
@@ -205,3 +210,9 @@ class Run:
             raise HostError(chief.host, "could not write the save request", "Check the chief's disk.",
                             stderr_tail=result.stderr)
         return name
+
+
+def _tail(path: Path, max_bytes: int) -> str:
+    with open(path, "rb") as fh:
+        fh.seek(max(0, fh.seek(0, 2) - max_bytes))
+        return fh.read().decode(errors="replace")

@@ -17,6 +17,7 @@ from backend.errors import ConsoleError, RunError
 from console.background import Actions
 from backend.hosts.ssh import SSHOptions
 from backend.launcher import attach
+from backend.logcopy import LogCopier, local_copy
 from backend.outcome import TaskStatus
 from backend.run import Run
 from backend.metrics import MetricsStore
@@ -33,6 +34,7 @@ class LiveRun:
         self.lock = threading.RLock()          # actions that change the run's state
         self.metrics = MetricsStore()
         self.monitor = None
+        self.copier: LogCopier | None = None
         self.statuses: list[TaskStatus] = []
         self.status_error = ""
         self._status_at = 0.0
@@ -49,6 +51,8 @@ class LiveRun:
         with self.lock:
             if self.monitor is None:
                 self.monitor = self.run.monitor(self.metrics).start()
+                if self.run.state.live:   # the logs the agent cannot see, copied as they grow
+                    self.copier = LogCopier(self.run).start()
             return self.monitor
 
     def close(self) -> None:
@@ -56,6 +60,16 @@ class LiveRun:
             if self.monitor is not None:
                 self.monitor.stop()
                 self.monitor = None
+            if self.copier is not None:
+                self.copier.stop()
+                self.copier = None
+
+    def log_lines(self, task: str, n: int = 1000) -> list[str]:
+        """A task's last lines: as the watch agent streams them, else from the local copy."""
+        if self.monitor is not None and task in self.monitor.log_tasks():
+            return self.monitor.logs(task)
+        path = local_copy(self.run, task)
+        return _last_lines(path, n) if path is not None else []
 
     def refresh(self, *, force: bool = False) -> list[TaskStatus]:
         """Task states, at most every STATUS_EVERY_S; records the run's end when its tasks end
@@ -115,6 +129,12 @@ class LiveRun:
                 self._train_info, self._train_attempt = info, self.run.state.attempt
             return info
         return self._train_info
+
+
+def _last_lines(path, n: int) -> list[str]:
+    with open(path, "rb") as fh:   # from the end: logs get big
+        fh.seek(max(0, fh.seek(0, 2) - n * 512))
+        return fh.read().decode("utf-8", "replace").splitlines()[-n:]
 
 
 def require_live(run: Run, action: str) -> None:

@@ -69,7 +69,7 @@ hide_noise = c4.checkbox("Hide TF noise", value=True, key="log_noise")
 
 @st.fragment(run_every=2)
 def log_panel() -> None:
-    lines = live.monitor.logs(task) if live.monitor else []
+    lines = live.log_lines(task)
     shown = monitor_view.filter_log(lines, query, hide_noise=hide_noise, errors_only=errors_only)
     st.html(monitor_view.log_html(shown))
 
