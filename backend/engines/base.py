@@ -2,13 +2,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from pathlib import Path
+from typing import Protocol
 
+from backend.hosts.base import Transport
 from backend.outcome import TaskStatus
+from backend.runs import RunState, TaskState
+from backend.spec import ClusterSpec, JobSpec
 
-if TYPE_CHECKING:
-    from backend.hosts.base import Transport
-    from backend.run import Run
+
+class RunView(Protocol):
+    """What an engine reads of a run; ``backend.run.Run`` is one (engines never import it)."""
+    state: RunState
+    cluster: ClusterSpec
+    job: JobSpec
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def local_dir(self) -> Path: ...
+
+    def task(self, name: str) -> TaskState: ...
 
 
 @dataclass
@@ -31,17 +46,17 @@ class StopReport:
 
 
 class Engine(Protocol):
-    def begin(self, run: "Run", *, attempt: int, resume_step: int | None) -> dict[str, Started]:
+    def begin(self, run: RunView, *, attempt: int, resume_step: int | None) -> dict[str, Started]:
         """Start every task of a new attempt, or raise (the caller stops what started)."""
 
-    def status(self, run: "Run") -> list[TaskStatus]:
+    def status(self, run: RunView) -> list[TaskStatus]:
         """Each task's state; a host that does not answer gives ``unreachable``, never raises."""
 
-    def stop(self, run: "Run", *, grace_s: float) -> StopReport:
+    def stop(self, run: RunView, *, grace_s: float) -> StopReport:
         """Stop every task's processes and check that nothing is left."""
 
-    def log_tail(self, run: "Run", task: str, max_bytes: int) -> str:
+    def log_tail(self, run: RunView, task: str, max_bytes: int) -> str:
         """The end of a task's log (raises HostError when its host cannot be read)."""
 
-    def chief_transport(self, run: "Run") -> "Transport":
+    def chief_transport(self, run: RunView) -> Transport:
         """A transport to the chief's host: the watch agent, checkpoints and export run there."""

@@ -10,18 +10,15 @@ import io
 import json
 import tarfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from backend import diagnose, tfconfig
-from backend.engines.base import Started, StopReport
+from backend.engines.base import RunView, Started, StopReport
 from backend.errors import HostError, MultiHostError
 from backend.harness import layout
 from backend.hosts.pool import Pool, connection_key, failures, parallel
 from backend.outcome import TaskPhase, TaskStatus
 from backend.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
 
-if TYPE_CHECKING:
-    from backend.run import Run
 
 HARNESS_DIR = Path(__file__).resolve().parents[1] / "harness"
 AGENT = Path(__file__).resolve().parents[1] / "watch" / "agent.py"
@@ -86,7 +83,7 @@ class HostsEngine:
         self.pool = pool
 
     # -- helpers --------------------------------------------------------------------------
-    def _by_host(self, run: "Run") -> list[tuple[str, tuple[TaskSpec, str, list[str]]]]:
+    def _by_host(self, run: RunView) -> list[tuple[str, tuple[TaskSpec, str, list[str]]]]:
         """Tasks grouped per connection and remote run dir: one command per host, not per task."""
         groups: dict[tuple, list] = {}
         for t in run.state.tasks:
@@ -100,11 +97,11 @@ class HostsEngine:
         return self.pool.transport(spec).run(
             [spec.python, "-S", f"{run_dir}/{layout.HARNESS}/spawn.py", *args], **kw)
 
-    def chief_transport(self, run: "Run"):
+    def chief_transport(self, run: RunView):
         return self.pool.transport(run.cluster.tasks[run.state.chief.position])
 
     # -- the protocol ---------------------------------------------------------------------
-    def begin(self, run: "Run", *, attempt: int, resume_step: int | None) -> dict[str, Started]:
+    def begin(self, run: RunView, *, attempt: int, resume_step: int | None) -> dict[str, Started]:
         payload = base64.b64encode(bundle(run.job)).decode()
         started: dict[str, Started] = {}
 
@@ -143,7 +140,7 @@ class HostsEngine:
             raise MultiHostError("launch", errors, "Fix the cause and launch again.")
         return started
 
-    def status(self, run: "Run") -> list[TaskStatus]:
+    def status(self, run: RunView) -> list[TaskStatus]:
         def one(item):
             spec, run_dir, names = item
             argv = ["status", "--run", run_dir] + [a for n in names for a in ("--task", n)]
@@ -171,7 +168,7 @@ class HostsEngine:
                     s.diagnosis = None
         return [out[t.name] for t in run.state.tasks if t.name in out]
 
-    def stop(self, run: "Run", *, grace_s: float) -> StopReport:
+    def stop(self, run: RunView, *, grace_s: float) -> StopReport:
         def one(item):
             spec, run_dir, names = item
             argv = ["stop", "--run", run_dir, "--grace", str(grace_s)] + [a for n in names for a in ("--task", n)]
@@ -189,7 +186,7 @@ class HostsEngine:
                        if isinstance(e, HostError) and "still alive" not in e.problem]
         return StopReport({hosts[k]: e for k, e in errors.items()}, unreachable)
 
-    def log_tail(self, run: "Run", task: str, max_bytes: int) -> str:
+    def log_tail(self, run: RunView, task: str, max_bytes: int) -> str:
         t = run.task(task)
         result = self.pool.transport(run.cluster.tasks[t.position]).run(
             ["tail", "-c", str(max_bytes), layout.log_file(t.remote_run_dir, task)], timeout=30)
