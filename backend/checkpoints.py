@@ -1,7 +1,11 @@
-"""Checkpoint actions, on the chief only: list, save now, export, restore.
+"""Checkpoint actions, on the chief only: list, hold, save now, export, restore.
 
-The harness does the work on the hosts (``ckpt_index.py``, ``export.py``, the training loop);
-this module runs those over the run's transports and turns their answers into typed results.
+The harness does the work on the hosts (``ckpt_tool.py``, ``export.py``, the training loop); this
+module runs those over the run's transports and turns their answers into typed results.
+
+Every action holds the checkpoint it uses (``pin``: a hold file that the training's retention
+respects) from the moment it picks it until it ends, success or failure; "latest" is resolved once,
+by the pin, and the step it names is the one used. docs/checkpoints.md says how retention works.
 """
 from __future__ import annotations
 
@@ -9,9 +13,12 @@ import json
 import re
 import tempfile
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
-from backend import keeper_process
+from backend import keeper_process, remote
 from backend.attempts import begin_attempt
 from backend.errors import ArtifactError, HostError, RunError
 from backend.harness import layout
@@ -20,30 +27,93 @@ from backend.runs import Phase
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 EXPORT_TIMEOUT_S = 900
+RESUME_WAIT_S = 180      # a restored attempt's workers report their step once TensorFlow is up
+CHOICE_TTL_S = 600       # a hold for a step a user chose and has not confirmed yet
 
 
-def _harness(run: Run, task: str, script: str, *args: str, timeout: float = 60):
-    t = run._task(task)
-    spec = run.task_spec(task)
-    return run.transport(task).run([spec.python, f"{t.remote_run_dir}/{layout.HARNESS}/{script}", *args],
-                                   timeout=timeout)
+@dataclass(frozen=True)
+class Hold:
+    """A hold on one checkpoint step of one task's folder (the chief's, for every action)."""
+    task: str
+    step: int
+    hold_id: str
+    purpose: str
+
+
+@dataclass
+class RestoreResult:
+    step: int
+    attempt: int
+    resumed: dict[str, int] = field(default_factory=dict)    # task -> the step it restored
+    moved_aside: dict[str, list[int]] = field(default_factory=dict)   # task -> newer steps
+
+    @property
+    def summary(self) -> str:
+        tasks = ", ".join(f"{t} from step {s}" for t, s in sorted(self.resumed.items()))
+        return f"attempt {self.attempt} resumed: {tasks or 'no worker has reported yet'}"
+
+
+def _tool(run: Run, task: str, *args: str, timeout: float = 60):
+    """``ckpt_tool.py`` on ``task``'s host; its JSON answer, or ArtifactError with its refusal."""
+    # -S: the tool needs only the standard library, and skipping site-packages starts it faster.
+    result = _harness(run, task, "ckpt_tool.py", *args, python_flags=("-S",), timeout=timeout)
+    if result.ok:
+        return json.loads(result.stdout)
+    refused = [ln[len("CKPT REFUSED: "):] for ln in result.stderr.splitlines() if ln.startswith("CKPT REFUSED: ")]
+    if refused:
+        raise ArtifactError(refused[-1] + ".", "Pick a step from the list as it is now.")
+    raise HostError(run.task_spec(task).host, f"checkpoint command {args[0]} failed",
+                    "Check that the run directory exists on that host.", stderr_tail=result.stderr)
+
+
+def _harness(run: Run, task: str, script: str, *args: str, python_flags: tuple[str, ...] = (),
+             timeout: float = 60):
+    """``python RUN/harness/<script> args...`` on ``task``'s host."""
+    t = run.task(task)
+    return run.transport(task).run([run.task_spec(task).python, *python_flags,
+                                    f"{t.remote_run_dir}/{layout.HARNESS}/{script}", *args], timeout=timeout)
 
 
 def checkpoint_dir(run: Run, task: str) -> str:
-    t = run._task(task)
+    t = run.task(task)
     if task == run.state.chief.name:
         return f"{t.remote_run_dir}/{layout.CHECKPOINTS}"
     return layout.worker_checkpoint_dir(t.remote_run_dir, task)
 
 
 def list_checkpoints(run: Run, task: str | None = None) -> list[dict]:
-    """Complete checkpoints of the chief (or of ``task``), oldest first, with meta and sizes."""
+    """Checkpoints of the chief (or of ``task``) that retention keeps, oldest first: each with
+    its meta, files and sizes, and ``held`` (the purposes of the actions holding it)."""
     task = task or run.state.chief.name
-    result = _harness(run, task, "ckpt_index.py", checkpoint_dir(run, task))
-    if not result.ok:
-        raise HostError(run.task_spec(task).host, "could not list checkpoints",
-                        "Check that the run directory exists on the chief.", stderr_tail=result.stderr)
-    return json.loads(result.stdout)
+    return _tool(run, task, "list", checkpoint_dir(run, task))
+
+
+def list_abandoned(run: Run, task: str | None = None) -> list[dict]:
+    """Checkpoints that restores moved aside (each names its ``abandoned`` folder)."""
+    task = task or run.state.chief.name
+    return _tool(run, task, "abandoned", checkpoint_dir(run, task))
+
+
+def pin(run: Run, step: int | None, *, purpose: str, ttl_s: float | None) -> Hold:
+    """Hold ``step`` in the chief's folder (None: the newest, resolved now); ArtifactError if gone."""
+    chief = run.state.chief.name
+    args = ["pin", checkpoint_dir(run, chief), "--step", "latest" if step is None else str(int(step)),
+            "--purpose", purpose] + ([] if ttl_s is None else ["--ttl", str(ttl_s)])
+    answer = _tool(run, chief, *args)
+    return Hold(chief, int(answer["step"]), answer["hold"], purpose)
+
+
+def release(run: Run, hold: Hold) -> None:
+    _tool(run, hold.task, "release", checkpoint_dir(run, hold.task), "--hold", hold.hold_id)
+
+
+@contextmanager
+def held(run: Run, step: int | None, *, purpose: str, ttl_s: float) -> Iterator[Hold]:
+    hold = pin(run, step, purpose=purpose, ttl_s=ttl_s)
+    try:
+        yield hold
+    finally:
+        release(run, hold)
 
 
 def save_now(run: Run, *, wait_s: float = 0) -> int | None:
@@ -51,34 +121,43 @@ def save_now(run: Run, *, wait_s: float = 0) -> int | None:
     if not run.state.live:
         raise RunError(f"run {run.run_id} is {run.state.phase}, not live",
                        "Save now works on a running job; its last checkpoints are listed below.")
-    name = run.request_save()
+    chief = _host(run, run.state.chief.name)
+    name = remote.request_save(chief)
     if not wait_s:
         return None
-    chief = run.state.chief
-    done = f"{chief.remote_run_dir}/{layout.REQUESTS}/{name[:-len('.json')]}.done"
     deadline = time.time() + wait_s
     while time.time() < deadline:
-        result = run.transport(chief.name).run(["cat", done], timeout=30)
-        if result.ok and result.stdout.strip():
-            return int(json.loads(result.stdout)["step"])
+        step = remote.saved_step(chief, name)
+        if step is not None:
+            return int(step)
         time.sleep(0.5)
     raise RunError(f"no save after {wait_s:.0f} s", "The job may be stuck or between epochs; check its log.")
 
 
 def export(run: Run, *, step: int | None = None, name: str | None = None,
-           formats: tuple[str, ...] = ("savedmodel", "keras")) -> dict:
-    """Export a complete checkpoint on the chief's host and verify it in a fresh process."""
+           formats: tuple[str, ...] = ("savedmodel", "keras"),
+           on_step: Callable[[int], None] | None = None) -> dict:
+    """Export a checkpoint (None: the newest) on the chief's host and verify it in a fresh process.
+
+    The step is held before anything else; ``on_step`` hears which one before the work starts.
+    """
     if name is not None and (not NAME.match(name) or ".." in name):
         raise ArtifactError(f"export name {name!r} is not valid",
                             "Use letters, digits, '.', '_' and '-' (no '/').")
     if run.job.module is None:
         raise ArtifactError("this run is a command job, not a harness job",
                             "Export works on harness jobs, whose model the harness can rebuild.")
+    with held(run, step, purpose="export", ttl_s=EXPORT_TIMEOUT_S + 300) as hold:
+        if on_step is not None:
+            on_step(hold.step)
+        return _export_step(run, hold.step, name, formats)
+
+
+def _export_step(run: Run, step: int, name: str | None, formats: tuple[str, ...]) -> dict:
     chief = run.state.chief
     args = ["--run-dir", chief.remote_run_dir, "--job",
-            f"{chief.remote_run_dir}/{layout.JOB}/{Path(run.job.module).name}", "--formats", ",".join(formats)]
-    args += ["--step", str(step)] if step is not None else []
-    args += ["--name", name] if name else []
+            f"{chief.remote_run_dir}/{layout.JOB}/{Path(run.job.module).name}",
+            "--formats", ",".join(formats), "--step", str(step)] + (["--name", name] if name else [])
     result = _harness(run, chief.name, "export.py", *args, timeout=EXPORT_TIMEOUT_S)
     ok = [line for line in result.stdout.splitlines() if line.startswith("EXPORT OK ")]
     if result.ok and ok:
@@ -89,40 +168,67 @@ def export(run: Run, *, step: int | None = None, name: str | None = None,
 
 
 def list_exports(run: Run) -> list[dict]:
-    chief = run.state.chief
-    folder = f"{chief.remote_run_dir}/{layout.EXPORTS}"
-    script = ("import json, os, sys; d = sys.argv[1]; out = []\n"
-              "for n in sorted(os.listdir(d)) if os.path.isdir(d) else []:\n"
-              "    p = os.path.join(d, n, 'result.json')\n"
-              "    if not n.startswith('.') and os.path.exists(p): out.append(json.load(open(p)))\n"
-              "print(json.dumps(out))")
-    result = run.transport(chief.name).run([run.task_spec(chief.name).python, "-c", script, folder])
-    return json.loads(result.stdout) if result.ok else []
+    try:
+        return remote.exports(_host(run, run.state.chief.name))
+    except HostError:
+        return []
 
 
 def fetch_export_file(run: Run, name: str, relative: str, local_path: str) -> str:
     """Copy one file of an export (``model.keras``) to this machine, for download."""
     if not NAME.match(name) or ".." in relative or relative.startswith("/"):
         raise ArtifactError(f"{name}/{relative} is not a valid export file", "Pick one from the list.")
-    chief = run.state.chief
-    run.transport(chief.name).get(f"{chief.remote_run_dir}/{layout.EXPORTS}/{name}/{relative}", local_path)
+    remote.fetch_file(_host(run, run.state.chief.name), f"{layout.EXPORTS}/{name}/{relative}", local_path)
     return local_path
 
 
-def restore(run: Run, step: int) -> None:
-    """Relaunch the job from checkpoint ``step`` on every worker, as a new attempt of this run."""
-    chief_ckpts = {c["step"]: c for c in list_checkpoints(run)}
-    if step not in chief_ckpts:
-        raise ArtifactError(f"checkpoint step {step} is not complete on the chief",
-                            f"Choose one of the complete steps: {sorted(chief_ckpts) or 'none yet'}.")
-    if run.state.live:
-        run.stop(reason=f"restore from step {step}")
-    for t in run.state.tasks:
-        if t.name != run.state.chief.name:
-            _ensure_copy(run, t.name, chief_ckpts[step])
-    begin_attempt(run, resume_step=step, expect=(Phase.STOPPED, Phase.FINISHED, Phase.FAILED))
-    if run.kept:
-        _rekeep(run)
+def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RESUME_WAIT_S) -> RestoreResult:
+    """Relaunch the job from checkpoint ``step`` on every worker, as a new attempt of this run.
+
+    ``hold``: the caller already holds ``step`` (the console pins a step when the user picks it).
+    Newer checkpoints move aside first, so no later restart or "latest" picks them.
+    """
+    own = hold is None
+    hold = hold or pin(run, step, purpose="restore", ttl_s=CHOICE_TTL_S)
+    try:
+        if hold.step != step:
+            raise ArtifactError(f"the hold is on step {hold.step}, not {step}", "Pick the step again.")
+        chosen = {c["step"]: c for c in list_checkpoints(run)}[step]
+        if run.state.live:
+            run.stop(reason=f"restore from step {step}")
+        attempt = run.state.attempt + 1
+        moved = {t.name: _tool(run, t.name, "abandon", checkpoint_dir(run, t.name), "--after", str(step),
+                               "--tag", f"attempt-{attempt}-restore-{step}", "--keep-hold", hold.hold_id)["moved"]
+                 for t in run.state.tasks}
+        for t in run.state.tasks:
+            if t.name != run.state.chief.name:
+                _ensure_copy(run, t.name, chosen)
+        begin_attempt(run, resume_step=step, expect=(Phase.STOPPED, Phase.FINISHED, Phase.FAILED))
+        if run.kept:
+            _rekeep(run)
+        result = RestoreResult(step, run.state.attempt, moved_aside={t: s for t, s in moved.items() if s})
+        result.resumed = wait_resumed(run, wait_s) if run.job.module else {}
+        return result
+    finally:
+        if own:
+            release(run, hold)
+
+
+def wait_resumed(run: Run, wait_s: float) -> dict[str, int]:
+    """task -> step each task of the current attempt restored: once all did, one ended without
+    restoring, or ``wait_s`` passed."""
+    deadline, found = time.time() + wait_s, {}
+    while True:
+        ended = []
+        for t in run.state.tasks:
+            if t.name not in found:
+                answer = _tool(run, t.name, "resumed", t.remote_run_dir,
+                               "--attempt", str(run.state.attempt), "--task", t.name)
+                found.update(answer["resumed"])
+                ended += [n for n in answer["ended"] if n not in answer["resumed"]]
+        if len(found) == len(run.state.tasks) or ended or time.time() > deadline:
+            return found
+        time.sleep(0.5)
 
 
 def _rekeep(run: Run, wait_s: float = 10.0) -> None:
@@ -144,12 +250,17 @@ def _ensure_copy(run: Run, task: str, chief_ckpt: dict) -> None:
     """Give a worker the chief's checkpoint files when it lacks that step (no shared storage)."""
     if any(c["step"] == chief_ckpt["step"] for c in list_checkpoints(run, task)):
         return
-    chief = run.state.chief.name
-    target = checkpoint_dir(run, task)
+    chief = _host(run, run.state.chief.name)
+    worker = _host(run, task)
+    target = f"{layout.WORKER_CHECKPOINTS}/{task}"   # relative to the run directory
     with tempfile.TemporaryDirectory() as tmp:
         # meta.json last: the copy counts as complete only once everything else is there.
-        names = sorted(chief_ckpt["files"], key=lambda n: n.endswith(".meta.json"))
-        for name in names:
+        for name in sorted(chief_ckpt["files"], key=lambda n: n.endswith(".meta.json")):
             local = str(Path(tmp) / name)
-            run.transport(chief).get(f"{chief_ckpt['dir']}/{name}", local)
-            run.transport(task).put(local, f"{target}/{name}")
+            remote.fetch_file(chief, f"{layout.CHECKPOINTS}/{name}", local)
+            remote.push_file(worker, local, f"{target}/{name}")
+
+
+def _host(run: Run, task: str) -> remote.Host:
+    t = run.task(task)
+    return remote.Host(run.transport(task), run.task_spec(task).python, t.remote_run_dir)

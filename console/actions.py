@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 from backend import checkpoints
 from backend.errors import ArtifactError, ConsoleError, SpecError
@@ -87,15 +88,31 @@ def checkpoint_rows(found: list[dict]) -> list[dict]:
         rows.append({"step": c.get("step"), "epoch": c.get("epoch"),
                      "loss": c.get("global_loss"),
                      "time": time.strftime("%H:%M:%S", time.localtime(c["time"])) if c.get("time") else "",
-                     "size (KB)": round(sum(files.values()) / 1024, 1) if files else None})
+                     "size (KB)": round(sum(files.values()) / 1024, 1) if files else None,
+                     "held by": ", ".join(c.get("held") or []),
+                     **({"moved by": c["abandoned"]} if "abandoned" in c else {})})
     return rows
 
 
-def export(live: LiveRun, step: int | None, formats: tuple[str, ...], name: str | None) -> dict:
+def step_options(steps: list[int], chosen) -> list[int]:
+    """A picker's steps, newest first, always with the step the user chose: the selection is
+    keyed by step and survives the list's refreshes even after that step left the list."""
+    return sorted(set(steps) | ({chosen} if isinstance(chosen, int) else set()), reverse=True)
+
+
+def list_abandoned(live: LiveRun) -> list[dict]:
+    """Checkpoints that restores moved aside on the chief (kept, never picked by 'latest')."""
+    return checkpoints.list_abandoned(live.run)
+
+
+def export(live: LiveRun, step: int | None, formats: tuple[str, ...], name: str | None, *,
+           on_step: Callable[[int], None] | None = None) -> dict:
+    """Export ``step`` (None: the newest, resolved and held first; ``on_step`` hears which)."""
     if not formats:
         raise ArtifactError("no format chosen", "Tick SavedModel, .keras or both.")
     with live.lock:
-        return checkpoints.export(live.run, step=step, name=name or None, formats=formats)
+        return checkpoints.export(live.run, step=step, name=name or None, formats=formats,
+                                  on_step=on_step)
 
 
 def fetch_keras(live: LiveRun, result: dict) -> bytes:
@@ -110,10 +127,27 @@ def fetch_keras(live: LiveRun, result: dict) -> bytes:
         return f.read()
 
 
-def restore(live: LiveRun, step: int) -> None:
+def hold_for_restore(live: LiveRun, step: int | None) -> checkpoints.Hold:
+    """Pin the step the user picked, before asking to confirm: it cannot vanish meanwhile."""
     if step is None:
         raise SpecError("step", "no checkpoint chosen", "Pick a checkpoint step.")
-    with live.lock:
-        checkpoints.restore(live.run, int(step))
+    return checkpoints.pin(live.run, int(step), purpose="restore", ttl_s=checkpoints.CHOICE_TTL_S)
+
+
+def release_hold(live: LiveRun, hold: checkpoints.Hold) -> None:
+    checkpoints.release(live.run, hold)
+
+
+def restore(live: LiveRun, hold: checkpoints.Hold) -> checkpoints.RestoreResult:
+    """Relaunch from the held step; the hold ends with the action, success or failure."""
+    try:
+        with live.lock:
+            result = checkpoints.restore(live.run, hold.step, hold=hold)
+    finally:
+        try:
+            checkpoints.release(live.run, hold)
+        except ConsoleError:
+            pass   # the hold expires by itself (CHOICE_TTL_S); the restore's outcome matters more
     live.ensure_monitor()
     live.refresh(force=True)
+    return result

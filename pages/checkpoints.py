@@ -1,4 +1,9 @@
-"""Checkpoints: the chief's checkpoints (live), Save now, Export with verification, Restore."""
+"""Checkpoints: the chief's checkpoints (live), Save now, Export with verification, Restore.
+
+While the run trains, checkpoints rotate every few seconds: the pickers refresh with the list
+but keep the step the user chose (keyed by step, not position); a chosen step that left the list
+is said, never swapped for another. An action holds its step on the chief until it ends.
+"""
 import pandas as pd
 import streamlit as st
 
@@ -18,7 +23,7 @@ widgets.run_header(live)
 
 
 @st.fragment(run_every=2)
-def table() -> None:
+def listing() -> None:
     try:
         found = actions.list_checkpoints(live)
     except ConsoleError as err:
@@ -27,15 +32,35 @@ def table() -> None:
     ss.checkpoint_steps = [c["step"] for c in found]
     if found:
         st.caption(f"{len(found)} complete checkpoint(s) on the chief, at steps "
-                   + ", ".join(str(step) for step in sorted(ss.checkpoint_steps)) + ".")
+                   + ", ".join(str(c["step"]) for c in found) + ".")
         st.dataframe(pd.DataFrame(actions.checkpoint_rows(found)), hide_index=True, width="stretch",
                      key="checkpoint_table")
     else:
         st.info("No complete checkpoint yet.")
 
 
-table()
-steps = sorted(ss.get("checkpoint_steps") or [], reverse=True)
+# Its own fragment, with no remote call in it: a choice made while a slow fragment run is under
+# way was dropped (seen in a real browser), so the pickers redraw quickly from the last listing.
+@st.fragment(run_every=2)
+def pickers() -> None:
+    steps = ss.get("checkpoint_steps") or []
+    e1, r1 = st.columns(2)
+    e1.selectbox("Export checkpoint", ["latest"] + actions.step_options(steps, ss.get("export_step")),
+                 key="export_step", help="'latest' is resolved to a step when you press Export.")
+    r1.selectbox("Resume from step", actions.step_options(steps, ss.get("restore_step")),
+                 key="restore_step", index=None, placeholder="Pick a step")
+    chosen = ss.get("restore_step")
+    if isinstance(chosen, int):
+        r1.caption(f"Restore will use step {chosen}.")
+    for key, what in (("export_step", "Export"), ("restore_step", "Restore")):
+        chosen = ss.get(key)
+        if isinstance(chosen, int) and chosen not in steps:
+            st.warning(f"{what}: step {chosen} has left the list (retention keeps the last "
+                       f"checkpoints); it may already be gone. Pick another step.")
+
+
+listing()
+pickers()
 
 st.subheader("Save now")
 if st.button("Save now", key="save_now"):
@@ -48,15 +73,18 @@ if st.button("Save now", key="save_now"):
         st.error(str(err))
 
 st.subheader("Export")
-e1, e2, e3 = st.columns([2, 2, 2])
-pick = e1.selectbox("Checkpoint", ["latest"] + steps, key="export_step")
+e2, e3 = st.columns(2)
 formats = e2.multiselect("Formats", ["savedmodel", "keras"], ["savedmodel", "keras"], key="export_formats")
 name = e3.text_input("Name (optional)", key="export_name")
 if st.button("Export", key="export_button"):
+    pick = ss.get("export_step")
     try:
-        with st.status("Exporting on the chief, then verifying in a fresh process...") as box:
-            result = actions.export(live, None if pick == "latest" else int(pick), tuple(formats), name)
-            box.update(label=f"Exported {result.get('name')}", state="complete")
+        with st.status("Holding the checkpoint on the chief...") as box:
+            result = actions.export(live, None if pick in (None, "latest") else int(pick), tuple(formats), name,
+                                    on_step=lambda s: box.update(
+                                        label=f"Exporting step {s} on the chief, then verifying it in a "
+                                              f"fresh process..."))
+            box.update(label=f"Exported {result.get('name')} (step {result.get('step')})", state="complete")
         ss.last_export = {"run_id": live.run_id, **result}
     except ConsoleError as err:
         st.error(str(err))
@@ -75,24 +103,44 @@ if result and result.get("run_id") == live.run_id:
             st.error(str(err))
 
 st.subheader("Restore")
-r1, r2 = st.columns([2, 3])
-restore_step = r1.selectbox("Resume from step", steps, key="restore_step")
-r2.caption("Restore stops the run if it is live and relaunches every worker from this checkpoint, "
-           "as a new attempt of the same run.")
-if st.button("Restore", key="restore_button", disabled=not steps):
-    ss.confirm_restore = restore_step
-if ss.confirm_restore is not None:
-    st.warning(f"Relaunch run {live.run_id} from step {ss.confirm_restore}?")
+st.caption("Restore stops the run if it is live and relaunches every worker from the step picked above, "
+           "as a new attempt of the same run. Newer checkpoints are moved aside (kept, not used).")
+if st.button("Restore", key="restore_button"):
+    try:   # the hold starts here: the step cannot vanish while you confirm
+        ss.confirm_restore = actions.hold_for_restore(live, ss.get("restore_step"))
+    except ConsoleError as err:
+        st.error(str(err))
+hold = ss.confirm_restore
+if hold is not None:
+    st.warning(f"Relaunch run {live.run_id} from step {hold.step}? (Step {hold.step} is held until then.)")
     y, n = st.columns(2)
     if y.button("Yes, restore", key="restore_yes", type="primary"):
-        step, ss.confirm_restore = ss.confirm_restore, None
+        ss.confirm_restore = None
         try:
-            with st.status(f"Restoring from step {step}...") as box:
-                actions.restore(live, step)
-                box.update(label=f"Relaunched from step {step}", state="complete")
-            st.success(f"Run {live.run_id} resumed from step {step} (attempt {live.run.state.attempt}).")
+            with st.status(f"Restoring from step {hold.step}...") as box:
+                outcome = actions.restore(live, hold)
+                box.update(label=f"Relaunched from step {hold.step}", state="complete")
+            st.success(f"Run {live.run_id} restored from step {outcome.step}: {outcome.summary}.")
+            if outcome.moved_aside:
+                st.info("Moved aside (kept, never picked by 'latest' or a restart): "
+                        + "; ".join(f"{t}: steps {s}" for t, s in sorted(outcome.moved_aside.items())))
         except ConsoleError as err:
             st.error(str(err))
     if n.button("Cancel", key="restore_no"):
         ss.confirm_restore = None
+        try:
+            actions.release_hold(live, hold)
+        except ConsoleError:
+            pass   # the hold expires by itself
         st.rerun()
+
+with st.expander("Checkpoints moved aside by restores"):
+    try:
+        aside = actions.list_abandoned(live)
+    except ConsoleError as err:
+        aside = []
+        st.error(str(err))
+    if aside:
+        st.dataframe(pd.DataFrame(actions.checkpoint_rows(aside)), hide_index=True, width="stretch")
+    else:
+        st.caption("None.")

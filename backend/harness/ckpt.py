@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import ckpt_index
 import layout
+import retention
 
 
 class CheckpointError(Exception):
@@ -32,16 +33,19 @@ def describe_available(directory: str) -> str:
 
 
 class Checkpointer:
-    """tf.train.Checkpoint(model, optimizer, step) + CheckpointManager + meta files."""
+    """tf.train.Checkpoint(model, optimizer, step) + meta files + our own retention.
 
-    def __init__(self, directory: str, model, optimizer, step_var, keep: int):
+    Not CheckpointManager: its max_to_keep deletes a checkpoint that an export or a restore is
+    using. ``retention.apply`` keeps the last N, the best K and every held step instead.
+    """
+
+    def __init__(self, directory: str, model, optimizer, step_var, policy: retention.Policy):
         os.makedirs(directory, exist_ok=True)
         self.directory = directory
         self.step_var = step_var
+        self.policy = policy
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
-        # checkpoint_name + checkpoint_number=step give files ckpt-<step>.index / .data-*.
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint, directory, max_to_keep=keep, checkpoint_name=ckpt_index.PREFIX)
+        retention.write_policy(directory, policy)   # listings show what this retention keeps
 
     def save(self, step: int, epoch: int, losses: dict, global_loss: float) -> str:
         """Save at ``step`` (all workers must call this at the same step), then write meta."""
@@ -50,14 +54,17 @@ class Checkpointer:
         meta = ckpt_index.meta_path(self.directory, step)
         if os.path.exists(meta):
             os.unlink(meta)
-        path = self.manager.save(checkpoint_number=step)
+        # What CheckpointManager.save did, minus its deletions: bump save_counter (older
+        # checkpoints hold it, so restores match either way), then write ckpt-<step>.*.
+        self.checkpoint.save_counter.assign_add(1)
+        path = self.checkpoint.write(ckpt_index.prefix_path(self.directory, step))
         ckpt_index.write_json_atomic(meta, {
             "step": int(step), "epoch": int(epoch),
             "losses": {k: float(v) for k, v in losses.items()},
             "global_loss": float(global_loss), "time": time.time(),
             "tensorflow": tf.__version__, "keras": keras.__version__,
         })
-        ckpt_index.prune_orphan_meta(self.directory)
+        retention.apply(self.directory, self.policy)
         return path
 
     def restore(self, step: int) -> int:

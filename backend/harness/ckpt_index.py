@@ -57,6 +57,13 @@ def _read_meta(path: str) -> dict | None:
     return meta if isinstance(meta, dict) else None
 
 
+def _size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
+
+
 def list_complete(directory: str) -> list[dict]:
     """Complete checkpoints in ``directory``, sorted by step; [] if the folder is missing.
 
@@ -73,8 +80,9 @@ def list_complete(directory: str) -> list[dict]:
         if meta is None:
             continue
         stem = f"{PREFIX}-{step}."
-        files = {n: os.path.getsize(os.path.join(directory, n))
-                 for n in names if n.startswith(stem) and os.path.exists(os.path.join(directory, n))}
+        files = {n: _size(os.path.join(directory, n)) for n in names if n.startswith(stem)}
+        if None in files.values():
+            continue   # retention removed it while we looked
         out.append({**meta, "step": step, "prefix": prefix_path(directory, step),
                     "dir": directory, "files": files})
     return out
@@ -91,18 +99,6 @@ def list_partial(directory: str) -> list[int]:
     any_steps |= {int(m.group(1)) for m in
                   (re.match(rf"^{PREFIX}-(\d+)\.data-", n) for n in names) if m}
     return sorted(any_steps - complete)
-
-
-def prune_orphan_meta(directory: str) -> list[int]:
-    """Delete meta files whose ``.index`` is gone (the CheckpointManager removed that checkpoint)."""
-    names = os.listdir(directory)
-    orphans = sorted(_steps(names, _META_RE) - _steps(names, _INDEX_RE))
-    for step in orphans:
-        try:
-            os.unlink(meta_path(directory, step))
-        except FileNotFoundError:
-            pass
-    return orphans
 
 
 def main(argv: list[str]) -> int:

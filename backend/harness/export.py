@@ -6,6 +6,11 @@ RUN/exports/.tmp-<name>/{saved_model/, model.keras}, reloads both in a FRESH pro
 compares predictions on a probe batch, writes result.json, then renames the folder to
 RUN/exports/<name>/. Never overwrites: an existing name is refused with exit code 2, as is a
 checkpoint that is not complete. Any other failure exits 1 and removes only its own tmp folder.
+
+The chosen checkpoint is held (``retention.pin``) from the moment it is chosen until this process
+ends, so the training's retention cannot delete it mid-export. The process runs with small thread
+pools and a raised nice value (``--threads``, ``--nice``): it shares the chief's cores with the
+training, and bench/export_during_training.py measures what it costs the training.
 """
 from __future__ import annotations
 
@@ -24,10 +29,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ckpt_index  # noqa: E402
 import jobs  # noqa: E402
 import layout  # noqa: E402
+import retention  # noqa: E402
 
 TOLERANCE = 1e-5
 FORMATS = ("savedmodel", "keras")
 PATHS = {"savedmodel": "saved_model", "keras": "model.keras"}
+HOLD_TTL_S = 1800   # past any export's end: a hold left by a killed export expires by itself
 
 
 class Refused(Exception):
@@ -41,24 +48,30 @@ def parse_args(argv):
     p.add_argument("--step", type=int, default=None, help="default: latest complete checkpoint")
     p.add_argument("--name", default=None, help="default: step-<S>-<timestamp>")
     p.add_argument("--formats", default=",".join(FORMATS))
+    p.add_argument("--threads", type=int, default=1,
+                   help="TensorFlow intra- and inter-op threads (0: TensorFlow's default, all cores)")
+    p.add_argument("--nice", type=int, default=10, help="added to this process's nice value")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override the run's parameters (default: RUN/train.json's)")
     p.add_argument("--verify", default=None, help=argparse.SUPPRESS)  # the fresh child process
     return p.parse_args(argv)
 
 
-def choose_checkpoint(run_dir: str, step: int | None) -> dict:
+def choose_checkpoint(run_dir: str, step: int | None) -> tuple[dict, str]:
+    """The checkpoint (``None``: the newest) and the id of the hold that keeps it until we end."""
     folder = os.path.join(run_dir, layout.CHECKPOINTS)
     complete = ckpt_index.list_complete(folder)
     if not complete:
         raise Refused(f"no complete checkpoint in {folder}")
-    if step is None:
-        return complete[-1]
-    for c in complete:
-        if c["step"] == step:
-            return c
-    raise Refused(f"checkpoint step {step} is not complete (or missing) in {folder}; "
-                  f"{_next_good(complete, step)}")
+    try:
+        hold = retention.pin(folder, step, purpose="export", ttl_s=HOLD_TTL_S)
+    except retention.HoldError as exc:
+        raise Refused(f"{exc}; {_next_good(ckpt_index.list_complete(folder), step or 0)}") from None
+    for c in ckpt_index.list_complete(folder):
+        if c["step"] == hold["step"]:
+            return c, hold["hold"]
+    retention.release(folder, hold["hold"])
+    raise Refused(f"checkpoint step {hold['step']} vanished from {folder} while held")
 
 
 def _next_good(complete: list, step: int) -> str:
@@ -107,7 +120,14 @@ def _load_arrays(path: str) -> list:
 
 
 def export(args, formats: list[str]) -> dict:
-    chosen = choose_checkpoint(args.run_dir, args.step)
+    chosen, hold = choose_checkpoint(args.run_dir, args.step)
+    try:
+        return _export_held(args, formats, chosen)
+    finally:
+        retention.release(chosen["dir"], hold)
+
+
+def _export_held(args, formats: list[str], chosen: dict) -> dict:
     step = chosen["step"]
     name = args.name or f"step-{step}-{time.strftime('%Y%m%d-%H%M%S')}"
     if "/" in name or name.startswith("."):
@@ -132,6 +152,15 @@ def export(args, formats: list[str]) -> dict:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)   # only our own tmp folder, never `final`
         raise
+
+
+def limit_threads(threads: int, nice: int) -> None:
+    """Before TensorFlow loads; the verification child inherits both through env and fork."""
+    if threads > 0:
+        for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+            os.environ[var] = str(threads)
+    if nice > 0:
+        os.nice(nice)
 
 
 def _export_into(args, chosen: dict, tmp: str, formats: list[str]) -> dict:
@@ -214,6 +243,7 @@ def main(argv=None) -> int:
         print("VERIFY " + json.dumps(verify(args, json.loads(args.verify))), flush=True)
         return 0
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    limit_threads(args.threads, args.nice)
     try:
         bad = [f for f in formats if f not in FORMATS]
         if bad or not formats:

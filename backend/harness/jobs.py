@@ -19,7 +19,9 @@ DEFAULTS = {
     "steps_per_epoch": 100,
     "log_every": 10,            # K: gather and write metrics every K steps
     "checkpoint_every": 50,     # 0 = only at the end of each epoch
-    "keep_checkpoints": 5,
+    "keep_checkpoints": 5,      # the last N checkpoints kept (0 = all); held ones are kept too
+    "keep_best_checkpoints": 0, # also keep the K with the lowest global loss
+    "checkpoint_grace_s": 30.0, # an unlisted checkpoint stays on disk this long (backend/harness/retention.py)
     "seed": 0,
     "collective_timeout_s": 60,
     "resume_data": "skip",      # on resume: "skip" consumed batches, or "reseed" the data

@@ -14,6 +14,7 @@ import layout
 import loop
 import report
 import requests_dir
+import retention
 import tb
 
 
@@ -45,7 +46,9 @@ class Session:
             self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.ckpt = ckpt.Checkpointer(
             ckpt.checkpoint_dir(self.run_dir, self.task, self.cluster.is_chief),
-            self.model, self.optimizer, self.step_var, int(p["keep_checkpoints"]))
+            self.model, self.optimizer, self.step_var, retention.Policy(
+                keep_last=int(p["keep_checkpoints"]), keep_best=int(p["keep_best_checkpoints"]),
+                grace_s=float(p["checkpoint_grace_s"])))
         self.start = self._resume_step()
         self.iterator = iter(self._dataset(self.start))
         with self.strategy.scope():
@@ -56,6 +59,10 @@ class Session:
             self.ckpt.restore(self.start)
             print(f"[{self.task}] restored step {self.start} from {self.ckpt.directory}",
                   flush=True)
+            # Read by the console's restore: which step each worker really resumed from.
+            os.makedirs(os.path.join(self.run_dir, layout.TASKS), exist_ok=True)
+            ckpt_index.write_json_atomic(layout.task_file(self.run_dir, self.task, "resumed"), {
+                "attempt": self.args.attempt, "step": self.start, "time": time.time()})
         self.train_step, self.train_step_sync = loop.make_train_step(
             self.strategy, self.model, self.optimizer, self.job.loss_fn, self.gbs)
 

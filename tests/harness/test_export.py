@@ -71,3 +71,26 @@ def test_export_of_a_corrupt_checkpoint_fails_and_cleans_up(trained_run, tmp_pat
     assert out.returncode == 1, out.stderr[-2000:]
     assert "next good one is step 150" in out.stderr
     assert os.listdir(os.path.join(run, "exports")) == []
+
+
+def test_export_latest_holds_its_checkpoint_while_retention_rotates(launcher, tmp_path):
+    """Keep one checkpoint, no grace, a save every 5 steps: without the export's hold its step
+    would be deleted long before TensorFlow had started in the export process."""
+    from tests.conftest import wait_for
+    run = str(tmp_path / "run")
+    folder = os.path.join(run, "checkpoints")
+    launcher.start(run, n=2, params=("epochs=1", "steps_per_epoch=1000000", "log_every=5",
+                                     "checkpoint_every=5", "keep_checkpoints=1", "checkpoint_grace_s=0"))
+    wait_for(lambda: ckpt_steps(folder), 180, "a first checkpoint")
+    out = export(run, "--formats", "keras", "--name", "rotating")
+    assert out.returncode == 0, out.stderr[-3000:]
+    step = json.load(open(os.path.join(run, "exports", "rotating", "result.json")))["step"]
+    assert max(ckpt_steps(folder)) > step            # training saved newer ones meanwhile
+    # Released at the end: the next retention pass deletes it like any other old checkpoint.
+    wait_for(lambda: step not in ckpt_steps(folder), 60, f"retention to drop step {step}")
+    assert os.listdir(os.path.join(folder, "holds")) == []
+
+
+def ckpt_steps(folder) -> list[int]:
+    return sorted(int(n[len("ckpt-"):-len(".index")]) for n in os.listdir(folder)
+                  if n.startswith("ckpt-") and n.endswith(".index")) if os.path.isdir(folder) else []

@@ -49,14 +49,6 @@ def test_list_complete_sorts_numerically_and_handles_missing_dir(tmp_path):
     assert ckpt_index.list_complete(str(tmp_path / "nope")) == []
 
 
-def test_prune_orphan_meta(tmp_path):
-    make_ckpt(tmp_path, 1)
-    make_ckpt(tmp_path, 2, index=False, data=False)
-    assert ckpt_index.prune_orphan_meta(str(tmp_path)) == [2]
-    assert sorted(os.listdir(tmp_path)) == ["ckpt-1.data-00000-of-00001", "ckpt-1.index",
-                                           "ckpt-1.meta.json"]
-
-
 def test_ckpt_index_cli_prints_json(tmp_path):
     make_ckpt(tmp_path, 7)
     make_ckpt(tmp_path, 8, meta=False)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,43 @@ def test_save_export_restore(ssh_cluster, ssh_options, tmp_path):
     # Not back at the start: the first loss after resuming is near the last one before it.
     assert resumed[0]["global_loss"] < 3 * last_before["global_loss"] + 0.05
     assert resumed[0]["global_loss"] < metrics(run)[0]["global_loss"]
+
+
+@pytest.mark.slow
+def test_export_latest_and_restore_oldest_while_checkpoints_rotate(ssh_cluster, ssh_options, tmp_path):
+    """A run that checkpoints about every second and keeps three: Export "latest" and Restore of
+    the oldest listed step each succeed three times in a row, and each uses the step it named."""
+    from tests.conftest import wait_for
+    job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
+                         "params": {"epochs": 1, "steps_per_epoch": 1_000_000, "checkpoint_every": 50,
+                                    "log_every": 10, "keep_checkpoints": 3}})
+    run = launcher.launch(ssh_cluster, job, store=RunStore(tmp_path / "runs"), options=ssh_options,
+                          preflight=launcher.Preflight.SKIP)
+    try:
+        wait_for(lambda: len(checkpoints.list_checkpoints(run)) >= 3, 180, "three checkpoints")
+        for i in range(3):
+            named = []
+            result = checkpoints.export(run, name=f"latest-{i}", formats=("keras",), on_step=named.append)
+            assert result["match"] is True and [result["step"]] == named
+        assert [e["name"] for e in checkpoints.list_exports(run)] == ["latest-0", "latest-1", "latest-2"]
+
+        restored = []
+        for _ in range(3):
+            wait_for(lambda: len(checkpoints.list_checkpoints(run)) >= 3, 180, "three checkpoints")
+            listed = [c["step"] for c in checkpoints.list_checkpoints(run)]
+            oldest, newest = listed[0], listed[-1]
+            began = time.time()
+            outcome = checkpoints.restore(run, oldest)
+            restored.append(oldest)
+            assert outcome.step == oldest and outcome.attempt == run.state.attempt
+            assert outcome.resumed == {t.name: oldest for t in run.state.tasks}
+            assert newest in outcome.moved_aside[run.state.chief.name]
+            # Nothing newer than the restored step is listed unless this attempt wrote it.
+            for c in checkpoints.list_checkpoints(run):
+                assert c["step"] <= oldest or c["time"] > began, (c["step"], oldest)
+            assert newest in [c["step"] for c in checkpoints.list_abandoned(run)]
+        assert run.state.phase == "running"
+        assert [a.resume_step for a in run.state.attempts] == [None, *restored]
+    finally:
+        if run.state.live:
+            run.stop(grace_s=3)
