@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from tests.app.conftest import errors
 
+# An export starts TensorFlow twice at nice +10 (it yields to training): minutes on a busy machine.
+EXPORT_TIMEOUT = 600
+
 
 def test_table_and_save_now_on_a_finished_run(on_finished):
     open_page, run_id = on_finished
@@ -23,7 +26,7 @@ def test_export_is_verified_and_downloadable(on_finished):
     open_page, run_id = on_finished
     at = open_page("checkpoints")
     at.multiselect(key="export_formats").set_value(["keras"])
-    at.button(key="export_button").click().run()
+    at.button(key="export_button").click().run(timeout=EXPORT_TIMEOUT)
     assert not at.exception
     assert not errors(at), errors(at)
     assert any("verified" in s.value for s in at.success)

@@ -187,7 +187,7 @@ def test_start_watch_save_export_stop(server):
         _wait_text(page, rf"at steps .*\b{saved}\b", 30)
         # Export while the job trains: a separate process on the chief's host.
         _click(page, "Export")
-        _wait_text(page, r"Export \S+ \(step \d+\) verified", 150)
+        _wait_text(page, r"Export \S+ \(step \d+\) verified", 400)   # nice +10: it yields to the training
         page.get_by_role("button", name="Download model.keras").wait_for(timeout=30_000)
         _shot(page, "checkpoints")
 

@@ -11,7 +11,8 @@ import pytest
 
 from .conftest import HARNESS, PYTHON
 
-sys.path.insert(0, HARNESS)   # harness modules import each other as siblings, as on a host
+sys.path.append(HARNESS)   # harness modules import each other as siblings, as on a host; last, so
+# they never shadow a package of the same name for other tests in this process
 import retention  # noqa: E402
 from retention import Policy  # noqa: E402
 
