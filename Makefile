@@ -8,7 +8,7 @@ PORT    ?= 8501
 .PHONY: run test system-deps bench clean help
 
 help:
-	@echo "make run    - install and start the console on http://127.0.0.1:$(PORT)"
+	@echo "make run    - install and start the console on 127.0.0.1:$(PORT); prints the URL with its login token"
 	@echo "make test   - install everything tests need (sshd, chromium) and run all tests"
 	@echo "make bench  - run the benchmarks in bench/"
 
@@ -35,9 +35,9 @@ system-deps:
 	    iproute2 util-linux slurmctld slurmd slurm-client munge; \
 	fi
 
+# A new login token at every start; the URL to open (with it) is printed once the console answers.
 run: $(VENV)/.runtime
-	$(PY) -m streamlit run console/app.py --server.address 127.0.0.1 --server.port $(PORT) \
-	  --server.headless true --browser.gatherUsageStats false
+	$(PY) -m console --address 127.0.0.1 --port $(PORT)
 
 test: $(VENV)/.dev system-deps
 	$(PY) -m pytest -q tests

@@ -10,11 +10,12 @@ if str(ROOT) not in sys.path:   # `streamlit run console/app.py` puts only conso
 
 import streamlit as st  # noqa: E402
 
-from console import state  # noqa: E402
+from console import auth, state  # noqa: E402
 
 PAGES = ROOT / "pages"
 
 st.set_page_config(page_title="TF training console", page_icon=":material/monitoring:", layout="wide")
+auth.gate()   # st.navigation runs this script on every rerun: nothing below without the token
 state.init()
 nav = st.navigation([
     st.Page(str(PAGES / "launch.py"), title="Launch", icon=":material/rocket_launch:", url_path="launch", default=True),

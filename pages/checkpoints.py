@@ -7,9 +7,10 @@ is said, never swapped for another. An action holds its step on the chief until 
 import pandas as pd
 import streamlit as st
 
-from console import actions, state, widgets
+from console import actions, auth, state, widgets
 from console.errors import ConsoleError
 
+auth.guard()   # nothing on this page for a session without the login token
 state.init()
 ss = st.session_state
 st.title("Checkpoints")

@@ -4,9 +4,10 @@ import json
 import pandas as pd
 import streamlit as st
 
-from console import cluster_actions, forms, state
+from console import auth, cluster_actions, forms, state
 from console.errors import ConsoleError, messages
 
+auth.guard()   # nothing on this page for a session without the login token
 state.init()
 ss = st.session_state
 st.title("Cluster")

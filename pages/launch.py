@@ -1,9 +1,10 @@
 """Launch: pick a job and its parameters, then Start (preflight first) or Stop."""
 import streamlit as st
 
-from console import actions, cluster_actions, forms, state, widgets
+from console import actions, auth, cluster_actions, forms, state, widgets
 from console.errors import ConsoleError, messages
 
+auth.guard()   # nothing on this page for a session without the login token
 state.init()
 ss = st.session_state
 st.title("Launch")

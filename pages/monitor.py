@@ -4,8 +4,9 @@ import time
 import streamlit as st
 
 from backend import stacks
-from console import figures, monitor_view, state, widgets
+from console import auth, figures, monitor_view, state, widgets
 
+auth.guard()   # nothing on this page for a session without the login token
 state.init()
 st.title("Monitor")
 widgets.action_panel(state.current_action(), key="monitor")

@@ -2,9 +2,10 @@
 import pandas as pd
 import streamlit as st
 
-from console import runs_view, state
+from console import auth, runs_view, state
 from console.figures import compare_figure
 
+auth.guard()   # nothing on this page for a session without the login token
 state.init()
 ss = st.session_state
 st.title("Runs")

@@ -9,6 +9,14 @@ from tests.conftest import ROOT
 TIMEOUT = 120   # a Start runs the preflight (imports TensorFlow) and launches two processes
 
 
+def as_owner(at: AppTest) -> AppTest:
+    """The session holds the console's login token, as after opening the printed URL (every page
+    refuses a session without it: tests/app/test_login.py)."""
+    from console import auth
+    at.session_state[auth.SESSION_KEY] = auth.read_token(auth.token_path())
+    return at
+
+
 @pytest.fixture
 def runs_dir(tmp_path, monkeypatch):
     root = tmp_path / "runs"
@@ -29,7 +37,7 @@ def runs_dir(tmp_path, monkeypatch):
 
 def open_page(name: str, **session) -> AppTest:
     """Run one page script once, with ``session`` in its session state."""
-    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
+    at = as_owner(AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=TIMEOUT))
     for key, value in session.items():
         at.session_state[key] = value
     return at.run()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from backend.runs import RunStore
-from tests.app.conftest import errors, local_rows
+from tests.app.conftest import as_owner, errors, local_rows
 from tests.conftest import wait_for
 
 
@@ -49,7 +49,7 @@ def test_form_values_survive_a_page_switch(runs_dir):
     from streamlit.testing.v1 import AppTest
 
     from tests.conftest import ROOT
-    at = AppTest.from_file(str(ROOT / "console" / "app.py"), default_timeout=60).run()
+    at = as_owner(AppTest.from_file(str(ROOT / "console" / "app.py"), default_timeout=60)).run()
     assert at.number_input(key="param_epochs").value == 3
     at.number_input(key="param_epochs").set_value(7)
     at.number_input(key="param_log_every").set_value(4)

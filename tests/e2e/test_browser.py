@@ -3,17 +3,22 @@ stop, and check with ps that no worker is left. Screenshots of every page go to
 test-output/e2e/ and docs/screenshots/."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from backend.runs import RunStore
 from tests.conftest import ROOT, require
 
 CHROMIUM = "/usr/bin/chromium"
@@ -31,16 +36,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def server(tmp_path):
+STREAMLIT = ["-m", "streamlit", "run", "console/app.py", "--server.address", "127.0.0.1",
+             "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.port"]
+
+
+@dataclass
+class Console:
+    url: str                    # http://127.0.0.1:PORT
+    runs: Path                  # its runs folder (the login token lives there)
+    log: Path                   # its stdout and stderr
+    proc: subprocess.Popen
+
+
+@contextlib.contextmanager
+def console(argv: list[str], tmp_path: Path):
+    """Start ``python <argv> <free port>`` from the repository root with its own runs folder and
+    wait for /_stcore/health. Afterwards stop any run left live, then the console's process group."""
     port = _free_port()
     runs = tmp_path / "runs"
     env = dict(os.environ, TFCONSOLE_RUNS=str(runs))
-    log = open(tmp_path / "streamlit.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "console/app.py", "--server.address", "127.0.0.1",
-         "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log_path = tmp_path / "console.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([sys.executable, *argv, str(port)], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while True:
@@ -50,24 +68,41 @@ def server(tmp_path):
         except OSError:
             pass
         if time.time() > deadline or proc.poll() is not None:
-            proc.kill()
-            pytest.fail("streamlit did not start: " + (tmp_path / "streamlit.log").read_text()[-2000:])
+            _kill_group(proc)
+            pytest.fail("the console did not start: " + log_path.read_text()[-2000:])
         time.sleep(0.3)
-    yield url, runs
-    from backend.launcher import attach
-    from backend.runs import RunStore
-    for state in RunStore(runs).list():   # a failed test must not leave workers behind
-        if state.live:
-            try:
-                attach(state.run_id, store=RunStore(runs)).stop(grace_s=3)
-            except Exception:  # noqa: BLE001 - best effort cleanup
-                pass
-    proc.terminate()
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+        yield Console(url, runs, log_path, proc)
+    finally:
+        from backend.launcher import attach
+        for state in RunStore(runs).list():   # a failed test must not leave workers behind
+            if state.live:
+                try:
+                    attach(state.run_id, store=RunStore(runs)).stop(grace_s=3)
+                except Exception:  # noqa: BLE001 - best effort cleanup
+                    pass
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(proc)
+        log.close()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.fixture
+def server(tmp_path):
+    """The console as `streamlit run` starts it; yields (URL with the login token, runs folder)."""
+    from console import auth
+    token = auth.new_token(auth.token_path(tmp_path / "runs"))
+    with console(STREAMLIT, tmp_path) as served:
+        yield auth.url(token, address="127.0.0.1", port=int(served.url.rsplit(":", 1)[1])), served.runs
 
 
 def _browser():
@@ -168,7 +203,7 @@ def test_start_watch_save_export_stop(server):
             box.press("Enter")
             page.wait_for_timeout(400)
         _start(page)
-        run_id = next(iter(os.listdir(runs)))
+        run_id = RunStore(runs).list()[0].run_id
         _shot(page, "launch")
 
         _goto(page, "Monitor")

@@ -1,0 +1,69 @@
+"""``python -m console``: what ``make run`` runs. A fresh login token, the console on 127.0.0.1,
+and, once the console answers, the URL to open with the token in it (like Jupyter's)."""
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from console import auth
+from console.errors import ConsoleError
+
+APP = Path(__file__).resolve().parent / "app.py"
+START_S = 60   # how long to wait for the console to answer before printing the URL anyway
+
+
+def _wait_healthy(proc: subprocess.Popen, health: str) -> None:
+    deadline = time.monotonic() + START_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(health, timeout=2).read().strip() == b"ok":
+                return
+        except OSError:
+            pass
+        time.sleep(0.3)
+
+
+def _announce(token: str | None, address: str, port: int) -> None:
+    if token is None:
+        print(f"tfconsole: open http://{address}:{port}/ ({auth.OFF_NOTICE})", flush=True)
+        return
+    print(f"tfconsole: open {auth.url(token, address=address, port=port)}\n"
+          f"tfconsole: the token is in {auth.token_path()} (yours only); it changes at every start",
+          flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m console", description=__doc__)
+    parser.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501)")
+    parser.add_argument("--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    args = parser.parse_args(argv)
+    try:
+        setting = auth.access()
+        token = auth.new_token(auth.token_path()) if setting is auth.Access.TOKEN else None
+    except ConsoleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    proc = subprocess.Popen([
+        sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", args.address,
+        "--server.port", str(args.port), "--server.headless", "true",
+        "--browser.gatherUsageStats", "false",
+        "--logger.hideWelcomeMessage", "true"])   # its URL has no token: we print ours instead
+    # Ctrl-C reaches both processes; a TERM or HUP sent to this one alone goes on to the console.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
+    try:
+        _wait_healthy(proc, f"http://{args.address}:{args.port}/_stcore/health")
+        if proc.poll() is None:
+            _announce(token, args.address, args.port)
+        return proc.wait()
+    except KeyboardInterrupt:
+        return proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

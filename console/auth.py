@@ -1,0 +1,162 @@
+"""Who may drive the console: a login token, like Jupyter's, on by default.
+
+The console starts training on every host with its owner's SSH keys, so a browser session must
+first present the console's token, once, in the URL (``/?token=...``, printed when the console
+starts). The token lives in ``<runs folder>/.console-token``, created readable by the owner only
+(mode 0600); it is compared in constant time, kept in the session once presented, taken out of
+the address bar, and never logged. Deleting the file makes a new token at the next page load and
+shuts out every session that holds the old one. ``TFCONSOLE_AUTH=none`` turns the token off (for a
+private SSH tunnel); every page then says so. README.md, "Opening the console", tells the operator.
+"""
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+import threading
+from enum import Enum
+from pathlib import Path
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from backend.errors import ConsoleError, SpecError
+from backend.runs import default_root, write_private
+
+ENV = "TFCONSOLE_AUTH"
+FILE_NAME = ".console-token"
+PARAM = "token"
+SESSION_KEY = "_login_token"
+OFF_NOTICE = (f"The login token is off ({ENV}=none): anyone who can open this address can start "
+              "training on your hosts. Reach it only through a private SSH tunnel.")
+
+
+class Access(Enum):
+    TOKEN = "token"   # the default: a session must present the token
+    NONE = "none"     # anyone who reaches the port (a private tunnel only)
+
+
+def access() -> Access:
+    """The access setting from ``$TFCONSOLE_AUTH``; raises SpecError for a value we do not know."""
+    value = os.environ.get(ENV, Access.TOKEN.value).strip().lower()
+    try:
+        return Access(value)
+    except ValueError:
+        raise SpecError(ENV, f"{value!r} is not one of: token, none",
+                        f"Unset {ENV} (the token is on by default), or set it to 'none' only "
+                        "behind a private SSH tunnel.") from None
+
+
+def token_path(root: Path | None = None) -> Path:
+    """Where the token lives: in the runs folder ($TFCONSOLE_RUNS or ./runs), one per console."""
+    return (root or default_root()) / FILE_NAME
+
+
+def new_token(path: Path) -> str:
+    """Write a fresh token to ``path``, readable by its owner only from the first byte on."""
+    token = secrets.token_urlsafe(32)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_private(path, token + "\n")
+    except OSError as err:
+        raise ConsoleError(f"Cannot write the login token file {path}: {err.strerror}.",
+                           "Make its folder writable by you, or point TFCONSOLE_RUNS at one "
+                           "that is.") from None
+    return token
+
+
+def read_token(path: Path) -> str:
+    """The console's token. A new one when the file is missing or empty, or when it is not ours
+    alone (owned by someone else, or readable by others: the old token may have leaked)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as fh:
+            info = os.fstat(fh.fileno())
+            token = fh.read().strip()
+    except FileNotFoundError:
+        return new_token(path)
+    except OSError as err:
+        raise ConsoleError(f"Cannot read the login token file {path}: {err.strerror}.",
+                           "Delete it (a new token is made at the next page load) and open the "
+                           "URL printed then.") from None
+    if not token or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return new_token(path)
+    return token
+
+
+def matches(presented: str | None, token: str) -> bool:
+    """Constant-time comparison: how long it takes says nothing about how much of it was right."""
+    if not isinstance(presented, str):
+        return False
+    return hmac.compare_digest(presented.encode(), token.encode())
+
+
+def url(token: str, *, address: str, port: int, base_path: str = "") -> str:
+    """The URL to open: the console's address with the token as ``?token=``."""
+    base = base_path.strip("/")
+    return f"http://{address}:{port}/{base + '/' if base else ''}?{urlencode({PARAM: token})}"
+
+
+# --- Streamlit: the gate in console/app.py and the guard on each page -----------------------
+
+_announced: set[str] = set()   # tokens this process has printed, so each is printed once
+_lock = threading.Lock()        # sessions run in threads: one of them creates and prints
+
+
+def _server_token() -> str:
+    with _lock:
+        token = read_token(token_path())
+        if token not in _announced:   # `streamlit run console/app.py` prints no token itself
+            _announced.add(token)
+            address = st.get_option("server.address") or "localhost"
+            print("tfconsole: open " + url(token, address=address, port=st.get_option("server.port"),
+                                           base_path=st.get_option("server.baseUrlPath") or ""),
+                  flush=True)
+        return token
+
+
+def _refuse(*, wrong: bool) -> None:
+    st.title("Login token needed")
+    if wrong:
+        st.error("That token is not this console's (`make run` makes a new one at every start).")
+    st.info("This console starts training on its owner's hosts, so it opens only with its URL "
+            f"that carries the login token (`/?{PARAM}=...`). Ask the console's owner for that "
+            f"URL: it is printed where the console started, and kept in `{FILE_NAME}` in the "
+            "console's runs folder, readable by the owner only.")
+    st.stop()
+
+
+def _check() -> Access:
+    """Stop the script run, showing only the refusal, unless this session presented the token
+    (now or before) or the token is off. Returns the access setting in force."""
+    try:
+        setting = access()
+        if setting is Access.NONE:
+            return setting
+        token = _server_token()
+    except ConsoleError as err:
+        st.error(str(err))
+        st.stop()
+    ss = st.session_state
+    presented = st.query_params.get(PARAM)
+    if presented is not None:
+        del st.query_params[PARAM]     # out of the address bar, the history and screenshots
+        if matches(presented, token):
+            ss[SESSION_KEY] = presented
+    if not matches(ss.get(SESSION_KEY), token):
+        ss.pop(SESSION_KEY, None)      # an old token (the file was replaced) is no use again
+        _refuse(wrong=presented is not None)
+    return setting
+
+
+def gate() -> None:
+    """For the entry script, before the page list: nothing renders for a session without the
+    token, not even the names of the pages."""
+    _check()
+
+
+def guard() -> None:
+    """The first call on every page (AppTest and a direct run reach a page without the entry
+    script): the same check, then the notice when the token is off."""
+    if _check() is Access.NONE:
+        st.warning(OFF_NOTICE, icon=":material/lock_open:")

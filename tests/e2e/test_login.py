@@ -1,0 +1,108 @@
+"""The login token in a real browser: nothing opens without it, the printed URL opens the console,
+and the session keeps working from page to page (console/auth.py)."""
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+from console import auth
+from tests.conftest import wait_for
+from tests.e2e.test_browser import ARGS, CHROMIUM, STREAMLIT, _browser, console
+
+MAKE_RUN = ["-m", "console", "--address", "127.0.0.1", "--port"]   # what `make run` runs
+PAGES = ["Monitor", "Checkpoints", "Cluster", "Runs", "Launch"]
+
+
+def _printed_url(log) -> str:
+    found = wait_for(lambda: re.search(r"tfconsole: open (\S+)", log.read_text()), 60,
+                     "the console to print its URL")
+    return found.group(1)
+
+
+def _assert_refused(page, *, wrong: bool = False) -> None:
+    page.get_by_role("heading", name="Login token needed").wait_for(timeout=60_000)
+    body = page.inner_text("body")
+    assert ("not this console's" in body) is wrong, body
+    assert page.locator('[data-testid="stSidebarNav"]').count() == 0   # not even the page names
+    assert page.locator("input, textarea, select").count() == 0, body
+    for word in ("Launch", "Start", "TF_CONFIG", "Save now"):
+        assert word not in body, body
+
+
+def _heading(page, title: str) -> None:
+    page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_make_run_prints_the_url_that_opens_the_console_and_nothing_opens_without_it(tmp_path):
+    sync_playwright = _browser()
+    with console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
+        printed = _printed_url(served.log)
+        token = auth.token_path(served.runs).read_text().strip()
+        assert printed == f"{served.url}/?token={token}"
+        assert stat.S_IMODE(os.stat(auth.token_path(served.runs)).st_mode) == 0o600
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+
+        for address in (served.url, served.url + "/monitor", served.url + "/cluster"):
+            page.goto(address)
+            _assert_refused(page)
+        page.goto(served.url + "/?token=" + token[:-1] + ("A" if token[-1] != "A" else "B"))
+        _assert_refused(page, wrong=True)
+
+        page.goto(printed)
+        _heading(page, "Launch")
+        wait_for(lambda: "token" not in page.url, 30, "the token to leave the address bar")
+        for title in PAGES:                # the session keeps the token from page to page
+            page.locator('[data-testid="stSidebarNav"]').get_by_text(title, exact=True).click()
+            _heading(page, title)
+            assert "Login token needed" not in page.inner_text("body")
+        page.get_by_role("button", name="Start", exact=True).wait_for(timeout=30_000)
+
+        page.reload()                      # a new session: the address bar no longer holds it
+        _assert_refused(page)
+        browser.close()
+
+        served.proc.terminate()            # stopping `make run` stops the console it started
+        served.proc.wait(30)
+        wait_for(lambda: not _group_alive(served.proc.pid), 30, "the console to stop with make run")
+    assert token not in re.sub(r"tfconsole: open \S+", "", served.log.read_text())
+
+
+def test_streamlit_run_prints_the_url_when_the_first_page_loads(tmp_path):
+    sync_playwright = _browser()
+    with console(STREAMLIT, tmp_path) as served, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(served.url)
+        _assert_refused(page)
+        printed = _printed_url(served.log)   # made and printed by the first page load
+        page.goto(printed)
+        _heading(page, "Launch")
+        page.locator('[data-testid="stSidebarNav"]').get_by_text("Cluster", exact=True).click()
+        _heading(page, "Cluster")
+        browser.close()
+
+
+def test_with_the_token_off_every_page_says_so(tmp_path, monkeypatch):
+    sync_playwright = _browser()
+    monkeypatch.setenv(auth.ENV, "none")
+    with console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
+        assert _printed_url(served.log) == served.url + "/"
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(served.url)
+        for title in PAGES:
+            page.locator('[data-testid="stSidebarNav"]').get_by_text(title, exact=True).click()
+            _heading(page, title)
+            page.get_by_text("The login token is off").first.wait_for(timeout=30_000)
+        browser.close()
+        assert not auth.token_path(served.runs).exists()

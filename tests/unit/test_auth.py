@@ -1,0 +1,93 @@
+"""The login token's file, setting and comparison (console/auth.py), without a browser."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from backend.errors import SpecError
+from console import auth
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_a_new_token_is_readable_by_its_owner_only_even_with_an_open_umask(tmp_path):
+    path = tmp_path / "runs" / auth.FILE_NAME
+    old = os.umask(0)          # the umask must not decide who can read the token
+    try:
+        token = auth.new_token(path)
+    finally:
+        os.umask(old)
+    assert _mode(path) == 0o600
+    assert _mode(path.parent) == 0o700       # the runs folder it made holds run records too
+    assert path.read_text().strip() == token
+    assert len(token) >= 43                  # 32 random bytes, URL-safe
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_token_is_kept_until_the_file_goes(tmp_path):
+    path = tmp_path / auth.FILE_NAME
+    first = auth.read_token(path)            # none yet: made now
+    assert auth.read_token(path) == first
+    path.unlink()
+    assert auth.read_token(path) != first
+
+
+def test_a_token_others_could_read_is_replaced(tmp_path):
+    path = tmp_path / auth.FILE_NAME
+    leaked = auth.new_token(path)
+    path.chmod(0o644)
+    fresh = auth.read_token(path)
+    assert fresh != leaked
+    assert _mode(path) == 0o600
+
+
+def test_an_empty_token_file_is_replaced(tmp_path):
+    path = tmp_path / auth.FILE_NAME
+    path.write_text("\n")
+    path.chmod(0o600)
+    assert len(auth.read_token(path)) >= 43
+
+
+def test_a_token_file_that_cannot_be_written_is_one_of_our_errors(tmp_path):
+    (tmp_path / "runs").write_text("a file where the runs folder should be")
+    with pytest.raises(auth.ConsoleError, match="Cannot write the login token file"):
+        auth.new_token(tmp_path / "runs" / auth.FILE_NAME)
+
+
+def test_the_comparison_is_constant_time(monkeypatch):
+    calls = []
+    real = auth.hmac.compare_digest
+
+    def spy(a, b):
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(auth.hmac, "compare_digest", spy)
+    assert auth.matches("abc", "abc")
+    assert not auth.matches("abd", "abc")
+    assert calls == [(b"abc", b"abc"), (b"abd", b"abc")]
+
+
+@pytest.mark.parametrize("presented", [None, "", "é-not-ascii", ["abc"], "abc "])
+def test_anything_but_the_token_does_not_match(presented):
+    assert not auth.matches(presented, "abc")
+
+
+def test_the_setting_is_on_unless_turned_off(monkeypatch):
+    monkeypatch.delenv(auth.ENV, raising=False)
+    assert auth.access() is auth.Access.TOKEN
+    monkeypatch.setenv(auth.ENV, "none")
+    assert auth.access() is auth.Access.NONE
+    monkeypatch.setenv(auth.ENV, "off")
+    with pytest.raises(SpecError) as err:
+        auth.access()
+    assert err.value.field == auth.ENV and "'none'" in str(err.value)
+
+
+def test_the_url_carries_the_token():
+    assert auth.url("t-1_x", address="127.0.0.1", port=8501) == "http://127.0.0.1:8501/?token=t-1_x"
+    assert auth.url("t", address="h", port=1, base_path="/console/") == "http://h:1/console/?token=t"
