@@ -8,7 +8,10 @@ import sys
 from backend import launcher, tfconfig
 from backend.cli_checkpoints import EXIT_CODES, add_commands, print_json, print_table, status_json
 from backend.errors import ConsoleError
-from backend.hosts.ssh import SSHOptions, fetch_host_key, fingerprint, trust_host_key
+from backend.hosts.resolve import tf_addresses, tf_hosts
+from backend.hosts.known_hosts import KnownHosts, OnChange, Verdict
+from backend.hosts.ssh import SSHOptions
+from backend.hosts.trust import fetch_host_key, trust_host_key
 from backend.preflight import CHECKS, run_preflight
 from backend.runs import RunStore
 from backend.hosts.pool import Pool
@@ -22,10 +25,14 @@ def _options(a) -> SSHOptions:
 
 def cmd_tf_config(a) -> int:
     cluster = load_cluster(a.cluster)
-    tfconfig.require_valid(cluster)
-    for f in tfconfig.check_cluster(cluster):
+    hosts = tf_hosts(cluster, a.ssh_config)
+    tfconfig.require_valid(cluster, hosts=hosts)
+    for f in tfconfig.check_cluster(cluster, hosts):
         print(f"{f.level}: {f.field}: {f.message}", file=sys.stderr)
-    print(json.dumps(tfconfig.all_tf_configs(cluster), indent=2))
+    addresses = tf_addresses(cluster, a.ssh_config)
+    for row in tfconfig.address_rows(cluster, addresses):   # stderr: stdout stays one JSON document
+        print(f"{row['task']}: {row['host']} -> {row['address']}", file=sys.stderr)
+    print(json.dumps(tfconfig.all_tf_configs(cluster, addresses), indent=2))
     return 0
 
 
@@ -149,15 +156,26 @@ def cmd_runs(a) -> int:
 
 
 def cmd_trust_host(a) -> int:
-    key = fetch_host_key(a.host, a.port)
-    fp = fingerprint(key)
+    options = _options(a)
+    offered = fetch_host_key(a.host, port=a.port, options=options)
+    name, fp = offered.view.known_hosts_name, offered.fingerprint
     if a.fingerprint is None:
-        print(f"{a.host}:{a.port} offers {key.get_name()} {fp}\n"
-              f"Check it on the host (ssh-keygen -lf /etc/ssh/ssh_host_*.pub), then run again with "
+        print(f"{offered.view.label} offers {offered.key.get_name()} {fp}")
+        if offered.verdict is Verdict.TRUSTED:
+            print(f"already trusted as {name} in {a.known_hosts}")
+            return 0
+        if offered.verdict is Verdict.CHANGED:
+            _, old = KnownHosts.read(a.known_hosts).check(name, offered.key.get_name(), offered.key.asbytes())
+            print("CHANGED: known_hosts trusts " + ", ".join(f"{e.fingerprint} (line {e.number})" for e in old)
+                  + ". This can be an attack; replace it only if you know the host was reinstalled: "
+                  f"check the new key on the host, then run again with --fingerprint {fp} --replace")
+            return 1
+        print(f"Check it on the host (ssh-keygen -lf /etc/ssh/ssh_host_*.pub), then run again with "
               f"--fingerprint {fp}")
         return 1
-    trust_host_key(a.host, a.port, a.fingerprint, known_hosts=a.known_hosts)
-    print(f"trusted {a.host}:{a.port} {fp} in {a.known_hosts}")
+    on_change = OnChange.REPLACE if a.replace else OnChange.REFUSE
+    trust_host_key(a.host, a.fingerprint, port=a.port, options=options, on_change=on_change)
+    print(f"trusted {offered.view.label} {fp} as {name} in {a.known_hosts}")
     return 0
 
 
@@ -196,8 +214,11 @@ def parser() -> argparse.ArgumentParser:
     add("runs", cmd_runs, "list runs").add_argument("--json", action="store_true", help="print JSON for scripts")
     add_commands(add)
     s = add("trust-host", cmd_trust_host, "show a host's SSH key fingerprint and, when confirmed, trust it")
-    s.add_argument("host"); s.add_argument("--port", type=int, default=22)
+    s.add_argument("host", help="a host name, IP or ~/.ssh/config alias (its HostName, Port and ProxyJump apply)")
+    s.add_argument("--port", type=int, help="SSH port (default: from ssh_config, else 22)")
     s.add_argument("--fingerprint", help="the SHA256:... fingerprint you checked")
+    s.add_argument("--replace", action="store_true",
+                   help="replace a different key already trusted for this host (after you checked the new one)")
     return p
 
 
@@ -210,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as err:  # noqa: BLE001 - the last resort: one line, never a traceback
+        print(f"error: unexpected {type(err).__name__}: {err}. This is a bug in the console: "
+              "run the command again, and if it repeats, report this line.", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

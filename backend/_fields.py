@@ -155,6 +155,11 @@ def _command_name(value: object, where: str) -> str:
     text = _text(value, where, fix)
     if not _COMMAND_NAME.fullmatch(text) or text.startswith("-"):
         raise SpecError(where, f"{_show(value)} is not a plain command name or path", fix)
+    if text.startswith("~"):
+        # Commands are argv lists, never a shell, so nothing would expand "~" on the host.
+        raise SpecError(where, f"{_show(value)} starts with '~', which no shell expands here",
+                        "Give the full path (e.g. /home/you/venv/bin/python), or a path relative "
+                        "to the remote home without '~/' (e.g. venv/bin/python).")
     return text
 
 

@@ -25,7 +25,7 @@ from backend.harness import layout
 from backend.run import Run
 from backend.runs import Phase
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")   # \Z: no trailing newline
 EXPORT_TIMEOUT_S = 900
 RESUME_WAIT_S = 180      # a restored attempt's workers report their step once TensorFlow is up
 CHOICE_TTL_S = 600       # a hold for a step a user chose and has not confirmed yet

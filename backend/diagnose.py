@@ -13,6 +13,8 @@ _PEER_DIED = re.compile(r"Collective ops is aborted|UnavailableError|"
                         r"DeadlineExceededError.*[Cc]ollective")
 _OUTCOME = re.compile(r"HARNESS (DONE|FAILED)")
 _HARNESS_FAILED = re.compile(r"HARNESS FAILED: (.+)$", re.M)
+# harness/startup.py's line when peers stayed unreachable for startup_timeout_s.
+_STARTUP = re.compile(r"HARNESS FAILED: cluster start-up failed after (\S+ s) \(startup_timeout_s\): (.+)$", re.M)
 # "SomeError: text" or "package.module.SomeError: text" at the start of a line.
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)"
                              r"(?::.*)?$")
@@ -28,6 +30,28 @@ PEER_DIED = (
     "workers' logs to find the one that failed first, fix it, and restart or resume the run.")
 
 
+# Diagnoses of a bounded cluster start-up (harness/startup.py) begin with one of these. A name
+# that does not resolve from a worker fails the same way on every restart; a peer that did not
+# answer in time may have crashed, which a restart can cure.
+STARTUP_UNREACHABLE = "Cluster start-up failed: a peer's address does not resolve"
+STARTUP_TIMEOUT = "Cluster start-up failed: a peer did not answer in time"
+_ADDRESS_FIX = (
+    "Every worker dials the addresses in TF_CONFIG: use a HostName in ~/.ssh/config that the "
+    "workers can resolve too, or set the task's address (Cluster page, address column) to a name "
+    "or IP they can reach; `python -m backend preflight` checks this from every worker.")
+
+
+def _startup(log_text: str) -> str | None:
+    hits = _STARTUP.findall(log_text)
+    if not hits:
+        return None
+    after, waiting = hits[-1]
+    if "does not resolve" in waiting:
+        return f"{STARTUP_UNREACHABLE} from this worker ({waiting.strip()}). A restart cannot fix this. {_ADDRESS_FIX}"
+    return (f"{STARTUP_TIMEOUT} ({after}: {waiting.strip()}). Open that peer's log: it may have failed "
+            f"to start. If it runs, check the network between them. {_ADDRESS_FIX}")
+
+
 # The supervisor writes this line before each attempt's output (harness/spawn.py), so the log of
 # a restarted run can be read one attempt at a time.
 ATTEMPT_MARK = "=== tfconsole attempt "
@@ -41,7 +65,8 @@ def current_attempt(log_text: str) -> str:
 
 def permanent(reason: str) -> bool:
     """Whether a failure will happen again however often the job restarts (so none is tried)."""
-    return KERAS_FIT[:60] in reason   # reasons carry the diagnosis, maybe shortened
+    # Reasons carry the diagnosis, maybe shortened.
+    return KERAS_FIT[:60] in reason or STARTUP_UNREACHABLE in reason
 
 
 def _last_exception_line(text: str) -> str | None:
@@ -61,6 +86,9 @@ def diagnose(log_text: str) -> str | None:
         return None   # the harness's last attempt in this log finished well
     if _KERAS_FIT.search(log_text):
         return KERAS_FIT
+    startup = _startup(log_text)
+    if startup:
+        return startup
     if _PEER_DIED.search(log_text):
         return PEER_DIED
     last = _last_exception_line(log_text)

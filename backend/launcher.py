@@ -17,6 +17,7 @@ from backend.attempts import begin_attempt
 from backend.errors import ConsoleError
 from backend.harness import layout
 from backend.hosts.pool import Pool
+from backend.hosts.resolve import tf_hosts
 from backend.hosts.ssh import SSHOptions
 from backend.outcome import TaskStatus  # noqa: F401  (re-exported for older callers)
 from backend.preflight import require_preflight
@@ -46,7 +47,7 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
         saved, cluster = slurm_to_dict(cluster), cluster.as_cluster()
     else:
         saved = cluster_to_dict(cluster)
-        tfconfig.require_valid(cluster)
+        tfconfig.require_valid(cluster, job, hosts=tf_hosts(cluster, pool.options.ssh_config))
         if preflight == Preflight.REQUIRED:
             require_preflight(cluster, pool)
     # The remote folder carries a fresh suffix: a reused run id (after `make clean`, say) never

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from backend.errors import ConsoleError, HostError
 from backend.hosts.pool import Pool, parallel
+from backend.hosts.resolve import tf_addresses
 from backend.spec import ClusterSpec, TaskSpec
 
 PROBE = (Path(__file__).parent / "harness" / "probe.py").read_text()
-CHECKS = ("ssh", "python", "tensorflow", "gpus", "port", "workdir")
+CHECKS = ("ssh", "python", "tensorflow", "gpus", "port", "workdir", "peers")
 
 
 @dataclass
@@ -46,17 +47,20 @@ def _detail(name: str, check: dict) -> str:
         return f"{check['tensorflow']} (keras {check['keras']})"
     if name == "python":
         return check.get("version", "")
+    if name == "peers":
+        return f"{check['peers']} reachable"
     if name == "gpus":
         return f"{len(check['gpus'])} GPU(s)" if check["gpus"] else "none (CPU)"
     return ""
 
 
-def probe(pool: Pool, name: str, task: TaskSpec) -> HostReport:
+def probe(pool: Pool, name: str, task: TaskSpec, peers: list[tuple[str, str]] = ()) -> HostReport:
+    """Check one task's host; ``peers``: (name, TF_CONFIG address) of every other task."""
     report = HostReport(name, task.host)
     try:
         result = pool.transport(task).run(
-            [task.python, "-c", PROBE, "--port", str(task.tf_port), "--workdir", task.workdir],
-            timeout=180)
+            [task.python, "-c", PROBE, "--port", str(task.tf_port), "--workdir", task.workdir,
+             "--peers", json.dumps(list(peers))], timeout=180)
     except HostError as err:
         report.checks["ssh"] = {"ok": False, "error": f"{err.problem} {err.fix}".strip()}
         return report
@@ -74,8 +78,10 @@ def probe(pool: Pool, name: str, task: TaskSpec) -> HostReport:
 
 def run_preflight(cluster: ClusterSpec, pool: Pool) -> list[HostReport]:
     names = cluster.task_names()
+    addresses = dict(zip(names, tf_addresses(cluster, pool.options.ssh_config)))
     results = parallel(lambda item: probe(pool, *item),
-                       [(n, (n, t)) for n, t in zip(names, cluster.tasks)])
+                       [(n, (n, t, [(m, a) for m, a in addresses.items() if m != n]))
+                        for n, t in zip(names, cluster.tasks)])
     reports = []
     for name, task in zip(names, cluster.tasks):
         r = results[name]

@@ -81,6 +81,7 @@ _TASK_FIELDS = {
     "python": (_command_name, "python3"),
     "workdir": (_workdir, "tfconsole"),
     "gpus": (_gpus, ()),
+    "address": (_host, None),
 }
 
 _RESTART_FIELDS = {
@@ -114,12 +115,17 @@ class TaskSpec:
     python: str = "python3"
     workdir: str = "tfconsole"  # relative to the remote home; "~/x" is normalised to "x"
     gpus: tuple[int, ...] = ()  # () = CPU only
+    # The name or IP the other workers dial for this task (TF_CONFIG), where they see it under
+    # another name than the console does (a private network, a second interface). None: the
+    # host's resolved HostName (backend.hosts.resolve.tf_host).
+    address: str | None = None
 
     def __post_init__(self) -> None:
         _init_from_table(self, _TASK_FIELDS)
 
     @property
-    def address(self) -> str:
+    def endpoint(self) -> str:
+        """``host:tf_port`` as written (an alias stays an alias): for messages and checks."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.tf_port}"
 

@@ -7,38 +7,50 @@ import ipaddress
 import json
 import shlex
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Sequence
 
 from backend.errors import SpecError, SpecErrors
 from backend.harness import tf_config as tf_config_doc
-from backend.spec import ClusterSpec, Role, TransportKind
+from backend.spec import ClusterSpec, JobSpec, Role, TransportKind
 
 # TensorFlow lists chief and workers in "cluster"; an evaluator only learns its own task entry.
 _LISTED_ROLES = (Role.CHIEF, Role.WORKER)
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
 
 
-def tf_config(cluster: ClusterSpec, task_position: int) -> dict:
-    """TF_CONFIG for ``cluster.tasks[task_position]``."""
+def tf_config(cluster: ClusterSpec, task_position: int, addresses: Sequence[str] | None = None) -> dict:
+    """TF_CONFIG for ``cluster.tasks[task_position]``.
+
+    ``addresses`` holds each task's ``host:port`` as the workers dial it, in task order
+    (``backend.hosts.resolve.tf_addresses``: an alias becomes its HostName); without it the hosts
+    are taken as written.
+    """
     indexed = cluster.indexed()
     if isinstance(task_position, bool) or not isinstance(task_position, int) \
             or not 0 <= task_position < len(indexed):
         raise SpecError("task_position", f"no task at position {task_position!r}",
                         f"Use a position from 0 to {len(indexed) - 1}.")
     task, index = indexed[task_position]
-    addresses = {role.value: [t.address for t in cluster.tasks if t.role is role] for role in _LISTED_ROLES}
-    return tf_config_doc.build(addresses, task.role.value, index)
+    addrs = list(addresses) if addresses is not None else [t.endpoint for t in cluster.tasks]
+    listed = {role.value: [a for t, a in zip(cluster.tasks, addrs) if t.role is role] for role in _LISTED_ROLES}
+    return tf_config_doc.build(listed, task.role.value, index)
 
 
-def all_tf_configs(cluster: ClusterSpec) -> dict[str, dict]:
+def all_tf_configs(cluster: ClusterSpec, addresses: Sequence[str] | None = None) -> dict[str, dict]:
     names = cluster.task_names()
-    return {names[i]: tf_config(cluster, i) for i in range(len(names))}
+    return {names[i]: tf_config(cluster, i, addresses) for i in range(len(names))}
 
 
-def export_lines(cluster: ClusterSpec) -> dict[str, str]:
+def export_lines(cluster: ClusterSpec, addresses: Sequence[str] | None = None) -> dict[str, str]:
     """Shell lines an operator can paste to start a task by hand."""
     return {name: "export TF_CONFIG=" + shlex.quote(json.dumps(cfg, separators=(",", ":")))
-            for name, cfg in all_tf_configs(cluster).items()}
+            for name, cfg in all_tf_configs(cluster, addresses).items()}
+
+
+def address_rows(cluster: ClusterSpec, addresses: Sequence[str]) -> list[dict]:
+    """One row per task: its name, the host as written and the address its peers dial."""
+    return [{"task": n, "host": t.endpoint, "address": a}
+            for n, t, a in zip(cluster.task_names(), cluster.tasks, addresses)]
 
 
 @dataclass(frozen=True)
@@ -84,14 +96,14 @@ def _check_roles(cluster: ClusterSpec) -> list[Finding]:
         out.append(_finding("error", "tasks", "the cluster has no chief and no worker",
                             "Add at least one worker (or a chief) task."))
     elif not chiefs:
-        out.append(_finding("info", "tasks", f"no chief: worker 0 ({workers[0].address}) acts as chief"))
+        out.append(_finding("info", "tasks", f"no chief: worker 0 ({workers[0].endpoint}) acts as chief"))
     for i in evaluators[1:]:
         out.append(_finding("warning", f"tasks[{i}].role", "TensorFlow runs a single evaluator",
                             "Keep one evaluator task and make the others workers."))
     return out
 
 
-def _check_ports(cluster: ClusterSpec, names: list[str]) -> list[Finding]:
+def _check_ports(cluster: ClusterSpec, names: list[str], hosts: Sequence[str]) -> list[Finding]:
     """Ranges again (a spec built around __post_init__ could skip them) and collisions."""
     out = []
     by_address: dict[tuple[str, int], int] = {}
@@ -103,11 +115,11 @@ def _check_ports(cluster: ClusterSpec, names: list[str]) -> list[Finding]:
         if task.ssh_port is not None and not _is_int_in(task.ssh_port, 1, 65535):
             out.append(_finding("error", f"tasks[{i}].ssh_port", f"ssh_port {task.ssh_port!r} is out of range",
                                 "Use a port from 1 to 65535."))
-        key = (_host_key(task.host), task.tf_port)
+        key = (_host_key(hosts[i]), task.tf_port)
         if key in by_address:
             j = by_address[key]
             out.append(_finding("error", f"tasks[{i}].tf_port",
-                                f"{names[j]} and {names[i]} both use {task.address}",
+                                f"{names[j]} and {names[i]} both use {task.endpoint}",
                                 "Give each task on the same host its own tf_port."))
         else:
             by_address[key] = i
@@ -126,22 +138,22 @@ def _is_int_in(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _check_loopback(cluster: ClusterSpec) -> list[Finding]:
-    loop = [i for i, t in enumerate(cluster.tasks) if _is_loopback(t.host)]
+def _check_loopback(cluster: ClusterSpec, hosts: Sequence[str]) -> list[Finding]:
+    loop = [i for i, h in enumerate(hosts) if _is_loopback(h)]
     if not loop or len(loop) == len(cluster.tasks):
         return []
-    remote = next(t.host for t in cluster.tasks if not _is_loopback(t.host))
+    remote = next(h for h in hosts if not _is_loopback(h))
     return [_finding("error", f"tasks[{i}].host",
-                     f"{cluster.tasks[i].host} is a loopback address, so remote hosts such as {remote} "
+                     f"{hosts[i]} is a loopback address, so remote hosts such as {remote} "
                      "could not reach this task",
                      "Use an address the other hosts can route to (this machine's LAN name or IP).")
             for i in loop]
 
 
-def _check_gpus(cluster: ClusterSpec, names: list[str]) -> list[Finding]:
+def _check_gpus(cluster: ClusterSpec, names: list[str], hosts: Sequence[str]) -> list[Finding]:
     out, owner = [], {}
     for i, task in enumerate(cluster.tasks):
-        machine = "this machine" if task.transport is TransportKind.LOCAL else _host_key(task.host)
+        machine = "this machine" if task.transport is TransportKind.LOCAL else _host_key(hosts[i])
         for gpu in task.gpus:
             if (machine, gpu) in owner:
                 out.append(_finding("warning", f"tasks[{i}].gpus",
@@ -151,19 +163,30 @@ def _check_gpus(cluster: ClusterSpec, names: list[str]) -> list[Finding]:
     return out
 
 
-def check_cluster(cluster: ClusterSpec) -> list[Finding]:
-    """Every problem with the cluster as a whole: errors first, then warnings, then info."""
+def check_cluster(cluster: ClusterSpec, hosts: Sequence[str] | None = None) -> list[Finding]:
+    """Every problem with the cluster as a whole: errors first, then warnings, then info.
+
+    ``hosts``: each task's host as its peers reach it (``resolve.tf_hosts``), so an alias and
+    its HostName count as one machine; without it the hosts are taken as written.
+    """
     names = cluster.task_names()
-    found = (_check_roles(cluster) + _check_ports(cluster, names) + _check_loopback(cluster)
-             + _check_gpus(cluster, names))
+    hosts = list(hosts) if hosts is not None else [t.address or t.host for t in cluster.tasks]
+    found = (_check_roles(cluster) + _check_ports(cluster, names, hosts) + _check_loopback(cluster, hosts)
+             + _check_gpus(cluster, names, hosts))
+    return sort_findings(found)
+
+
+def sort_findings(found: list[Finding]) -> list[Finding]:
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(found, key=lambda f: order[f.level])
 
 
-def require_valid(cluster: ClusterSpec) -> None:
-    """Raise SpecErrors built from the error-level findings, if there are any."""
-    errors = [SpecError(f.field, f.problem or f.message.rstrip("."), f.fix)
-              for f in check_cluster(cluster) if f.level == "error"]
+def require_valid(cluster: ClusterSpec, job: JobSpec | None = None, *,
+                  hosts: Sequence[str] | None = None) -> None:
+    """Raise SpecErrors built from the error-level findings, if there are any; with ``job``,
+    also what that job needs of this cluster (``backend.jobfit``), so nothing starts that must fail."""
+    from backend.jobfit import check_job  # it builds on this module's Finding
+    found = check_cluster(cluster, hosts) + (check_job(cluster, job) if job is not None else [])
+    errors = [SpecError(f.field, f.problem or f.message.rstrip("."), f.fix) for f in found if f.level == "error"]
     if errors:
         raise SpecErrors(errors)
-

@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 
 import pandas as pd
-import paramiko
 import streamlit as st
 import yaml
 
 from backend import tfconfig
 from backend.errors import ConsoleError, SpecError
 from backend.hosts.pool import Pool
-from backend.hosts.ssh import SSHOptions, fetch_host_key, fingerprint, trust_host_key
+from backend.hosts.known_hosts import OnChange, Verdict
+from backend.hosts.resolve import tf_addresses
+from backend.hosts.ssh import SSHOptions
+from backend.hosts.trust import fetch_host_key, trust_host_key
 from backend.preflight import run_preflight
 from backend.spec import (ClusterSpec, TransportKind, cluster_from_dict, cluster_to_dict, import_hostfile,
                           import_ssh_config, save_cluster)
@@ -58,14 +60,25 @@ def save_yaml(cluster: ClusterSpec, path: str) -> None:
                            "Choose a writable path.") from None
 
 
-def tf_configs(cluster: ClusterSpec) -> dict[str, dict]:
-    """Task name -> its TF_CONFIG."""
-    return tfconfig.all_tf_configs(cluster)
+def addresses(cluster: ClusterSpec, options: SSHOptions) -> list[str]:
+    """Each task's ``host:port`` as the workers dial it (an ssh_config alias becomes its HostName)."""
+    return tf_addresses(cluster, options.ssh_config)
 
 
-def export_script(cluster: ClusterSpec) -> str:
+def address_table(cluster: ClusterSpec, options: SSHOptions) -> list[dict]:
+    """Rows of task, host as written and the address in TF_CONFIG: the alias -> address preview."""
+    return tfconfig.address_rows(cluster, addresses(cluster, options))
+
+
+def tf_configs(cluster: ClusterSpec, options: SSHOptions) -> dict[str, dict]:
+    """Task name -> its TF_CONFIG, as each worker will get it."""
+    return tfconfig.all_tf_configs(cluster, addresses(cluster, options))
+
+
+def export_script(cluster: ClusterSpec, options: SSHOptions) -> str:
     """A shell script: one commented ``export TF_CONFIG=...`` line per task."""
-    return "\n".join(f"# {n}\n{line}" for n, line in tfconfig.export_lines(cluster).items()) + "\n"
+    lines = tfconfig.export_lines(cluster, addresses(cluster, options))
+    return "\n".join(f"# {n}\n{line}" for n, line in lines.items()) + "\n"
 
 
 # ---- preflight and host keys ----------------------------------------------------------------
@@ -104,40 +117,37 @@ def show_preflight(result: dict) -> None:
 
 
 def ssh_targets(cluster: ClusterSpec) -> list[str]:
-    """Distinct "host:port" of the SSH tasks (port 22 when the task sets none)."""
+    """Distinct SSH hosts as the tasks name them: "alias" or "alias:port" when the task sets a port."""
     out = []
     for task in cluster.tasks:
         if task.transport is TransportKind.SSH:
-            target = f"{task.host}:{task.ssh_port or 22}"
+            target = task.host if task.ssh_port is None else f"{task.host}:{task.ssh_port}"
             if target not in out:
                 out.append(target)
     return out
 
 
-def _split(target: str) -> tuple[str, int]:
-    host, _, port = target.rpartition(":")
-    return host, int(port)
+def _split(target: str) -> tuple[str, int | None]:
+    host, colon, port = target.rpartition(":")
+    return (host, int(port)) if colon and port.isdigit() and ":" not in host else (target, None)
 
 
-def fetch_key(target: str) -> dict:
-    """The key the host offers now, for the operator to compare before trusting it."""
+def fetch_key(target: str, options: SSHOptions) -> dict:
+    """The key the host offers now (through ssh_config and jump hosts), for the operator to compare."""
     host, port = _split(target)
     try:
-        key = fetch_host_key(host, port)
-    except (OSError, paramiko.SSHException, EOFError) as err:
-        return {"target": target, "error": f"{target}: could not read its host key ({err}). "
-                                           "Check the host name, the SSH port and that sshd runs."}
-    return {"target": target, "host": host, "port": port, "fingerprint": fingerprint(key),
-            "key_type": key.get_name(), "error": ""}
+        offered = fetch_host_key(host, port=port, options=options)
+    except ConsoleError as err:
+        return {"target": target, "error": str(err)}
+    return {"target": target, "host": host, "port": port, "label": offered.view.label,
+            "fingerprint": offered.fingerprint, "key_type": offered.key.get_name(),
+            "verdict": offered.verdict.value, "error": ""}
 
 
-def trust(info: dict, options: SSHOptions) -> str:
-    """Record the key in known_hosts if it still has the fingerprint shown; raises HostKeyError."""
-    try:
-        return trust_host_key(info["host"], info["port"], info["fingerprint"], known_hosts=options.known_hosts)
-    except (OSError, paramiko.SSHException, EOFError) as err:
-        raise ConsoleError(f"{info['target']}: could not trust its key ({err}).",
-                           "Check that the host is reachable and try again.") from None
+def trust(info: dict, options: SSHOptions, *, on_change: OnChange = OnChange.REFUSE) -> str:
+    """Record the key in known_hosts if it still has the fingerprint shown; raises ConsoleError."""
+    return trust_host_key(info["host"], info["fingerprint"], port=info["port"], options=options,
+                          on_change=on_change).fingerprint
 
 
 def show_host_key(info: dict | None, options: SSHOptions) -> None:
@@ -146,12 +156,23 @@ def show_host_key(info: dict | None, options: SSHOptions) -> None:
     if info["error"]:
         st.error(info["error"])
         return
-    st.code(f"{info['target']} offers {info['key_type']} {info['fingerprint']}", language=None)
+    st.code(f"{info['label']} offers {info['key_type']} {info['fingerprint']}", language=None)
+    verdict = Verdict(info["verdict"])
+    if verdict is Verdict.TRUSTED:
+        st.success(f"Already trusted in {options.known_hosts}.")
+        return
+    on_change = OnChange.REFUSE
+    if verdict is Verdict.CHANGED:
+        st.error("CHANGED: known_hosts trusts a different key for this host. This can be an attack. "
+                 "Replace it only if you know the host was reinstalled and its new key is the one above.")
+        on_change = OnChange.REPLACE
     st.caption("Compare it with the host's own (ssh-keygen -lf /etc/ssh/ssh_host_*.pub) before trusting.")
-    if st.button(f"Trust {info['target']} with this fingerprint", key="hostkey_trust", type="primary"):
+    label = "Replace the old key with this one" if verdict is Verdict.CHANGED else \
+        f"Trust {info['target']} with this fingerprint"
+    if st.button(label, key="hostkey_trust", type="primary"):
         try:
-            trust(info, options)
-            st.success(f"Trusted {info['target']} ({info['fingerprint']}) in {options.known_hosts}.")
+            trust(info, options, on_change=on_change)
+            st.success(f"Trusted {info['label']} ({info['fingerprint']}) in {options.known_hosts}.")
             st.session_state.host_key = None
         except ConsoleError as err:
             st.error(str(err))

@@ -16,7 +16,7 @@ from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from backend.spec import ClusterSpec, JobSpec, cluster_from_dict, job_from_dict
 
 COLUMNS = ("role", "host", "transport", "tf_port", "ssh_port", "user", "identity_file",
-           "jump_host", "python", "workdir", "gpus")
+           "jump_host", "address", "python", "workdir", "gpus")
 INT_COLUMNS = ("tf_port", "ssh_port")
 PROBLEM = "problem"     # read-only column of the table: what is wrong with that row, "" when fine
 _ROW = re.compile(r"^tasks\[(\d+)\]")

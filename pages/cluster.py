@@ -90,7 +90,7 @@ if cluster is None:
     st.stop()
 if not forms.blocking(problems):
     st.success(f"{len(cluster.tasks)} task(s): " + ", ".join(
-        f"{n} on {t.address}" for n, t in zip(cluster.task_names(), cluster.tasks)))
+        f"{n} on {t.endpoint}" for n, t in zip(cluster.task_names(), cluster.tasks)))
 
 text = cluster_actions.cluster_yaml(cluster)
 c1, c2 = st.columns(2)
@@ -109,14 +109,23 @@ if forms.blocking(problems):
     st.stop()
 
 st.subheader("TF_CONFIG")
-configs = cluster_actions.tf_configs(cluster)
+options = state.registry().options
+try:
+    configs = cluster_actions.tf_configs(cluster, options)
+except ConsoleError as err:   # an ssh_config that cannot be read
+    st.error(str(err))
+    st.stop()
+st.caption("Each task's host as written, and the address every worker dials for it (an "
+           "~/.ssh/config alias becomes its HostName; set a task's address column to override).")
+st.dataframe(pd.DataFrame(cluster_actions.address_table(cluster, options)), hide_index=True,
+             key="tf_addresses")
 for tab, (name, cfg) in zip(st.tabs(list(configs)), configs.items()):
     with tab:
         st.json(cfg)
 d1, d2 = st.columns(2)
 d1.download_button("Download TF_CONFIG (JSON)", json.dumps(configs, indent=2), "tf_config.json",
                    "application/json", key="download_tfconfig")
-d2.download_button("Download shell exports", cluster_actions.export_script(cluster), "tf_config.sh",
+d2.download_button("Download shell exports", cluster_actions.export_script(cluster, options), "tf_config.sh",
                    "text/x-shellscript", key="download_exports")
 
 st.subheader("Preflight")
@@ -131,5 +140,5 @@ if ssh_targets:
     st.subheader("Trust a host key")
     target = st.selectbox("Host", ssh_targets, key="hostkey_target")
     if st.button("Fetch host key", key="hostkey_fetch"):
-        ss.host_key = cluster_actions.fetch_key(target)
+        ss.host_key = cluster_actions.fetch_key(target, state.registry().options)
     cluster_actions.show_host_key(ss.host_key, state.registry().options)

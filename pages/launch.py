@@ -16,7 +16,7 @@ running = starting or (live is not None and live.run.state.live)
 rows = state.cluster_rows_now()
 cluster, problems = forms.check_rows(rows)
 if cluster is not None and not forms.blocking(problems):
-    st.caption("Cluster: " + ", ".join(f"{n} on {t.address} ({t.transport.value})"
+    st.caption("Cluster: " + ", ".join(f"{n} on {t.endpoint} ({t.transport.value})"
                                        for n, t in zip(cluster.task_names(), cluster.tasks))
                + " — change it on the Cluster page.")
 else:

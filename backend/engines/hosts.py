@@ -15,6 +15,7 @@ from backend import diagnose, tfconfig
 from backend.engines.base import RunView, Started, StopReport
 from backend.errors import HostError, MultiHostError
 from backend.harness import layout
+from backend.hosts.resolve import tf_addresses
 from backend.hosts.pool import Pool, connection_key, failures, parallel
 from backend.outcome import TaskPhase, TaskStatus
 from backend.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
@@ -67,10 +68,10 @@ def task_argv(job: JobSpec, spec: TaskSpec, run_dir: str, run_id: str, attempt: 
 
 
 def task_env(cluster: ClusterSpec, position: int, job: JobSpec, run_dir: str, run_id: str,
-             attempt: int, name: str) -> dict[str, str]:
+             attempt: int, name: str, addresses: list[str] | None = None) -> dict[str, str]:
     spec = cluster.tasks[position]
     return {**job.env,
-            "TF_CONFIG": json.dumps(tfconfig.tf_config(cluster, position)),
+            "TF_CONFIG": json.dumps(tfconfig.tf_config(cluster, position, addresses)),
             # An empty list hides every GPU: a CPU task must not grab one by accident.
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in spec.gpus),
             "PYTHONUNBUFFERED": "1",
@@ -103,6 +104,7 @@ class HostsEngine:
     # -- the protocol ---------------------------------------------------------------------
     def begin(self, run: RunView, *, attempt: int, resume_step: int | None) -> dict[str, Started]:
         payload = base64.b64encode(bundle(run.job)).decode()
+        addresses = tf_addresses(run.cluster, self.pool.options.ssh_config)  # what the workers dial
         started: dict[str, Started] = {}
 
         def one(item) -> None:
@@ -111,7 +113,7 @@ class HostsEngine:
             request = {"bundle": payload, "wait": 20, "settle": START_CHECK_S, "tasks": [
                 {"task": t.name,
                  "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),
-                 "env": task_env(run.cluster, t.position, run.job, run_dir, run.run_id, attempt, t.name)}
+                 "env": task_env(run.cluster, t.position, run.job, run_dir, run.run_id, attempt, t.name, addresses)}
                 for t in tasks]}
             result = self.pool.transport(spec).run([spec.python, "-S", "-c", BOOT, run_dir],
                                                    stdin=json.dumps(request).encode(), timeout=120)

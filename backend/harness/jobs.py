@@ -24,6 +24,7 @@ DEFAULTS = {
     "checkpoint_grace_s": 30.0, # an unlisted checkpoint stays on disk this long (backend/harness/retention.py)
     "seed": 0,
     "collective_timeout_s": 60,
+    "startup_timeout_s": 30,    # give up when peers are still unreachable this long (startup.py)
     "resume_data": "skip",      # on resume: "skip" consumed batches, or "reseed" the data
     "stop_on_nan": False,       # stop every worker at the first NaN or Inf loss (harness/health.py)
     "bare": False,              # benchmark switch: no gather, metrics, checkpoints or logs
@@ -86,6 +87,8 @@ def settle_params(module, overrides: list[str]) -> dict:
     for key in ("global_batch_size", "epochs", "steps_per_epoch", "log_every"):
         if int(params[key]) < 1:
             raise JobError(f"{key} must be >= 1, got {params[key]}")
+    if not float(params["startup_timeout_s"]) > 0:
+        raise JobError(f"startup_timeout_s must be > 0, got {params['startup_timeout_s']}")
     if params["resume_data"] not in ("skip", "reseed"):
         raise JobError(f"resume_data must be skip or reseed, got {params['resume_data']}")
     # The job reads its own parameters (model width, learning rate...) from here.

@@ -1,7 +1,11 @@
 """Preflight probe, run on each host before a launch. Standard library only.
 
-The launcher sends this file's source as ``python -c SOURCE --port P --workdir D`` so it works
-before anything has been copied to the host. It prints one JSON object as its last line.
+The launcher sends this file's source as ``python -c SOURCE --port P --workdir D --peers JSON`` so
+it works before anything has been copied to the host. It prints one JSON object as its last line.
+
+``--peers`` lists every other task's TF_CONFIG address: the workers dial those, not the console,
+so each one is checked from here (a name lookup, then a TCP connect to its port: "refused" is
+fine before launch, it proves a live host answered; silence or "no route" is not).
 """
 import json
 import os
@@ -10,6 +14,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+PEER_TIMEOUT_S = 3.0
+ADDRESS_FIX = ("set a HostName the workers can resolve in ~/.ssh/config, or the task's address "
+               "(Cluster page, address column) to a name or IP they can reach")
 
 
 def check_tensorflow():
@@ -58,9 +67,38 @@ def check_workdir(path):
         return {"ok": False, "error": f"{path} is not writable ({err.strerror})"}
 
 
+def reach_peer(name, address):
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        return f"{name} at {address}: the name does not resolve here ({err.strerror}); {ADDRESS_FIX}"
+    try:
+        with socket.create_connection((host, int(port)), timeout=PEER_TIMEOUT_S):
+            return None
+    except ConnectionRefusedError:
+        return None   # the host answered; nothing listens yet, as expected before the launch
+    except OSError as err:
+        why = "no answer" if isinstance(err, socket.timeout) else (err.strerror or str(err))
+        return (f"{name} at {address}: {why} within {PEER_TIMEOUT_S:g} s; open the port between "
+                f"the workers, or {ADDRESS_FIX}")
+
+
+def check_peers(peers):
+    if not peers:
+        return {"ok": True, "peers": 0}
+    with ThreadPoolExecutor(max_workers=min(32, len(peers))) as ex:
+        problems = [p for p in ex.map(lambda pa: reach_peer(*pa), peers) if p]
+    if problems:
+        return {"ok": False, "error": "cannot reach " + " | ".join(problems)}
+    return {"ok": True, "peers": len(peers)}
+
+
 def main(argv):
     port = int(argv[argv.index("--port") + 1])
     workdir = argv[argv.index("--workdir") + 1]
+    peers = json.loads(argv[argv.index("--peers") + 1]) if "--peers" in argv else []
     report = {
         "python": {"ok": sys.version_info >= (3, 9), "version": sys.version.split()[0],
                    "executable": sys.executable},
@@ -68,6 +106,7 @@ def main(argv):
         "gpus": check_gpus(),
         "port": check_port(port),
         "workdir": check_workdir(workdir),
+        "peers": check_peers(peers),
     }
     print(json.dumps(report))
 

@@ -15,6 +15,7 @@ import loop
 import report
 import requests_dir
 import retention
+import startup
 import tb
 
 
@@ -36,7 +37,8 @@ class Session:
         p = self.p
         # Same seed on every worker and in a one-worker run: identical initial weights.
         keras.utils.set_random_seed(int(p["seed"]))
-        self.strategy = loop.make_strategy(p["collective_timeout_s"])
+        with startup.bounded(self.task, float(p["startup_timeout_s"])):
+            self.strategy = loop.make_strategy(p["collective_timeout_s"])
         n = self.strategy.num_replicas_in_sync
         if self.gbs % n:
             raise ValueError(f"global_batch_size {self.gbs} is not divisible by {n} replicas")

@@ -7,11 +7,8 @@ Passwords and passphrases stay in memory; nothing here writes them to disk or lo
 """
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import shlex
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -21,6 +18,8 @@ import paramiko
 
 from backend.errors import HostError, HostKeyError
 from backend.hosts.base import Lines, Result
+from backend.hosts.known_hosts import Entry, KnownHosts, Verdict, blob_fingerprint, changed_error
+from backend.hosts.resolve import host_port_name, resolve, split_hops, split_jump
 
 # What paramiko and the socket below it raise when a link breaks; the edge maps them to HostError.
 IO_FAILURES = (OSError, EOFError, paramiko.SSHException)
@@ -40,57 +39,39 @@ class SSHOptions:
     look_for_keys: bool = True               # ~/.ssh/id_* when no identity file is given
 
 
+def _pkey(entry: Entry) -> paramiko.PKey | None:
+    try:
+        return paramiko.PKey.from_type_string(entry.key_type, entry.blob)
+    except (paramiko.SSHException, ValueError, TypeError):
+        return None   # a type paramiko cannot parse (sk-...): it can only match by blob
+
+
 def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH's ``SHA256:...`` form, so the operator can compare with ``ssh-keygen -lf``."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+    return blob_fingerprint(key.asbytes())
 
 
-def _known_hosts_name(host: str, port: int) -> str:
-    return host if port == 22 else f"[{host}]:{port}"
+class _Verify(paramiko.MissingHostKeyPolicy):
+    """Asked by paramiko when no key it was given trusts the server's: say why, never accept."""
 
-
-class _RefuseUnknown(paramiko.MissingHostKeyPolicy):
-    def __init__(self, label: str) -> None:
-        self.label = label
+    def __init__(self, label: str, known: KnownHosts, name: str) -> None:
+        self.label, self.known, self.name = label, known, name
 
     def missing_host_key(self, client, hostname, key):
+        verdict, found = self.known.check(self.name, key.get_name(), key.asbytes())
+        fp = fingerprint(key)
+        if verdict is Verdict.REVOKED:
+            raise HostKeyError(self.label, f"host key {fp} is marked @revoked in {self.known.path} "
+                               f"(line {found[0].number})",
+                               "Do not connect; ask the host's owner why its key was revoked.",
+                               fingerprint=fp, key_type=key.get_name())
+        if verdict is Verdict.CHANGED:
+            raise changed_error(self.label, self.known.path, found, key.get_name(), key.asbytes())
         raise HostKeyError(
-            self.label, f"unknown host key {key.get_name()} {fingerprint(key)} for {hostname}",
+            self.label, f"unknown host key {key.get_name()} {fp} for {self.name}",
             "Compare the fingerprint with the host's (ssh-keygen -lf /etc/ssh/ssh_host_*.pub) "
-            "and trust it explicitly (console: Cluster > Trust host key; CLI: trust-host).",
-            fingerprint=fingerprint(key), key_type=key.get_name())
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where to connect, after ~/.ssh/config has been applied."""
-    hostname: str
-    port: int
-    user: str | None
-    key_files: tuple[str, ...]
-    jump: str | None
-
-
-def resolve(host: str, port: int | None, user: str | None, identity_file: str | None,
-            jump_host: str | None, options: SSHOptions) -> Target:
-    conf = paramiko.SSHConfig()
-    path = os.path.expanduser(options.ssh_config)
-    if os.path.exists(path):
-        conf = paramiko.SSHConfig.from_path(path)
-    entry = conf.lookup(host)  # keys are lower case; identityfile is a list
-    keys = [identity_file] if identity_file else entry.get("identityfile", [])
-    return Target(hostname=entry.get("hostname", host),
-                  port=int(port or entry.get("port", 22)),
-                  user=user or entry.get("user"),
-                  key_files=tuple(os.path.expanduser(k) for k in keys),
-                  jump=jump_host or entry.get("proxyjump"))
-
-
-def _split_jump(spec: str) -> tuple[str | None, str, int | None]:
-    user, _, rest = spec.rpartition("@")
-    host, _, port = rest.partition(":")
-    return user or None, host, int(port) if port else None
+            "and trust it explicitly (console: Cluster > Trust a host key; CLI: trust-host).",
+            fingerprint=fp, key_type=key.get_name())
 
 
 class SSHTransport:
@@ -100,7 +81,8 @@ class SSHTransport:
                  passphrase: str | None = None) -> None:
         self.host = host
         self.options = options
-        self.target = resolve(host, port, user, identity_file, jump_host, options)
+        self.target = resolve(host, port=port, user=user, identity_file=identity_file,
+                              jump_host=jump_host, ssh_config=options.ssh_config)
         self._secrets = (password, passphrase)
         self._client: paramiko.SSHClient | None = None
         self._jump: SSHTransport | None = None
@@ -117,10 +99,14 @@ class SSHTransport:
     def _open(self) -> paramiko.SSHClient:
         t = self.target
         client = paramiko.SSHClient()
-        known = os.path.expanduser(self.options.known_hosts)
-        if os.path.exists(known):
-            client.load_host_keys(known)
-        client.set_missing_host_key_policy(_RefuseUnknown(self.host))
+        known = KnownHosts.read(self.options.known_hosts)
+        # Only plain, unrevoked keys for this host go to paramiko, filed under the name it looks
+        # up; that also makes it prefer the key types we know. _Verify explains everything else.
+        for entry in known.trusted(t.known_hosts_name):
+            key = _pkey(entry)
+            if key is not None:
+                client.get_host_keys().add(host_port_name(t.hostname, t.port), entry.key_type, key)
+        client.set_missing_host_key_policy(_Verify(self.host, known, t.known_hosts_name))
         sock = self._jump_channel() if t.jump else None
         password, passphrase = self._secrets
         try:
@@ -134,31 +120,32 @@ class SSHTransport:
         except HostKeyError:
             raise
         except paramiko.BadHostKeyException as err:
-            raise HostKeyError(
-                self.host, f"host key CHANGED: expected {fingerprint(err.expected_key)}, "
-                f"got {fingerprint(err.key)}",
-                "This can be an attack. Confirm the host was reinstalled, then remove its old "
-                f"line from {known} and trust the new key explicitly.",
-                fingerprint=fingerprint(err.key), key_type=err.key.get_name()) from None
+            found = [e for e in known.trusted(t.known_hosts_name) if e.blob == err.expected_key.asbytes()]
+            raise changed_error(self.host, known.path, found, err.key.get_name(), err.key.asbytes()) from None
         except paramiko.AuthenticationException as err:
             raise HostError(self.host, f"authentication failed for user {t.user or '(default)'}: {err}",
                             "Check the user and identity file, or load the key into ssh-agent.") from None
-        except (OSError, paramiko.SSHException) as err:
-            raise HostError(self.host, f"cannot connect to {t.hostname}:{t.port}: {err}",
-                            "Check the host name, SSH port and that sshd runs there.") from None
+        except (*IO_FAILURES, ValueError) as err:   # ValueError: paramiko on a malformed address
+            raise HostError(self.host, f"cannot connect to {t.label}: {err}",
+                            "Check the host name, SSH port and that sshd runs there "
+                            "(ssh -G HOST shows what ssh_config makes of the name).") from None
         client.get_transport().set_keepalive(self.options.keepalive_s)
         return client
 
     def _jump_channel(self) -> paramiko.Channel:
-        user, host, port = _split_jump(self.target.jump)
-        self._jump = SSHTransport(host, port=port, user=user, options=self.options)
+        before, last = split_hops(self.target.jump)
+        user, host, port = split_jump(last)
+        # The jump host is resolved through ssh_config too (an alias, its own ProxyJump);
+        # earlier hops of "a,b" become the jump's own jump.
+        self._jump = SSHTransport(host, port=port, user=user, jump_host=before, options=self.options)
         try:
             return self._jump._connect().get_transport().open_channel(
                 "direct-tcpip", (self.target.hostname, self.target.port), ("127.0.0.1", 0),
                 timeout=self.options.connect_timeout)
-        except paramiko.SSHException as err:
+        except IO_FAILURES as err:
             raise HostError(self.host, f"jump host {host} cannot reach {self.target.hostname}:"
-                            f"{self.target.port}: {err}", "Check the jump host's network.") from None
+                            f"{self.target.port}: {err}",
+                            "Check the HostName and Port as the jump host sees them.") from None
 
     # -- protocol -----------------------------------------------------------------------
     def run(self, argv: Sequence[str], *, timeout: float | None = 60,
@@ -289,30 +276,3 @@ class SSHStream:
 
     def close(self) -> None:
         _close(self._chan)  # sshd hangs up the agent, which exits on SIGHUP / stdin EOF
-
-
-def fetch_host_key(host: str, port: int = 22, timeout: float = 10.0) -> paramiko.PKey:
-    """The key a server offers, read without logging in, for the operator to check."""
-    sock = socket.create_connection((host, port), timeout=timeout)
-    transport = paramiko.Transport(sock)
-    try:
-        transport.start_client(timeout=timeout)
-        return transport.get_remote_server_key()
-    finally:
-        transport.close()
-
-
-def trust_host_key(host: str, port: int, expected_fingerprint: str, *,
-                   known_hosts: str = "~/.ssh/known_hosts") -> str:
-    """Record the host's key, only if it still has the fingerprint the operator approved."""
-    key = fetch_host_key(host, port)
-    got = fingerprint(key)
-    if got != expected_fingerprint:
-        raise HostKeyError(host, f"the key changed while you looked: now {got}",
-                           "Do not trust it; check the host.", fingerprint=got, key_type=key.get_name())
-    path = os.path.expanduser(known_hosts)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    keys = paramiko.HostKeys(path) if os.path.exists(path) else paramiko.HostKeys()
-    keys.add(_known_hosts_name(host, port), key.get_name(), key)
-    keys.save(path)
-    return got

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from backend.errors import HostError, HostKeyError
-from backend.hosts.ssh import SSHOptions, SSHTransport, fetch_host_key, fingerprint, trust_host_key
+from backend.hosts.ssh import SSHOptions, SSHTransport
+from backend.hosts.trust import fetch_host_key, trust_host_key
 from tests import sshd
 
 
@@ -40,18 +41,18 @@ def test_unknown_host_key_refused_with_fingerprint(ssh_hosts, client_key, tmp_pa
     host = ssh_hosts[0]
     with pytest.raises(HostKeyError) as err:
         transport(host, client_key, options).run(["true"])
-    expected = fingerprint(fetch_host_key(host.address, host.port))
+    expected = fetch_host_key(host.address, port=host.port, options=options).fingerprint
     assert err.value.fingerprint == expected
     assert expected in str(err.value) and "trust" in str(err.value)
     # The explicit action records the key; then the connection works.
-    trust_host_key(host.address, host.port, expected, known_hosts=options.known_hosts)
+    trust_host_key(host.address, expected, port=host.port, options=options)
     assert transport(host, client_key, options).run(["true"]).ok
 
 
 def test_trust_refuses_a_fingerprint_that_does_not_match(ssh_hosts, tmp_path):
     with pytest.raises(HostKeyError):
-        trust_host_key(ssh_hosts[0].address, ssh_hosts[0].port, "SHA256:not-this-one",
-                       known_hosts=str(tmp_path / "kh"))
+        trust_host_key(ssh_hosts[0].address, "SHA256:not-this-one", port=ssh_hosts[0].port,
+                       options=SSHOptions(known_hosts=str(tmp_path / "kh"), ssh_config=str(tmp_path / "none")))
     assert not (tmp_path / "kh").exists()
 
 

@@ -45,12 +45,12 @@ def test_minimal_task_defaults():
     assert t == TaskSpec(Role.WORKER, "node1", 2222)
     assert (t.transport, t.ssh_port, t.python, t.workdir, t.gpus) == (TransportKind.SSH, None, "python3",
                                                                        "tfconsole", ())
-    assert t.address == "node1:2222"
+    assert t.endpoint == "node1:2222"
 
 
 def test_ipv6_address_is_bracketed_and_brackets_normalised():
     assert good("host", "[::1]").host == "::1"
-    assert good("host", "fe80::1").address == "[fe80::1]:2222"
+    assert good("host", "fe80::1").endpoint == "[fe80::1]:2222"
 
 
 def test_every_problem_is_reported_at_once():
@@ -235,7 +235,7 @@ def test_default_cluster():
     c = default_cluster("/usr/bin/python3")
     assert [t.role for t in c.tasks] == [Role.WORKER, Role.WORKER]
     assert {t.transport for t in c.tasks} == {TransportKind.LOCAL}
-    assert [t.address for t in c.tasks] == ["127.0.0.1:23456", "127.0.0.1:23457"]
+    assert [t.endpoint for t in c.tasks] == ["127.0.0.1:23456", "127.0.0.1:23457"]
     assert c.tasks[0].python == "/usr/bin/python3"
 
 
@@ -243,7 +243,7 @@ def test_default_cluster():
 
 def test_import_hostfile():
     c = import_hostfile("# cluster\nnode1 slots=2\n\nnode2   # one slot\nnode1 slots=1\n", tf_port=5000)
-    assert [(t.role, t.address) for t in c.tasks] == [
+    assert [(t.role, t.endpoint) for t in c.tasks] == [
         (Role.CHIEF, "node1:5000"), (Role.WORKER, "node1:5001"), (Role.WORKER, "node2:5000"),
         (Role.WORKER, "node1:5002")]
     assert {t.transport for t in c.tasks} == {TransportKind.SSH}

@@ -1,0 +1,73 @@
+"""harness/startup.py: the start-up watcher, as a real child process of a real worker-like process.
+
+No TensorFlow here: a process that blocks (as MultiWorkerMirroredStrategy's constructor does,
+holding the GIL) stands in for strategy creation; the watcher must end it with the reason.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+from tests.harness.conftest import HARNESS, free_ports
+
+sys.path.insert(0, HARNESS)
+import startup  # noqa: E402
+
+# Blocks in C without releasing the GIL, as TensorFlow's coordination service wait does.
+WORKER = """import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import startup
+with startup.bounded("worker-0", float(sys.argv[2])):
+    if sys.argv[3] == "block":
+        import ctypes
+        ctypes.CDLL(None).sleep(120)
+print("strategy created", flush=True)
+"""
+
+
+def tf_config(*addresses: str) -> str:
+    return json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": 0}})
+
+
+def run_worker(config: str, timeout_s: float, mode: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", WORKER, HARNESS, str(timeout_s), mode],
+                          env={**os.environ, "TF_CONFIG": config}, capture_output=True, text=True, timeout=120)
+
+
+def test_peers_and_reach():
+    me, other = free_ports(2)
+    cfg = json.loads(tf_config(f"127.0.0.1:{me}", f"127.0.0.1:{other}", "nohost.invalid:2000"))
+    peers = startup.peers(cfg, "worker-0")
+    assert [p.name for p in peers] == ["worker-1", "worker-2"]
+    assert "refused" in startup.reach(peers[0])
+    assert startup.UNRESOLVED in startup.reach(peers[1])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", other))
+        s.listen()
+        assert startup.reach(peers[0]) is None
+
+
+def test_a_peer_that_does_not_resolve_ends_the_worker_with_the_reason():
+    (me,) = free_ports(1)
+    proc = run_worker(tf_config(f"127.0.0.1:{me}", "nohost.invalid:24001"), 3, "block")
+    assert proc.returncode == -signal.SIGKILL
+    assert "strategy created" not in proc.stdout
+    assert "waiting for worker-1 at nohost.invalid:24001: name does not resolve" in proc.stdout
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("[worker-0] HARNESS FAILED: cluster start-up failed after 3 s")
+
+
+def test_a_start_up_that_finishes_leaves_no_watcher_and_no_failure():
+    me, other = free_ports(2)
+    with socket.socket() as s:   # the peer is up
+        s.bind(("127.0.0.1", other))
+        s.listen()
+        proc = run_worker(tf_config(f"127.0.0.1:{me}", f"127.0.0.1:{other}"), 3, "done")
+    assert proc.returncode == 0 and "strategy created" in proc.stdout
+    assert "HARNESS FAILED" not in proc.stdout
+    left = subprocess.run(["pgrep", "-f", "startup.py --me worker-0"], capture_output=True, text=True).stdout
+    assert not left.strip()
