@@ -14,7 +14,11 @@ _PEER_DIED = re.compile(r"Collective ops is aborted|UnavailableError|"
 _OUTCOME = re.compile(r"HARNESS (DONE|FAILED)")
 _HARNESS_FAILED = re.compile(r"HARNESS FAILED: (.+)$", re.M)
 # harness/startup.py's line when peers stayed unreachable for startup_timeout_s.
-_STARTUP = re.compile(r"HARNESS FAILED: cluster start-up failed after (\S+ s) \(startup_timeout_s\): (.+)$", re.M)
+_STARTUP = re.compile(r"HARNESS FAILED: (?:\w+: )?cluster start-up failed after (\S+ s) "
+                      r"\(startup_timeout_s[^)]*\): (.+)$", re.M)
+# TensorFlow's own words when a collective cannot resolve a peer's TF_CONFIG address.
+_TF_UNRESOLVED = re.compile(r"errors resolving (\S+?):? \[.*?(Name or service not known|"
+                            r"Temporary failure in name resolution|No address associated)")
 # "SomeError: text" or "package.module.SomeError: text" at the start of a line.
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)"
                              r"(?::.*)?$")
@@ -43,6 +47,10 @@ _ADDRESS_FIX = (
 
 def _startup(log_text: str) -> str | None:
     hits = _STARTUP.findall(log_text)
+    tf = _TF_UNRESOLVED.search(log_text)
+    if not hits and tf:
+        return (f"{STARTUP_UNREACHABLE} from this worker (TensorFlow could not resolve {tf.group(1)}). "
+                f"A restart cannot fix this. {_ADDRESS_FIX}")
     if not hits:
         return None
     after, waiting = hits[-1]

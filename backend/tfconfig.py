@@ -68,7 +68,8 @@ def _finding(level: str, where: str, problem: str, fix: str = "") -> Finding:
 
 
 def _is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
+    # RFC 6761 reserves every name under .localhost for the loopback interface.
+    if host.lower() in _LOOPBACK_NAMES or host.lower().rstrip(".").endswith(".localhost"):
         return True
     try:
         return ipaddress.ip_address(host).is_loopback

@@ -51,14 +51,27 @@ def test_peers_and_reach():
         assert startup.reach(peers[0]) is None
 
 
-def test_a_peer_that_does_not_resolve_ends_the_worker_with_the_reason():
+def test_a_peer_name_that_does_not_resolve_fails_before_the_strategy():
     (me,) = free_ports(1)
-    proc = run_worker(tf_config(f"127.0.0.1:{me}", "nohost.invalid:24001"), 3, "block")
+    proc = run_worker(tf_config(f"127.0.0.1:{me}", "nohost.invalid:24001"), 2, "block")
+    assert proc.returncode == 1 and "strategy created" not in proc.stdout
+    assert "waiting for worker-1 at nohost.invalid:24001: name does not resolve" in proc.stdout
+    assert ("StartupError: cluster start-up failed after 2 s (startup_timeout_s): waiting for worker-1 at "
+            "nohost.invalid:24001: name does not resolve") in proc.stderr
+
+
+def test_a_peer_that_never_starts_ends_the_blocked_worker_with_the_reason():
+    me, other = free_ports(2)   # nothing will listen on `other`: connections are refused
+    proc = run_worker(tf_config(f"127.0.0.1:{me}", f"127.0.0.1:{other}"), 1, "block")
     assert proc.returncode == -signal.SIGKILL
     assert "strategy created" not in proc.stdout
-    assert "waiting for worker-1 at nohost.invalid:24001: name does not resolve" in proc.stdout
+    assert f"waiting for worker-1 at 127.0.0.1:{other}: connection refused" in proc.stdout
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("[worker-0] HARNESS FAILED: cluster start-up failed after 3 s")
+    assert last.startswith("[worker-0] HARNESS FAILED: cluster start-up failed after ")
+    # Refused often means "still loading TensorFlow": it gets REFUSED_FACTOR times the timeout.
+    assert f"(startup_timeout_s 1): waiting for worker-1 at 127.0.0.1:{other}: connection refused" in last
+    seconds = int(last.split("failed after ")[1].split()[0])
+    assert seconds >= startup.REFUSED_FACTOR * 1
 
 
 def test_a_start_up_that_finishes_leaves_no_watcher_and_no_failure():

@@ -4,6 +4,7 @@ and a peer the workers cannot resolve fails the start-up within its timeout, wit
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,16 @@ def three_workers(python_path, tmp_path, **last):
         alias_task("h2", "worker", python_path, tmp_path / "c", **last)]})
 
 
+# A name under .localhost (RFC 6761: loopback only, like the test hosts) that nothing resolves here.
+NOWHERE = "nohost.localhost"
+
+
+def unresolvable() -> str:
+    with pytest.raises(socket.gaierror):   # a precondition, said loudly rather than skipped
+        socket.getaddrinfo(NOWHERE, 1)
+    return NOWHERE
+
+
 def worker_tf_config(run, name: str) -> dict:
     task = run.task(name)
     info = json.loads(Path(layout.task_file(task.remote_run_dir, name, "json")).read_text())
@@ -60,20 +71,20 @@ def test_three_worker_alias_cluster_runs_to_its_last_step(operator_ssh, ssh_host
 
 
 def test_preflight_checks_every_peer_from_the_workers_side(operator_ssh, python_path, tmp_path):
-    cluster = three_workers(python_path, tmp_path, address="nohost.invalid")
+    cluster = three_workers(python_path, tmp_path, address=unresolvable())
     with Pool(SSHOptions()) as pool:
         reports = {r.task: r for r in run_preflight(cluster, pool)}
     port = cluster.tasks[2].tf_port
     for name in ("worker-0", "worker-1"):
         error = reports[name].checks["peers"]["error"]
-        assert f"worker-2 at nohost.invalid:{port}: the name does not resolve" in error
+        assert f"worker-2 at {NOWHERE}:{port}: the name does not resolve" in error
         assert "address" in error   # the fix names the address column
     assert reports["worker-2"].checks["peers"]["ok"], reports["worker-2"].checks["peers"]
 
 
 @pytest.mark.slow
 def test_a_peer_nobody_can_resolve_fails_start_up_with_the_reason(operator_ssh, python_path, tmp_path):
-    cluster = three_workers(python_path, tmp_path, address="nohost.invalid")
+    cluster = three_workers(python_path, tmp_path, address=unresolvable())
     job = job_from_dict({"kind": "harness", "module": SYNTHETIC,
                          "params": {"epochs": 1, "steps_per_epoch": 12, "global_batch_size": 48,
                                     "startup_timeout_s": 5},
@@ -87,8 +98,8 @@ def test_a_peer_nobody_can_resolve_fails_start_up_with_the_reason(operator_ssh, 
         port = cluster.tasks[2].tf_port
         for name in ("worker-0", "worker-1"):
             assert statuses[name].diagnosis.startswith(diagnose.STARTUP_UNREACHABLE), statuses[name]
-            assert f"worker-2 at nohost.invalid:{port}" in statuses[name].diagnosis
-        assert "waiting for worker-2 at nohost.invalid" in run.log_tail("worker-0")
+            assert f"worker-2 at {NOWHERE}:{port}" in statuses[name].diagnosis
+        assert f"waiting for worker-2 at {NOWHERE}" in run.log_tail("worker-0")
     finally:
         run.stop(grace_s=5)
     assert processes_of(run) == []

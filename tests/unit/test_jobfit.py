@@ -102,3 +102,19 @@ def test_a_peer_that_did_not_answer_may_be_restarted():
     text = diagnose.diagnose(log)
     assert text.startswith(diagnose.STARTUP_TIMEOUT) and "worker-1" in text
     assert not diagnose.permanent(f"worker-0 exited(1): {text[:300]}")
+
+
+def test_tensorflow_failing_to_resolve_a_peer_is_the_same_diagnosis():
+    log = ("tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:\n"
+           "Collective ops is aborted by: errors resolving nohost.localhost:38447: [field:hostname lookup "
+           "error:Address lookup failed for nohost.localhost:38447 os_error: Name or service not known "
+           "syscall: getaddrinfo]\n[worker-0] HARNESS FAILED: UnavailableError: a peer worker died\n")
+    text = diagnose.diagnose(log)
+    assert text.startswith(diagnose.STARTUP_UNREACHABLE) and "nohost.localhost:38447" in text
+    assert diagnose.permanent(text)
+
+
+def test_the_harness_own_startup_error_line_is_read_too():
+    log = ("[worker-0] HARNESS FAILED: StartupError: cluster start-up failed after 5 s (startup_timeout_s): "
+           "waiting for worker-2 at nohost.localhost:2000: name does not resolve on this host (x)\n")
+    assert diagnose.diagnose(log).startswith(diagnose.STARTUP_UNREACHABLE)

@@ -107,3 +107,9 @@ def test_an_alias_and_its_hostname_are_one_machine(config):
     assert not [f for f in check_cluster(c) if f.level == "error"]   # as written they differ
     errors = [f for f in check_cluster(c, tf_hosts(c, config)) if f.level == "error"]
     assert errors and errors[0].field == "tasks[1].tf_port"
+
+
+def test_names_under_localhost_are_loopback():
+    c = cluster({"role": "chief", "host": "a.localhost", "tf_port": 2000},
+                {"role": "worker", "host": "gpu-b", "tf_port": 2000})
+    assert [f.field for f in check_cluster(c) if f.level == "error"] == ["tasks[0].host"]
