@@ -101,7 +101,9 @@ def _answer(result: Result) -> dict:
 def install(h: Host, bundle: bytes, *, timeout: float = 120) -> None:
     """Unpack ``bundle`` (a tar of harness/ and job/) into the run directory: mkdir, then tar."""
     fix = "Check that the working directory is writable and that tar is installed (preflight)."
-    h.transport.run(["mkdir", "-p", h.run_dir], timeout=timeout).check(f"cannot create {h.run_dir}", fix)
+    # 0700: the run's logs, checkpoints, exports and their metadata are the owner's alone.
+    h.transport.run(["mkdir", "-p", "-m", "700", h.run_dir],
+                    timeout=timeout).check(f"cannot create {h.run_dir}", fix)
     h.transport.run(["tar", "-x", "--no-same-owner", "-f", "-", "-C", h.run_dir], stdin=bundle,
                     timeout=timeout).check(f"cannot unpack the harness into {h.run_dir}", fix)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import subprocess
 import sys
 import tarfile
@@ -42,6 +43,13 @@ def local_host(tmp_path):
 def alive(pid: int) -> bool:
     stat = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout
     return bool(stat.strip()) and not stat.strip().startswith("Z")
+
+
+def test_the_run_directory_is_its_owners_only(local_host):
+    """Logs, checkpoints, exports and their metadata live under it: no other user of the host
+    can read them (README, "Opening the console")."""
+    assert stat.S_IMODE(os.stat(local_host.run_dir).st_mode) == 0o700
+    assert sorted(os.listdir(local_host.run_dir)) == [layout.HARNESS]   # tar left the mode alone
 
 
 def test_start_status_logs_stop(local_host):
