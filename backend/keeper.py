@@ -24,11 +24,10 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from backend import diagnose, stacks
+from backend import diagnose, remote, stacks
 from backend.attempts import begin_attempt
 from backend.checkpoints import common_checkpoint
 from backend.errors import ConsoleError, RunError
-from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.keeper_process import KEEPER_LOCK, KEEPER_LOG, KEEPER_PID, POLL_S, REPO_ROOT, keeper_pid  # noqa: F401
@@ -149,24 +148,20 @@ class Keeper:
 
     def _read_progress(self, run: Run) -> None:
         """Size and last line of the chief's metrics.jsonl, in one command."""
-        chief = run.state.chief
-        path = f"{chief.remote_run_dir}/{layout.METRICS}"
         try:
-            result = run.transport(chief.name).run(
-                ["sh", "-c", '[ -f "$1" ] && wc -c < "$1" && tail -n 1 "$1"', "sh", path], timeout=30)
+            found = remote.progress(run.remote(run.state.chief.name))
         except ConsoleError:
             self.progress.changed = time.time()   # an unreachable chief is judged by its grace
             return
-        lines = result.stdout.splitlines() if result.ok else []
-        size = int(lines[0]) if lines and lines[0].strip().isdigit() else -1
+        size = -1 if found.size is None else found.size
         if size != self.progress.size:
             self.progress.size, self.progress.changed = size, time.time()
         try:
-            last = json.loads(lines[1]) if len(lines) > 1 else {}
+            last = json.loads(found.last_line or "{}")
             if last.get("attempt") == run.state.attempt:
                 self.progress.last_step = int(last["step"])
         except (ValueError, TypeError, KeyError, AttributeError):
-            return   # a line still being written
+            return   # not a metrics record (the monitor quarantines such lines)
 
     def _recover(self, run: Run, reason: str) -> Phase | None:
         """End the attempt, stop every task, then restart (or give up)."""

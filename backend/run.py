@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from backend import keeper_process
+from backend import keeper_process, remote
 from backend.engines.base import Engine, StopReport
 from backend.engines import engine_for, tasks_view
 from backend.errors import ConsoleError, HostError, MultiHostError, RunError
@@ -59,6 +59,10 @@ class Run:
 
     def transport(self, name: str):
         return self.pool.transport(self.task_spec(name))
+
+    def remote(self, name: str) -> remote.Host:
+        """The host-side command line in this task's run directory (``backend.remote``)."""
+        return remote.Host(self.transport(name), self.task_spec(name).python, self.task(name).remote_run_dir)
 
     def reload(self) -> RunState:
         self.state = self.store.load(self.run_id)
@@ -201,15 +205,7 @@ class Run:
 
     def request_save(self) -> str:
         """Ask the chief to save at its next sync point: a request file in its run directory."""
-        chief = self.state.chief
-        name = f"save-{int(time.time() * 1000)}.json"
-        result = self.transport(chief.name).run(
-            ["sh", "-c", 'mkdir -p "$1" && printf "{}" > "$1/$2"', "sh",
-             f"{chief.remote_run_dir}/{layout.REQUESTS}", name], timeout=30)
-        if not result.ok:
-            raise HostError(chief.host, "could not write the save request", "Check the chief's disk.",
-                            stderr_tail=result.stderr)
-        return name
+        return remote.request_save(self.remote(self.state.chief.name))
 
 
 def _tail(path: Path, max_bytes: int) -> str:

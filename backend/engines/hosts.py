@@ -1,17 +1,17 @@
 """The hosts engine: tasks started by us, over SSH or as local processes, one command per host.
 
-Each task starts through ``harness/spawn.py`` on its host, detached in its own session and
-process group; its pid, pgid, exit code and log stay in the run directory on that host.
+Each task starts through ``harness/hostctl.py start`` (``backend.remote``) on its host, detached
+in its own session and process group; its pid, pgid, exit code and log stay in the run directory
+on that host.
 """
 from __future__ import annotations
 
-import base64
 import io
 import json
 import tarfile
 from pathlib import Path
 
-from backend import diagnose, tfconfig
+from backend import diagnose, remote, tfconfig
 from backend.engines.base import RunView, Started, StopReport
 from backend.errors import HostError, MultiHostError
 from backend.harness import layout
@@ -23,24 +23,11 @@ from backend.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
 
 HARNESS_DIR = Path(__file__).resolve().parents[1] / "harness"
 AGENT = Path(__file__).resolve().parents[1] / "watch" / "agent.py"
-# Exit codes of `python -S .../spawn.py stop` when the Python (127) or the harness file (2,
-# "can't open file") is missing: the host answered, and nothing of ours can be running there.
-NOTHING_THERE = (2, 127)
 START_CHECK_S = 3.0   # a task that dies this soon after starting failed to start (checked on the host)
-# One command per host per attempt: unpack the harness, then start that host's tasks.
-BOOT = """import base64, io, json, os, sys, tarfile
-run = sys.argv[1]
-req = json.load(sys.stdin)
-tar = tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["bundle"])))
-tar.extractall(run, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-sys.path.insert(0, os.path.join(run, "harness"))
-import spawn
-print(json.dumps(spawn.start_many(run, req["tasks"], req["wait"], req["settle"])))
-"""
 
 
 def bundle(job: JobSpec) -> bytes:
-    """The files every host needs, as one tar sent on stdin: one command per host."""
+    """The files every host needs, as one tar unpacked by ``remote.install``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for path in sorted(HARNESS_DIR.glob("*.py")):
@@ -93,47 +80,40 @@ class HostsEngine:
         return [(g[0].name, (run.cluster.tasks[g[0].position], g[0].remote_run_dir, [t.name for t in g]))
                 for g in groups.values()]
 
-    def _spawn(self, spec: TaskSpec, run_dir: str, args: list[str], **kw):
-        # -S: spawn.py needs only the standard library, and skipping site-packages saves startup.
-        return self.pool.transport(spec).run(
-            [spec.python, "-S", f"{run_dir}/{layout.HARNESS}/spawn.py", *args], **kw)
+    def _host(self, spec: TaskSpec, run_dir: str) -> remote.Host:
+        return remote.Host(self.pool.transport(spec), spec.python, run_dir)
 
     def chief_transport(self, run: RunView):
         return self.pool.transport(run.cluster.tasks[run.state.chief.position])
 
     # -- the protocol ---------------------------------------------------------------------
     def begin(self, run: RunView, *, attempt: int, resume_step: int | None) -> dict[str, Started]:
-        payload = base64.b64encode(bundle(run.job)).decode()
+        files = bundle(run.job)
         addresses = tf_addresses(run.cluster, self.pool.options.ssh_config)  # what the workers dial
         started: dict[str, Started] = {}
 
         def one(item) -> None:
             spec, run_dir, names = item
             tasks = [run.task(n) for n in names]
-            request = {"bundle": payload, "wait": 20, "settle": START_CHECK_S, "tasks": [
+            h = self._host(spec, run_dir)
+            remote.install(h, files)
+            answers = remote.start(h, [
                 {"task": t.name,
                  "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),
                  "env": task_env(run.cluster, t.position, run.job, run_dir, run.run_id, attempt, t.name, addresses)}
-                for t in tasks]}
-            result = self.pool.transport(spec).run([spec.python, "-S", "-c", BOOT, run_dir],
-                                                   stdin=json.dumps(request).encode(), timeout=120)
-            if not result.ok:
-                raise HostError(spec.host, f"could not start {', '.join(names)} in {run_dir}",
-                                "Check the task's Python and that the working directory is writable (preflight).",
-                                stderr_tail=result.stderr)
-            answers = json.loads(result.stdout.strip().splitlines()[-1])
+                for t in tasks], wait_s=20, settle_s=START_CHECK_S)
             for t in tasks:
                 info = answers[t.name]
-                if info["state"] == "busy":
+                if info.state == "busy":
                     raise HostError(spec.host, f"task {t.name} of an earlier attempt still runs "
-                                    f"(process group {info.get('pgid')})",
+                                    f"(process group {info.pgid})",
                                     "Stop the run first (`python -m backend stop RUN`), then try again.")
                 # "starting": the supervisor runs but a loaded host has not recorded the pid yet;
                 # status and stop read the pid from the host, so that is fine.
-                started[t.name] = Started(info.get("pid"), info.get("pgid"), info.get("started"))
-                if info["state"] == "lost" or (info["state"] == "exited" and info["exit_code"] != 0):
+                started[t.name] = Started(info.pid, info.pgid, info.started)
+                if info.state == "lost" or (info.state == "exited" and info.exit_code != 0):
                     log = diagnose.current_attempt(self.log_tail(run, t.name, 4000))
-                    raise HostError(spec.host, f"task {t.name} did not start (exit {info.get('exit_code')})",
+                    raise HostError(spec.host, f"task {t.name} did not start (exit {info.exit_code})",
                                     diagnose.diagnose(log) or "Check the task's Python and command.",
                                     stderr_tail=log[-2000:])
 
@@ -145,11 +125,7 @@ class HostsEngine:
     def status(self, run: RunView) -> list[TaskStatus]:
         def one(item):
             spec, run_dir, names = item
-            argv = ["status", "--run", run_dir] + [a for n in names for a in ("--task", n)]
-            result = self._spawn(spec, run_dir, argv, timeout=30)
-            if not result.ok:
-                raise HostError(spec.host, "status failed", "Check the host.", stderr_tail=result.stderr)
-            return json.loads(result.stdout)
+            return remote.status(self._host(spec, run_dir), names)
         groups = self._by_host(run)
         results = parallel(one, groups)
         out: dict[str, TaskStatus] = {}
@@ -160,8 +136,7 @@ class HostsEngine:
                 if isinstance(res, Exception):
                     out[name] = TaskStatus(name, host, TaskPhase.UNREACHABLE, diagnosis=str(res))
                 else:
-                    info = res.get(name, {"state": "lost"})
-                    out[name] = TaskStatus(name, host, TaskPhase(info["state"]), info.get("exit_code"))
+                    out[name] = TaskStatus(name, host, TaskPhase(res[name].state), res[name].exit_code)
         for s in out.values():
             if s.failed and s.state == TaskPhase.EXITED:
                 try:
@@ -173,14 +148,14 @@ class HostsEngine:
     def stop(self, run: RunView, *, grace_s: float) -> StopReport:
         def one(item):
             spec, run_dir, names = item
-            argv = ["stop", "--run", run_dir, "--grace", str(grace_s)] + [a for n in names for a in ("--task", n)]
-            result = self._spawn(spec, run_dir, argv, timeout=grace_s + 30)
-            if result.exit_code in NOTHING_THERE:
+            try:
+                left = {n: pids for n, pids in remote.stop(self._host(spec, run_dir), names,
+                                                           grace_s=grace_s).items() if pids}
+            except remote.NotInstalled:
                 return   # the host answered, but our harness (or its Python) is not there: no task is
-            left = {n: r["left"] for n, r in json.loads(result.stdout or "{}").items() if r["left"]}
-            if not result.ok or left:
+            if left:
                 raise HostError(spec.host, f"processes still alive after stop: {left}",
-                                "Stop them by hand (kill -9) and report a bug.", stderr_tail=result.stderr)
+                                "Stop them by hand (kill -9) and report a bug.")
         groups = self._by_host(run)
         errors = failures(parallel(one, groups))
         hosts = {key: spec.host for key, (spec, _, _) in groups}
@@ -190,6 +165,5 @@ class HostsEngine:
 
     def log_tail(self, run: RunView, task: str, max_bytes: int) -> str:
         t = run.task(task)
-        result = self.pool.transport(run.cluster.tasks[t.position]).run(
-            ["tail", "-c", str(max_bytes), layout.log_file(t.remote_run_dir, task)], timeout=30)
-        return result.stdout if result.ok else ""
+        h = self._host(run.cluster.tasks[t.position], t.remote_run_dir)
+        return remote.read_tail(h, f"{layout.LOGS}/{task}.log", max_bytes).decode(errors="replace")

@@ -50,7 +50,7 @@ def cmd_start(a) -> dict:
 
 
 def cmd_status(a) -> dict:
-    return {task: spawn._status_one(a.run, task) for task in a.task}
+    return {task: spawn.status_one(a.run, task) for task in a.task}
 
 
 def cmd_stop(a) -> dict:

@@ -1,7 +1,7 @@
 """Start, inspect and stop one run's tasks on this host. Standard library only; Linux.
 
-The launcher runs this file on every host (``python spawn.py start|status|stop ...``), over SSH
-or as a local subprocess, so the same code manages processes everywhere.
+``hostctl.py`` (the host-side command line) calls these on every host, over SSH or as a local
+subprocess, so the same code manages processes everywhere.
 
 Why a supervisor: every task runs under a small supervisor process that is the leader of a new
 session and process group. The task inherits that group, so stopping the group stops the task
@@ -10,7 +10,6 @@ supervisor ignores SIGTERM so it can record the task's exit code after the task 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -19,6 +18,8 @@ import sys
 import time
 
 import layout
+
+HOSTCTL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostctl.py")  # runs each supervisor
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -82,8 +83,7 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
             os.remove(layout.task_file(run, task, suffix))
     # The environment goes to the supervisor directly, never on a command line `ps` would show.
     return subprocess.Popen(
-        [sys.executable, "-S", os.path.abspath(__file__), "supervise", "--run", run, "--task", task,
-         "--cwd", cwd, "--", *argv],
+        [sys.executable, "-S", HOSTCTL, "supervise", "--run", run, "--task", task, "--cwd", cwd, "--", *argv],
         env={**os.environ, **{str(k): str(v) for k, v in env.items()}}, start_new_session=True,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
 
@@ -96,21 +96,21 @@ def start_many(run: str, tasks: list[dict], wait_s: float = 10.0, settle_s: floa
     """
     # A task whose previous process group still lives keeps its record: starting over it would
     # forget the only pgid that can stop those processes.
-    busy = {t["task"]: {**_status_one(run, t["task"]), "state": "busy"} for t in tasks
-            if _status_one(run, t["task"])["state"] == "running"}
+    busy = {t["task"]: {**status_one(run, t["task"]), "state": "busy"} for t in tasks
+            if status_one(run, t["task"])["state"] == "running"}
     if busy:
         return busy
     sups = {t["task"]: start(run, t["task"], t["argv"], t.get("env", {})) for t in tasks}
     deadline = time.time() + wait_s
     out = {name: {"state": "starting"} for name in sups}
     while time.time() < deadline:
-        out = {name: {**_status_one(run, name), "supervisor": sup.pid} for name, sup in sups.items()}
+        out = {name: {**status_one(run, name), "supervisor": sup.pid} for name, sup in sups.items()}
         if all(info["state"] != "starting" for info in out.values()):
             break
         time.sleep(0.02)
     if settle_s:
         time.sleep(settle_s)
-        out = {name: {**_status_one(run, name), "supervisor": sup.pid} for name, sup in sups.items()}
+        out = {name: {**status_one(run, name), "supervisor": sup.pid} for name, sup in sups.items()}
     return out
 
 
@@ -122,7 +122,7 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _status_one(run: str, task: str) -> dict:
+def status_one(run: str, task: str) -> dict:
     exit_text = _read(layout.task_file(run, task, "exit"))
     info_text = _read(layout.task_file(run, task, "json"))
     info = json.loads(info_text) if info_text else {}
@@ -182,34 +182,3 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         pass
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Start, inspect and stop a run's tasks on this host.")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("start", help='start tasks detached; stdin: {"tasks": [{"task", "argv", "env"}]}')
-    s.add_argument("--run", required=True); s.add_argument("--wait", type=float, default=10.0)
-    v = sub.add_parser("supervise", help=argparse.SUPPRESS)
-    v.add_argument("--run", required=True); v.add_argument("--task", required=True)
-    v.add_argument("--cwd", default=".")
-    v.add_argument("argv", nargs="+")
-    t = sub.add_parser("status", help="state of tasks as JSON")
-    t.add_argument("--run", required=True); t.add_argument("--task", action="append", required=True)
-    k = sub.add_parser("stop", help="stop tasks' process groups: TERM, then KILL")
-    k.add_argument("--run", required=True); k.add_argument("--task", action="append", required=True)
-    k.add_argument("--grace", type=float, default=10.0)
-    a = p.parse_args(argv)
-    if a.cmd == "supervise":
-        return supervise(a.run, a.task, a.argv, a.cwd)
-    if a.cmd == "start":
-        out = start_many(a.run, json.loads(sys.stdin.read())["tasks"], a.wait)
-    elif a.cmd == "status":
-        out = {task: _status_one(a.run, task) for task in a.task}
-    else:
-        out = stop(a.run, a.task, a.grace)
-    print(json.dumps(out))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -93,11 +93,5 @@ class Transport(Protocol):
         """Start a command whose stdout is read as it comes. A read that waits longer than
         ``idle_timeout`` seconds raises ``HostError`` (over SSH; a local pipe cannot be cut)."""
 
-    def put(self, local_path: str, remote_path: str) -> None:
-        """Copy one local file to the host, creating parent folders."""
-
-    def get(self, remote_path: str, local_path: str) -> None:
-        """Copy one file from the host."""
-
     def close(self) -> None:
         """Release the connection."""

@@ -3,16 +3,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 from typing import Sequence
 
 from backend.errors import HostError
 from backend.hosts.base import Lines, Result
-
-
-def _home_path(path: str) -> str:
-    return os.path.join(os.path.expanduser("~"), path)  # an absolute path stays as it is
 
 
 class LocalStream:
@@ -67,23 +62,6 @@ class LocalTransport:
             raise HostError(self.host, f"cannot run {argv[0]}: {err}", "Check the task's Python path.",
                             command=shlex.join(argv)) from None
         return LocalStream(self.host, proc)
-
-    def put(self, local_path: str, remote_path: str) -> None:
-        target = _home_path(remote_path)
-        try:
-            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-            shutil.copyfile(local_path, target)
-        except OSError as err:
-            raise HostError(self.host, f"cannot write {remote_path}: {err}", "Check the disk and permissions.") from None
-
-    def get(self, remote_path: str, local_path: str) -> None:
-        try:
-            shutil.copyfile(_home_path(remote_path), local_path)
-        except FileNotFoundError:
-            raise HostError(self.host, f"no file {remote_path}",
-                            "Check that the run directory exists on this host.") from None
-        except OSError as err:
-            raise HostError(self.host, f"cannot read {remote_path}: {err}", "Check the disk and permissions.") from None
 
     def close(self) -> None:
         pass

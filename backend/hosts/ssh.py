@@ -1,4 +1,5 @@
-"""SSH adapter over paramiko: thin, each method one channel call.
+"""SSH adapter over paramiko: thin, each method one channel call. No SFTP: files travel as
+commands (``backend.remote``), so hosts whose sshd has no SFTP subsystem work.
 
 Every SSH choice lives in ``SSHOptions`` with the reason next to it. Host keys are checked
 against a known_hosts file and never accepted silently: an unknown key raises ``HostKeyError``
@@ -210,26 +211,6 @@ class SSHTransport:
         return HostError(self.host, f"connection lost: {type(err).__name__}: {err}",
                          "Check that the host is up and sshd runs there; the next command connects again.",
                          command=command)
-
-    def put(self, local_path: str, remote_path: str) -> None:
-        parent = os.path.dirname(remote_path)
-        if parent:
-            self.run(["mkdir", "-p", parent])
-        try:
-            with self._connect().open_sftp() as sftp:
-                sftp.put(local_path, remote_path)
-        except IO_FAILURES as err:
-            raise self._lost(err, f"sftp put {remote_path}") from None
-
-    def get(self, remote_path: str, local_path: str) -> None:
-        try:
-            with self._connect().open_sftp() as sftp:
-                sftp.get(remote_path, local_path)
-        except FileNotFoundError:
-            raise HostError(self.host, f"no file {remote_path}",
-                            "Check that the run directory exists on this host.") from None
-        except IO_FAILURES as err:
-            raise self._lost(err, f"sftp get {remote_path}") from None
 
     def close(self) -> None:
         with self._lock:

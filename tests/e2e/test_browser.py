@@ -182,7 +182,7 @@ def _start(page) -> None:
 def _leftovers(run_id: str) -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines()
-            if run_id in line and ("train.py" in line or "spawn.py" in line)]
+            if run_id in line and ("train.py" in line or "hostctl.py" in line)]
 
 
 def test_start_watch_save_export_stop(server):
