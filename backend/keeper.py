@@ -28,6 +28,7 @@ from backend import diagnose, remote, stacks
 from backend.attempts import begin_attempt
 from backend.checkpoints import common_checkpoint
 from backend.errors import ConsoleError, RunError
+from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.keeper_process import KEEPER_LOCK, KEEPER_LOG, KEEPER_PID, POLL_S, REPO_ROOT, keeper_pid  # noqa: F401

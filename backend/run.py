@@ -13,7 +13,7 @@ from pathlib import Path
 from backend import keeper_process, remote
 from backend.engines.base import Engine, StopReport
 from backend.engines import engine_for, tasks_view
-from backend.errors import ConsoleError, HostError, MultiHostError, RunError
+from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.harness import layout
 from backend.hosts.pool import Pool, make_transport
 from backend.outcome import Conclusion, TaskStatus, Verdict, conclude

@@ -61,7 +61,7 @@ def cmd_stacks(a) -> dict:
     """Each running task's Python stacks (``stackdump.py``), or why there are none."""
     out = {}
     for task in a.task:
-        info = spawn._status_one(a.run, task)
+        info = spawn.status_one(a.run, task)
         pid = info.get("pid")
         if info["state"] != "running" or not pid:
             out[task] = {"error": f"{task} is {info['state']}, not running"}
