@@ -1,6 +1,6 @@
 """Bounded cluster start-up: say which peers a worker waits for, and give up with that reason.
 
-Two checks, seen on TF 2.21 (docs/facts.md has the details):
+Two checks, for what TF 2.21 does (docs/facts.md #12):
 
 1. Names first, in this process: a peer whose address does not resolve here never will by
    waiting. Strategy creation may even succeed (peers register with the chief, not with each

@@ -207,3 +207,37 @@ def test_yes_restore_relaunches_from_the_chosen_step(on_ssh_runs):
     statuses = run.wait(timeout=240)   # as any reader does, this settles the run when it ends
     assert run.reload().phase == "finished", [run.log_tail(s.name, 2000) for s in statuses]
     assert processes_of(run) == []
+
+
+def test_tf_config_preview_shows_alias_to_address(page, alias_rows, ssh_hosts):
+    at = page("cluster", cluster_rows=alias_rows)
+    assert not at.exception and not errors(at), errors(at)
+    table = next(d.value for d in at.dataframe if list(d.value.columns) == ["task", "host", "address"])
+    ports = [row["tf_port"] for row in alias_rows]
+    assert list(table["host"]) == [f"h2:{ports[0]}", f"h3:{ports[1]}"]
+    assert list(table["address"]) == [f"{ssh_hosts[0].address}:{ports[0]}", f"{ssh_hosts[1].address}:{ports[1]}"]
+    # Every worker's TF_CONFIG carries the addresses, never the aliases only this machine knows.
+    import json
+    cfg = json.loads(at.json[1].value)
+    assert cfg["cluster"]["worker"] == [f"{ssh_hosts[1].address}:{ports[1]}"]
+    assert at.selectbox(key="hostkey_target").options == ["h2", "h3"]   # trusted by alias
+
+
+def test_a_changed_key_is_replaced_only_by_the_replace_button(page, untrusted, ssh_hosts, python_path):
+    from tests.app.conftest import table_rows
+    known = HOME / ".ssh" / "known_hosts"
+    other = ssh_hosts[1].host_key_pub.split()[:2]   # another host's key, filed under this host's name
+    wrong = f"[{untrusted.address}]:{untrusted.port} {other[0]} {other[1]}\n"
+    known.write_text(known.read_text() + wrong)
+    rows = table_rows([{"role": "worker", "host": untrusted.address, "ssh_port": untrusted.port,
+                        "tf_port": sshd.free_port(), "python": python_path}])
+    at = page("cluster", cluster_rows=rows)
+    at.button(key="hostkey_fetch").click().run()
+    assert any("CHANGED" in e for e in errors(at)), errors(at)
+    assert at.button(key="hostkey_trust").label == "Replace the old key with this one"
+    assert wrong in known.read_text()                  # nothing replaced by just looking
+    at.button(key="hostkey_trust").click().run()
+    assert not at.exception and any("Trusted" in s.value for s in at.success)
+    assert wrong not in known.read_text()
+    at.button(key="preflight_button").click().run()
+    assert not any("CHANGED" in e for e in errors(at)), errors(at)
