@@ -23,6 +23,7 @@ from backend.run import Run
 from backend.metrics import MetricsStore
 from backend.runs import RunStore
 
+CAUGHT_UP_S = 3.0     # the agent's heartbeat comes every 2 s: this long with no event = caught up
 STATUS_EVERY_S = 2.0   # a status check starts one small process per host: not every rerun
 
 
@@ -49,8 +50,8 @@ class LiveRun:
     def ensure_monitor(self):
         """Start the watch agent once; a new store replays the local mirror from offset 0."""
         with self.lock:
-            if self.monitor is None:
-                self.monitor = self.run.monitor(self.metrics).start()
+            if self.monitor is None or (not self.monitor.running and self.run.state.live):
+                self.monitor = self.run.monitor(self.metrics).start()   # replays the mirror first
                 if self.run.state.live:   # the logs the agent cannot see, copied as they grow
                     self.copier = LogCopier(self.run).start()
             return self.monitor
@@ -79,6 +80,7 @@ class LiveRun:
         """
         if not force and time.time() - self._status_at < STATUS_EVERY_S:
             return self.statuses
+        self._rest_monitor()
         if not self.lock.acquire(blocking=force):
             return self.statuses
         try:
@@ -94,6 +96,17 @@ class LiveRun:
             return self.statuses
         finally:
             self.lock.release()
+
+    def _rest_monitor(self) -> None:
+        """An ended run's files stop changing: once its watch agent has sent a heartbeat with
+        nothing new for CAUGHT_UP_S, stop it; what it brought stays (store, logs)."""
+        m = self.monitor
+        if m is None or self.run.state.live or not m.running:
+            return
+        st = m.status()
+        beat, event = st.get("last_heartbeat"), st.get("last_event")
+        if beat and (event is None or beat - event > CAUGHT_UP_S):
+            m.stop()
 
     def reload(self) -> None:
         """Take the saved state: a keeper, the CLI or another console may have changed it."""

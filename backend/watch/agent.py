@@ -5,10 +5,11 @@ Standalone on purpose (standard library + watchdog): the launcher copies this on
 chief and runs ``python agent.py --run-dir RUN [--offsets-json JSON] [--poll]``.
 
 Events, one JSON object per line:
-  metric     {"type":"metric","data":{...}}            one valid line of metrics.jsonl, verbatim
+  metric     {"type":"metric","data":{...}}            one {...} line of metrics.jsonl, verbatim
+                                                       (the reader parses it strictly)
   log        {"type":"log","task":T,"line":L}          one complete line of logs/T.log
   skipped    {"type":"skipped","file":F,"count":N}     N lines of F dropped in this batch
-                                                       (not a JSON object, or longer than 1 MB)
+                                                       (not framed as {...}, or longer than 1 MB)
   checkpoint {"type":"checkpoint","step":S,"meta":{}}  once .index and .meta.json both exist
   export     {"type":"export","name":N,"result":{}}    once exports/N/result.json exists
   task_exit  {"type":"task_exit","task":T,"exit_code":C}
@@ -205,11 +206,10 @@ class Agent:
             line = line.strip()
             if not line:
                 continue
-            try:   # one parse per line: joining lines into one array could glue torn ones
-                ok = isinstance(json.loads(line), dict)
-            except ValueError:
-                ok = False
-            if ok:   # verbatim: the agent must stay cheap on the chief
+            # Only the framing of an object is checked here, not its JSON: parsing every line
+            # took 4 of the chief's CPU-seconds per million lines (bench/watch_catchup.py).
+            # The console parses each line strictly and quarantines what fails.
+            if line[:1] == b"{" and line[-1:] == b"}":   # verbatim: the agent stays cheap
                 events.append(b'{"type":"metric","data":' + line + b"}\n")
             else:
                 bad += 1

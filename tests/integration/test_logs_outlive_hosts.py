@@ -59,3 +59,20 @@ def test_finished_logs_read_the_same_with_every_host_down(client_key, python_pat
     finally:
         for host in hosts:
             host.stop()
+
+
+def test_an_ended_run_is_not_watched_once_caught_up(local_cluster, tmp_path):
+    """Monitor on a finished run: the watch agent brings the logs, then is stopped; they stay."""
+    store = RunStore(tmp_path / "runs")
+    run = launcher.launch(local_cluster, job_from_dict({"kind": "command", "command": [sys.executable, "-c", SCRIPT]}),
+                          store=store, preflight=launcher.Preflight.SKIP)
+    wait_for(lambda: (run.settle(), not run.state.live)[1], 120, "the run to finish")
+    live = LiveRun(launcher.attach(run.run_id, store=store))
+    try:
+        live.ensure_monitor()
+        wait_for(lambda: "ALL DONE" in live.log_lines("worker-1"), 60, "the logs through the agent")
+        wait_for(lambda: (live.refresh(force=True), not live.monitor.running)[1], 60, "the agent to be stopped")
+        assert processes_of(run) == []   # no watch agent left polling an ended run
+        assert "ALL DONE" in live.log_lines("worker-1") and live.monitor.logs("worker-0")
+    finally:
+        live.close()

@@ -1,0 +1,118 @@
+"""Console CPU with a live run and the Monitor page open in a real browser (headless Chromium).
+
+Starts ``streamlit run console/app.py``, launches a two-worker synthetic run on this machine,
+opens Monitor, waits for the loss chart, then reads the Streamlit process's own CPU time
+(/proc, user + system, every thread) over ``--seconds``: first while the run is live, then
+after it is stopped (an ended run should cost nothing). The watch agent is a child process here
+(the local transport) but runs on the chief's host in a real cluster: its CPU is shown apart.
+
+    python bench/console_cpu.py [--seconds 60]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from backend import launcher  # noqa: E402
+from backend.runs import RunStore  # noqa: E402
+from backend.spec import cluster_from_dict, job_from_dict  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_s(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def serve(runs: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "console/app.py", "--server.address", "127.0.0.1",
+         "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=dict(os.environ, TFCONSOLE_RUNS=str(runs)), stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).read().strip() == b"ok":
+                return proc, url
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit("streamlit did not start: " + log.read_text()[-2000:])
+
+
+def measure(pid: int, seconds: float) -> tuple[float, float]:
+    """(% of one core for the console process, % for its child processes: the watch agent)."""
+    kids = children(pid)
+    c0, k0, t0 = cpu_s(pid), sum(cpu_s(k) for k in kids), time.time()
+    time.sleep(seconds)
+    c1, k1, t1 = cpu_s(pid), sum(cpu_s(k) for k in kids if os.path.exists(f"/proc/{k}")), time.time()
+    return 100 * (c1 - c0) / (t1 - t0), 100 * (k1 - k0) / (t1 - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=60)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="console-cpu-"))
+    proc, url = serve(tmp / "runs", tmp / "streamlit.log")
+    cluster = cluster_from_dict({"tasks": [
+        {"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": free_port(),
+         "python": sys.executable, "workdir": str(tmp / "host")} for _ in range(2)]})
+    job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
+                         "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
+                         "params": {"epochs": 1, "steps_per_epoch": 10 ** 6, "log_every": 10}})
+    store = RunStore(tmp / "runs")
+    run = launcher.launch(cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    from playwright.sync_api import sync_playwright
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page()
+            page.goto(url)
+            page.locator('[data-testid="stSidebarNav"]').get_by_text("Monitor", exact=True).click()
+            page.locator(".js-plotly-plot").first.wait_for(timeout=300_000)
+            page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .scatterlayer, "
+                                   ".js-plotly-plot .gl-container').length > 0", timeout=300_000)
+            time.sleep(10)   # past start-up: the steady state
+            print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+            live, agent = measure(proc.pid, args.seconds)
+            print(f"live run, Monitor open: console {live:.1f}% of a core; watch agent {agent:.1f}%")
+            launcher.attach(run.run_id, store=store).stop(grace_s=5)
+            time.sleep(15)   # the page notices the end
+            ended, agent = measure(proc.pid, args.seconds)
+            print(f"ended run, Monitor open: console {ended:.1f}% of a core; watch agent {agent:.1f}%")
+            browser.close()
+    finally:
+        state = store.load(run.run_id)
+        if state.live:
+            launcher.attach(run.run_id, store=store).stop(grace_s=5)
+        proc.terminate()
+        proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()
