@@ -19,6 +19,7 @@ EXIT_CODES = """exit codes:
   1    the check or the wait did not succeed: preflight failed on a host, launch --wait ended
        other than finished, stacks got no stack, trust-host needs --fingerprint
   2    an error, one line on stderr saying why and what to do; or a usage error
+  3    an unexpected error (a bug): one line on stderr; please report it
   130  interrupted (Ctrl-C)
 """
 
