@@ -55,6 +55,18 @@ def pytest_configure(config) -> None:
     os.environ["TFCONSOLE_RUNS"] = str(HOME / "runs")
 
 
+# Fixtures that start real TensorFlow training (the harness's launcher, a shared finished run, a
+# console in a browser): a test that uses one is `slow`, whether or not it says so itself.
+SLOW_FIXTURES = {"launcher", "trained_run", "finished_run", "on_finished", "two_ssh_runs", "server",
+                 "ssh_console"}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_unconfigure(config) -> None:
     if HOME.name.startswith("tfconsole-test-home-"):
         shutil.rmtree(HOME, ignore_errors=True)

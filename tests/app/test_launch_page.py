@@ -1,6 +1,8 @@
 """Launch page: a missing job file is refused; Start launches two local workers; Stop asks first."""
 from __future__ import annotations
 
+import pytest
+
 from backend.runs import RunStore
 from tests.app.conftest import as_owner, errors, local_rows
 from tests.conftest import wait_for
@@ -18,6 +20,7 @@ def test_missing_job_file_is_an_error(page, runs_dir):
     assert RunStore(runs_dir).list() == []
 
 
+@pytest.mark.slow
 def test_start_then_stop_with_confirmation(page, runs_dir):
     at = page("launch", cluster_rows=local_rows())
     at.number_input(key="param_epochs").set_value(1)

@@ -89,6 +89,21 @@ def test_yaml_import_on_the_page(page, alias_rows, tmp_path):
     assert [r["host"] for r in at.session_state["cluster_rows"]] == ["h2", "h3"]   # table kept
 
 
+def test_import_hosts_from_the_operators_ssh_config(page, operator_ssh):
+    at = page("cluster")
+    assert at.text_input(key="ssh_config_path").value == "~/.ssh/config"   # the operator's own file
+    at.button(key="ssh_config_read").click().run()
+    assert not at.exception and not errors(at), errors(at)
+    assert {"h2", "h3"} <= set(at.session_state["ssh_aliases"])
+    assert "*" not in at.session_state["ssh_aliases"]            # patterns are not hosts
+    at.multiselect(key="ssh_aliases_pick").set_value(["h2", "h3"]).run()
+    at.number_input(key="ssh_aliases_port").set_value(23500)
+    at.button(key="ssh_aliases_add").click().run()
+    assert not at.exception and not errors(at), errors(at)
+    assert [(r["role"], r["host"], r["tf_port"]) for r in at.session_state["cluster_rows"]] == [
+        ("chief", "h2", 23500), ("worker", "h3", 23500)]
+
+
 def _table(at, *columns: str):
     """The first table on the page that has these columns (AppTest does not keep their keys)."""
     return next(d.value for d in at.dataframe if set(columns) <= set(d.value.columns))
@@ -108,10 +123,16 @@ def test_start_and_stop_over_ssh(page, ssh_rows, runs_dir):
     at.button(key="start_button").click().run()
     assert not at.exception and not errors(at), errors(at)
     run_id = at.session_state["run_id"]
+    wait_for(lambda: at.run() and any("started" in s.value for s in at.success) and at, 180,
+             "the background start to report success")
+    assert not errors(at), errors(at)
     store = RunStore(runs_dir)
     assert store.load(run_id).live
-    hosts = {t.host for t in store.load(run_id).tasks}
-    assert hosts == {"127.0.0.2", "127.0.0.3"}
+    tasks = store.load(run_id).tasks
+    assert {t.host for t in tasks} == {"127.0.0.2", "127.0.0.3"}
+    # The default workdir, "tfconsole", is relative to the remote home (here the session's HOME).
+    assert all(t.remote_run_dir.startswith("tfconsole/") for t in tasks), [t.remote_run_dir for t in tasks]
+    assert all((HOME / t.remote_run_dir).is_dir() for t in tasks)
     states = wait_for(lambda: (s := _task_states(at.run())) and
                       all(state == "running" for _, state in s.values()) and s, 120, "both tasks running")
     assert sorted(host for host, _ in states.values()) == ["127.0.0.2", "127.0.0.3"]
@@ -119,7 +140,9 @@ def test_start_and_stop_over_ssh(page, ssh_rows, runs_dir):
     at.button(key="launch_stop").click().run()
     at.button(key="launch_yes").click().run()
     assert not at.exception and not errors(at), errors(at)
-    wait_for(lambda: store.load(run_id).phase == "stopped", 60, "the run to be stopped")
+    wait_for(lambda: at.run() and any("no process is left" in s.value for s in at.success) and at, 60,
+             "the background stop to report success")
+    assert store.load(run_id).phase == "stopped"
     assert processes_of(attach(run_id, store=store)) == []
 
 
@@ -202,8 +225,9 @@ def test_yes_restore_relaunches_from_the_chosen_step(on_ssh_runs):
     at.button(key="restore_yes").click().run()
     assert not at.exception and not errors(at), errors(at)
     from backend.launcher import attach
+    wait_for(lambda: store.load(run_id).attempt == 2, 120, "the restored attempt to begin")
     run = attach(run_id, store=store)
-    assert run.state.attempt == 2 and run.state.attempts[-1].resume_step == 20, run.state
+    assert run.state.attempts[-1].resume_step == 20, run.state
     statuses = run.wait(timeout=240)   # as any reader does, this settles the run when it ends
     assert run.reload().phase == "finished", [run.log_tail(s.name, 2000) for s in statuses]
     assert processes_of(run) == []
