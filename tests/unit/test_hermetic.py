@@ -54,4 +54,5 @@ def test_make_run_listens_on_loopback_only():
 
     from tests.conftest import ROOT
     out = subprocess.run(["make", "-n", "-C", str(ROOT), "run"], capture_output=True, text=True, check=True).stdout
-    assert "--server.address 127.0.0.1" in out
+    import re
+    assert re.search(r"--(server\.)?address 127\.0\.0\.1\b", out), out
