@@ -87,7 +87,7 @@ class StartupError(Exception):
 
 def resolve_names(me: str, peer_list: list[Peer], timeout_s: float, *, interval_s: float = 1.0) -> None:
     """Wait until every peer's name resolves here; raise StartupError with them after the timeout."""
-    start = time.monotonic()
+    start, said_at = time.monotonic(), None
     while True:
         unresolved = {}
         for p in peer_list:
@@ -100,7 +100,9 @@ def resolve_names(me: str, peer_list: list[Peer], timeout_s: float, *, interval_
             return
         if elapsed >= timeout_s:
             raise StartupError(f"{STARTUP_FAILED} after {timeout_s:g} s (startup_timeout_s): {describe(unresolved)}")
-        print(f"[{me}] start-up {elapsed:.0f} s: {describe(unresolved)}", flush=True)
+        if said_at is None or elapsed - said_at >= REPORT_EVERY_S:
+            print(f"[{me}] start-up {elapsed:.0f} s: {describe(unresolved)}", flush=True)
+            said_at = elapsed
         time.sleep(interval_s)
 
 
