@@ -3,7 +3,8 @@
 Every remote action on a run's host goes through here, as plain argv commands: ``install``
 unpacks the harness with ``mkdir`` and ``tar`` (no boot string), then everything else runs
 ``python -S RUN/harness/hostctl.py SUBCOMMAND``. No SFTP: files travel as hostctl ``read`` and
-``write`` calls, so hosts whose sshd has no SFTP subsystem work. Failures raise ``HostError``.
+``write`` calls, so hosts whose sshd has no SFTP subsystem work (docs/facts.md #14). Failures
+raise ``HostError``.
 """
 from __future__ import annotations
 
@@ -176,18 +177,26 @@ def fetch_file(h: Host, rel: str, local_path: str | Path) -> int:
     return size
 
 
-def push_file(h: Host, local_path: str | Path, rel: str) -> int:
-    """Copy a local file into the run directory; it appears whole (renamed in when complete)."""
-    offset = 0
+def push_file(h: Host, local_path: str | Path, rel: str, *, private: bool = False) -> int:
+    """Copy a local file into the run directory; it appears whole (renamed in when complete).
+    ``private``: mode 0600 from the start (a file holding the job's env)."""
     with open(local_path, "rb") as fh:
-        while True:
-            data = fh.read(CHUNK)
-            final = len(data) < CHUNK
-            _call(h, "write", "--path", rel, "--offset", str(offset), *(["--final"] if final else []),
-                  stdin=data)
-            offset += len(data)
-            if final:
-                return offset
+        return _write(h, rel, iter(lambda: fh.read(CHUNK), b""), private=private)
+
+
+def put_bytes(h: Host, data: bytes, rel: str, *, private: bool = False) -> int:
+    """Write ``data`` as a run file, like ``push_file``."""
+    return _write(h, rel, (data[i:i + CHUNK] for i in range(0, len(data), CHUNK)), private=private)
+
+
+def _write(h: Host, rel: str, chunks: Iterator[bytes], *, private: bool) -> int:
+    offset = 0
+    flags = ["--private"] if private else []
+    for data in chunks:
+        _call(h, "write", "--path", rel, "--offset", str(offset), *flags, stdin=data)
+        offset += len(data)
+    _call(h, "write", "--path", rel, "--offset", str(offset), "--final", *flags, stdin=b"")
+    return offset
 
 
 # -- the chief ----------------------------------------------------------------------------------

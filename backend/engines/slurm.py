@@ -10,12 +10,12 @@ restore work there unchanged. Each attempt's Slurm job id is kept in the local r
 """
 from __future__ import annotations
 
-import base64
 import json
+import os
 import time
 from typing import TYPE_CHECKING
 
-from backend import diagnose
+from backend import diagnose, remote
 from backend.engines.base import Started, StopReport
 from backend.engines.hosts import bundle
 from backend.errors import ConsoleError, HostError
@@ -32,21 +32,6 @@ if TYPE_CHECKING:
 
 JOBS_FILE = "slurm.json"   # in the local run folder: {"jobs": {attempt: job id}}
 STOP_WAIT_S = 120.0        # beyond the grace: Slurm's KillWait (30 s by default) and its cleanup
-# Unpack the harness and the job module into the run folder and write the batch script there.
-UNPACK = """import base64, io, json, os, sys, tarfile
-run, script = sys.argv[1], sys.argv[2]
-req = json.load(sys.stdin)
-tar = tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["bundle"])))
-tar.extractall(run, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-for sub in ("logs", "tasks"):
-    os.makedirs(os.path.join(run, sub), exist_ok=True)
-os.makedirs(os.path.dirname(script), mode=0o700, exist_ok=True)
-fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)   # the job's env may hold secrets
-os.write(fd, req["script"].encode())
-os.close(fd)
-"""
-
-
 class SlurmEngine:
     def __init__(self, pool: Pool, spec: SlurmSpec) -> None:
         self.pool, self.spec = pool, spec
@@ -79,10 +64,12 @@ class SlurmEngine:
         text = batch.batch_script(self.spec, run.job, run_dir=run_dir, run_id=run.run_id,
                                   attempt=attempt, resume_step=resume_step)
         path = batch.script_path(run_dir, attempt)
-        request = {"bundle": base64.b64encode(bundle(run.job)).decode(), "script": text}
-        login.run([self.spec.python, "-S", "-c", UNPACK, run_dir, path], stdin=json.dumps(request).encode(),
-                  timeout=120).check(f"could not prepare {run_dir}",
-                                     "Check python and that workdir is writable on the login host.")
+        h = remote.Host(login, self.spec.python, run_dir)
+        remote.install(h, bundle(run.job))
+        login.run(["mkdir", "-p", f"{run_dir}/{layout.LOGS}", f"{run_dir}/{layout.TASKS}"], timeout=60).check(
+            f"cannot create {run_dir}", "Check that workdir is writable on the login host.")
+        # 0600: the script holds the job's env, which may hold secrets.
+        remote.put_bytes(h, text.encode(), os.path.relpath(path, run_dir), private=True)
         result = login.run(["sbatch", "--parsable", path], timeout=60)
         if not result.ok:   # Slurm's own words: invalid partition, account, QoS, limits
             raise HostError(login.host, "sbatch refused the job",

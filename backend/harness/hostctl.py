@@ -89,11 +89,16 @@ def cmd_read(a) -> dict:
 
 
 def cmd_write(a) -> dict:
-    """stdin into ``PATH.part`` at ``--offset``; ``--final`` renames it to PATH (all or nothing)."""
+    """stdin into ``PATH.part`` at ``--offset``; ``--final`` renames it to PATH (all or nothing).
+    ``--private``: the file is 0600 from its creation on, its new folders 0700."""
     path = inside(a.run, a.path)
     part = f"{path}.part"
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(part, "r+b" if a.offset else "wb") as fh:
+    os.makedirs(os.path.dirname(path), mode=0o700 if a.private else 0o777, exist_ok=True)
+    if not a.offset:   # a fresh file: created with its final mode, so it is never readable by others
+        os.close(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if a.private else 0o666))
+        if a.private:
+            os.chmod(part, 0o600)   # a .part left by an earlier try keeps its own mode otherwise
+    with open(part, "r+b") as fh:
         fh.seek(a.offset)
         fh.truncate()
         fh.write(sys.stdin.buffer.read())
@@ -191,6 +196,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--path", required=True)
     s.add_argument("--offset", type=int, default=0)
     s.add_argument("--final", action="store_true")
+    s.add_argument("--private", action="store_true", help="mode 0600 (the file holds secrets)")
     add("progress", cmd_progress, "size and last line of metrics.jsonl")
     add("request-save", cmd_request_save, "ask the chief to save at its next sync point")
     add("save-done", cmd_save_done, "the step a save request was saved at").add_argument("--name", required=True)

@@ -82,6 +82,17 @@ def test_files_round_trip_in_chunks(local_host, tmp_path, monkeypatch):
         remote.fetch_file(local_host, "nothing/here", tmp_path / "x")
 
 
+def test_private_files_and_exact_chunks(local_host, tmp_path, monkeypatch):
+    monkeypatch.setattr(remote, "CHUNK", 1000)
+    assert remote.put_bytes(local_host, b"SECRET=1\n", "slurm/attempt-1.sbatch", private=True) == 9
+    written = Path(local_host.run_dir, "slurm/attempt-1.sbatch")
+    assert written.read_bytes() == b"SECRET=1\n" and written.stat().st_mode & 0o777 == 0o600
+    assert written.parent.stat().st_mode & 0o777 == 0o700
+    assert remote.put_bytes(local_host, b"x" * 2000, "two-chunks.bin") == 2000   # a multiple of CHUNK
+    assert Path(local_host.run_dir, "two-chunks.bin").read_bytes() == b"x" * 2000
+    assert remote.put_bytes(local_host, b"", "empty") == 0 and Path(local_host.run_dir, "empty").read_bytes() == b""
+
+
 @pytest.mark.parametrize("rel", ["../escape", "/etc/passwd", "a/../../b"])
 def test_paths_stay_inside_the_run_directory(local_host, tmp_path, rel):
     with pytest.raises(HostError, match="not inside the run directory"):
