@@ -189,10 +189,8 @@ def alias_task(alias: str, role: str, python: str, workdir, **extra) -> dict:
 
 
 def operator_launch_task(host: sshd.SSHHost, role: str, python: str, **extra) -> dict:
-    """A task on a test sshd that a launch can use today: named by address and SSH port, with
-    User, IdentityFile and known_hosts from the operator's ~/.ssh. (TF_CONFIG still carries the
-    host as written, and workers cannot resolve an alias; once it carries the alias's HostName,
-    launches can use ``alias_task`` too.)"""
+    """A task on a test sshd named by address and SSH port, with User, IdentityFile and
+    known_hosts from the operator's ~/.ssh (``alias_task`` names it by its alias alone)."""
     return {"role": role, "host": host.address, "ssh_port": host.port, "tf_port": sshd.free_port(),
             "python": python, **extra}
 

@@ -112,13 +112,3 @@ def alias_rows(operator_ssh, python_path, tmp_path) -> list[dict]:
     from tests.conftest import alias_task
     return table_rows([alias_task("h2", "chief", python_path, tmp_path / "h2"),
                        alias_task("h3", "worker", python_path, tmp_path / "h3")])
-
-
-@pytest.fixture
-def ssh_rows(operator_ssh, ssh_hosts, python_path) -> list[dict]:
-    """Chief on 127.0.0.2, worker on 127.0.0.3 over real sshd, by address and SSH port; User, key
-    and known_hosts come from the operator's ~/.ssh, which the console reads (SSHOptions()).
-    The workdir is the default "tfconsole" under the (private) remote home."""
-    from tests.conftest import operator_launch_task
-    return table_rows([operator_launch_task(ssh_hosts[0], "chief", python_path),
-                       operator_launch_task(ssh_hosts[1], "worker", python_path)])

@@ -115,9 +115,13 @@ def _task_states(at) -> dict[str, tuple[str, str]]:
 
 
 @pytest.mark.slow
-def test_start_and_stop_over_ssh(page, ssh_rows, runs_dir):
+def test_start_and_stop_over_ssh_aliases(page, operator_ssh, python_path, runs_dir):
+    """Start and Stop on a cluster named only by ~/.ssh/config aliases, default workdir."""
     from backend.launcher import attach
-    at = page("launch", cluster_rows=ssh_rows)
+    from tests.app.conftest import table_rows
+    rows = table_rows([{"role": role, "host": alias, "tf_port": sshd.free_port(), "python": python_path}
+                       for role, alias in (("chief", "h2"), ("worker", "h3"))])
+    at = page("launch", cluster_rows=rows)
     at.number_input(key="param_epochs").set_value(1)
     at.number_input(key="param_steps_per_epoch").set_value(5000)   # still running when we stop
     at.button(key="start_button").click().run()
@@ -129,13 +133,13 @@ def test_start_and_stop_over_ssh(page, ssh_rows, runs_dir):
     store = RunStore(runs_dir)
     assert store.load(run_id).live
     tasks = store.load(run_id).tasks
-    assert {t.host for t in tasks} == {"127.0.0.2", "127.0.0.3"}
+    assert [t.host for t in tasks] == ["h2", "h3"]
     # The default workdir, "tfconsole", is relative to the remote home (here the session's HOME).
     assert all(t.remote_run_dir.startswith("tfconsole/") for t in tasks), [t.remote_run_dir for t in tasks]
     assert all((HOME / t.remote_run_dir).is_dir() for t in tasks)
     states = wait_for(lambda: (s := _task_states(at.run())) and
                       all(state == "running" for _, state in s.values()) and s, 120, "both tasks running")
-    assert sorted(host for host, _ in states.values()) == ["127.0.0.2", "127.0.0.3"]
+    assert sorted(host for host, _ in states.values()) == ["h2", "h3"]
 
     at.button(key="launch_stop").click().run()
     at.button(key="launch_yes").click().run()
