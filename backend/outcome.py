@@ -80,6 +80,9 @@ def conclude(statuses: list[TaskStatus]) -> Conclusion:
 
 
 def failure_reason(bad: list[TaskStatus]) -> str:
-    first = sorted(bad, key=lambda s: s.diagnosis == diagnose.PEER_DIED)[0]
+    # A failure no restart can cure names the attempt (the keeper then gives up at once); else the
+    # first real failure, not a peer whose collective it aborted.
+    first = sorted(bad, key=lambda s: (not diagnose.permanent(s.diagnosis or ""),
+                                       s.diagnosis == diagnose.PEER_DIED))[0]
     detail = first.diagnosis if first.diagnosis and first.diagnosis != diagnose.PEER_DIED else ""
     return f"{first.name} {first.label}" + (f": {detail[:300]}" if detail else "")

@@ -63,6 +63,9 @@ def test_conclude_names_the_first_failure_not_the_casualty():
     assert conclude([TaskStatus("chief-0", "h", "exited", 0),
                      TaskStatus("worker-0", "h", "running")]).verdict == Verdict.GOING
     assert conclude([TaskStatus("worker-0", "h", "lost")]).reason == "worker-0 lost"
+    fit = conclude([TaskStatus("chief-0", "h", "exited", 1, "The worker stopped with an error: X"),
+                    TaskStatus("worker-0", "h", "exited", 1, diagnose.KERAS_FIT)])
+    assert fit.reason.startswith("worker-0 exited(1)") and diagnose.permanent(fit.reason)
     assert conclude([TaskStatus("chief-0", "h", "exited", 0),
                      TaskStatus("worker-0", "h", "exited", 0)]).verdict == Verdict.FINISHED
 
