@@ -10,6 +10,7 @@ from backend import checkpoints
 from backend.errors import ArtifactError, ConsoleError, SpecError
 from backend.launcher import Preflight, launch
 from backend.runs import new_run_id
+from backend.slurm.spec import SlurmSpec
 from backend.spec import JobSpec
 from console import cluster_actions, forms
 from console.live import LiveRun, Registry, require_live
@@ -25,8 +26,8 @@ class StartResult:
 def begin_start(rows: list[dict], job: JobSpec, registry: Registry) -> str:
     """Check the cluster now (its errors show at once), then preflight and launch in the
     background under a run id chosen here; the id goes into the session before any slow work,
-    so whatever page the user opens next finds the run."""
-    cluster, problems = forms.check_rows(rows)
+    so whatever page the user opens next finds the run. ``rows`` may be a ``SlurmSpec``."""
+    cluster, problems = (rows, []) if isinstance(rows, SlurmSpec) else forms.check_rows(rows)
     if cluster is None or forms.blocking(problems):
         raise ConsoleError("The cluster has errors: " + " ".join(p.text() for p in problems if p.level == "error"),
                            "Fix them on the Cluster page, then press Start again.")
@@ -45,7 +46,11 @@ def begin_start(rows: list[dict], job: JobSpec, registry: Registry) -> str:
 
 
 def start(rows: list[dict], job: JobSpec, registry: Registry, *, run_id: str | None = None) -> StartResult:
-    """Check the cluster, run the preflight, launch on every host and start watching."""
+    """Check the cluster, run the preflight, launch on every host and start watching.
+
+    On Slurm, ``sbatch`` makes the checks and refuses with Slurm's message: no preflight."""
+    if isinstance(rows, SlurmSpec):
+        return _launch(rows, job, registry, run_id, report=None)
     cluster, problems = forms.check_rows(rows)
     if cluster is None or forms.blocking(problems):
         return StartResult(errors=["The cluster has errors; fix them on the Cluster page. "
@@ -54,6 +59,10 @@ def start(rows: list[dict], job: JobSpec, registry: Registry, *, run_id: str | N
     if report["error"] or report["failures"]:
         return StartResult(errors=[report["error"] or "Preflight failed, nothing was started. "
                                    "Fix each host in the table, then start again."], preflight=report)
+    return _launch(cluster, job, registry, run_id, report=report)
+
+
+def _launch(cluster, job: JobSpec, registry: Registry, run_id: str | None, *, report: dict | None) -> StartResult:
     try:
         run = launch(cluster, job, store=registry.store, options=registry.options,
                      preflight=Preflight.SKIP, run_id=run_id)

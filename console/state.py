@@ -20,6 +20,7 @@ from backend.errors import ConsoleError
 from backend.hosts.ssh import SSHOptions
 from backend.runs import RunStore, default_root
 from backend.spec import DEFAULT_PORTS, cluster_to_dict, default_cluster, default_job, job_to_dict
+from console import slurm_form
 from console.forms import cluster_rows, launch_form
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +40,8 @@ DEFAULTS = {
     "confirm_restore": lambda: None,
     "last_export": lambda: None,
     "ssh_aliases": lambda: [],
+    "cluster_kind": lambda: slurm_form.KINDS[0],   # "SSH hosts" (the table) or "Slurm" (the form)
+    "slurm_values": lambda: slurm_form.default_values(sys.executable),
 }
 
 
@@ -128,6 +131,15 @@ def cluster_rows_now() -> list[dict]:
     """The cluster table as last edited (the built-in default until someone edits it)."""
     init()
     return st.session_state.cluster_current or st.session_state.cluster_rows
+
+
+def cluster_choice():
+    """What Start launches on: the task table's rows, or the ``SlurmSpec`` when the Cluster page's
+    choice is "Slurm" (None while its form has errors)."""
+    init()
+    if st.session_state.cluster_kind != "Slurm":
+        return cluster_rows_now()
+    return slurm_form.build(st.session_state.slurm_values)[0]
 
 
 def redraw_cluster_rows(rows: list[dict]) -> None:

@@ -4,13 +4,18 @@ import json
 import pandas as pd
 import streamlit as st
 
-from console import auth, cluster_actions, forms, state
+from console import auth, cluster_actions, forms, slurm_form, slurm_view, state
 from console.errors import ConsoleError, messages
 
 auth.guard()   # nothing on this page for a session without the login token
 state.init()
 ss = st.session_state
 st.title("Cluster")
+ss.cluster_kind = st.radio("Tasks run on", slurm_form.KINDS, index=slurm_form.KINDS.index(ss.cluster_kind),
+                           horizontal=True, key="cluster_kind_choice")
+if ss.cluster_kind == "Slurm":   # Slurm starts the tasks: a form instead of the table (docs/slurm.md)
+    slurm_view.show_form()
+    st.stop()
 
 # The editor's widget state is dropped while another page shows: start again from the last edit.
 editor_key = f"cluster_editor_{ss.cluster_version}"

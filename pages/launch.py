@@ -13,9 +13,12 @@ action = state.current_action()
 live = state.current_run()
 starting = action is not None and action.kind == "start" and not action.done
 running = starting or (live is not None and live.run.state.live)
-rows = state.cluster_rows_now()
-cluster, problems = forms.check_rows(rows)
-if cluster is not None and not forms.blocking(problems):
+rows = state.cluster_choice()   # the task table's rows, or a SlurmSpec ("Slurm" on the Cluster page)
+cluster, problems = forms.check_rows(rows) if isinstance(rows, list) else (None, [])
+if ss.cluster_kind == "Slurm":
+    st.caption(f"Cluster: Slurm, {rows.num_tasks} task(s) submitted on {rows.host} — change it on the "
+               "Cluster page." if rows else "The Slurm form has errors; fix them on the Cluster page.")
+elif cluster is not None and not forms.blocking(problems):
     st.caption("Cluster: " + ", ".join(f"{n} on {t.endpoint} ({t.transport.value})"
                                        for n, t in zip(cluster.task_names(), cluster.tasks))
                + " — change it on the Cluster page.")

@@ -239,8 +239,16 @@ def jump_host(operator_ssh, client_key, tmp_path_factory):
         space.close()
 
 
+@pytest.fixture
+def slurm_cluster(slurm_session):
+    """The session's Slurm cluster; whatever a test left queued or running is cancelled after it,
+    so the next test finds the node idle."""
+    yield slurm_session
+    slurm_session.cancel_all()
+
+
 @pytest.fixture(scope="session")
-def slurm_cluster():
+def slurm_session():
     """A real one-node Slurm cluster (tests/slurm.py); ``SLURM_CONF`` points every client at it.
 
     Session-wide: the daemons start in about a second, but one cluster for all tests keeps the

@@ -88,6 +88,28 @@ class SlurmCluster:
         raise RuntimeError(f"the Slurm node is {self.node_state()!r}, not idle, after {timeout:.0f} s; "
                            f"logs in {self.folder}: {self.logs()}")
 
+    def cancel_all(self, timeout: float = 60) -> None:
+        self.run("scancel", f"--user={os.geteuid()}", check=False)
+        deadline = time.time() + timeout
+        while time.time() < deadline and self.run("squeue", "-h", "-o", "%i", check=False).stdout.strip():
+            time.sleep(0.5)
+
+    def step_daemons(self) -> list[int]:
+        """Live slurmstepd processes of this cluster (their environment names our slurm.conf)."""
+        mine = f"SLURM_CONF={self.env['SLURM_CONF']}".encode()
+        pids = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if not f.read().startswith(b"slurmstepd"):
+                        continue
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if mine in f.read().split(b"\0"):
+                        pids.append(int(entry))
+            except (OSError, ValueError):
+                continue
+        return pids
+
     def logs(self) -> str:
         parts = []
         for name in ("slurmctld.log", "slurmd.log", "munged.log"):
@@ -97,6 +119,13 @@ class SlurmCluster:
         return "\n".join(parts)
 
     def stop(self) -> None:
+        """Cancel every job, stop the daemons, and end any step daemon of ours still waiting.
+
+        A slurmstepd outlives ``scontrol shutdown`` while it waits to report a job's end; left
+        alone it retries for a long time and then signals its job's old process group, whose
+        number may by then belong to another process.
+        """
+        self.cancel_all()
         self.run("scontrol", "shutdown", check=False)
         for proc in reversed(self.procs):
             try:
@@ -104,6 +133,11 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for pid in self.step_daemons():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         munge_pid = self.folder / "munged.pid"
         if munge_pid.exists():
             try:

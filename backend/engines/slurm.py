@@ -72,10 +72,10 @@ class SlurmEngine:
         remote.put_bytes(h, text.encode(), os.path.relpath(path, run_dir), private=True)
         result = login.run(["sbatch", "--parsable", path], timeout=60)
         if not result.ok:   # Slurm's own words: invalid partition, account, QoS, limits
-            raise HostError(login.host, "sbatch refused the job",
+            said = "; ".join(ln.strip() for ln in result.stderr.splitlines() if ln.strip())[-600:]
+            raise HostError(login.host, f"sbatch refused the job: {said}",
                             "Fix the Slurm fields of the cluster file (partition, account, qos, "
-                            "time_limit, extra) and launch again.", exit_code=result.exit_code,
-                            stderr_tail=result.stderr)
+                            "time_limit, extra) and launch again.", exit_code=result.exit_code)
         job_id = result.stdout.strip().splitlines()[-1].split(";")[0]
         self._remember(run, attempt, job_id)
         now = time.time()

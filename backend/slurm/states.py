@@ -11,6 +11,7 @@ import enum
 import re
 from dataclasses import dataclass
 
+from backend import diagnose
 from backend.outcome import TaskPhase, TaskStatus
 
 _PAIR = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s[A-Za-z][\w/:]*=|\s*$)")
@@ -128,6 +129,13 @@ def task_statuses(job: JobInfo | None, tasks: dict[str, dict], names: list[str])
         info, code = files.get("info") or {}, files.get("exit")
         host = info.get("node") or (job.nodes if job else "") or "slurm"
         out.append(_one(name, host, job, info, code))
+    # srun's --kill-on-bad-exit ends the peers of a failed task before they write a code: they
+    # are casualties, so the run's reason names the task that failed first.
+    own = {n for n in names if (tasks.get(n) or {}).get("exit") not in (None, 0)}
+    if job is not None and job.phase == SlurmPhase.FAILED and own:
+        for s in out:
+            if s.name not in own and s.failed:
+                s.diagnosis = diagnose.PEER_DIED
     return out
 
 
@@ -145,7 +153,10 @@ def _one(name: str, host: str, job: JobInfo | None, info: dict, code: int | None
     if phase == SlurmPhase.PENDING:
         return TaskStatus(name, host, TaskPhase.PENDING, diagnosis=explain(job))
     if not phase.ended:
-        if code is not None:
+        # A task that failed while the job lives: Slurm's verdict (timeout, node failure, a
+        # cancel) comes seconds later and says more than the code, so wait for it. The step's
+        # --kill-on-bad-exit ends the job soon after one task fails.
+        if code == 0:
             return TaskStatus(name, host, TaskPhase.EXITED, code)
         return TaskStatus(name, host, TaskPhase.RUNNING if info else TaskPhase.STARTING)
     if code is None:   # killed with the job before it could write its code

@@ -67,3 +67,72 @@ def test_two_task_job_through_the_cli_runs_to_its_last_step(slurm_cluster, tmp_p
     status = cli("status", run_id, runs=runs).stdout
     assert "finished" in status and "exited(0)" in status, status
     assert not processes_of(run)
+
+
+SLEEPER = """import json, os, time
+print("sleeper", json.loads(os.environ["TF_CONFIG"])["task"], flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def sleeper_job(folder: Path) -> Path:
+    """A command job that holds its CPUs and never ends: Slurm's mechanics without TensorFlow."""
+    script = folder / "sleeper.py"
+    script.write_text(SLEEPER)
+    path = folder / "sleeper-job.yaml"
+    path.write_text(yaml.safe_dump({"kind": "command", "command": [str(script)]}))
+    return path
+
+
+def task_lines(status: str) -> list[str]:
+    return [line for line in status.splitlines() if line.strip().startswith(("chief-", "worker-"))]
+
+
+def test_a_job_pending_for_resources_shows_why_and_stop_leaves_no_process(slurm_cluster, tmp_path, python_path):
+    runs = tmp_path / "runs"
+    cluster = slurm_file(tmp_path, python_path)
+    training = cli("launch", str(cluster), str(job_file(tmp_path, steps_per_epoch=100000)), runs=runs).stdout.strip()
+    first = attach(training, store=RunStore(runs))
+    try:
+        wait_for(lambda: {r["task"] for r in metrics(first)} >= {"chief-0", "worker-0"}, 300,
+                 "both workers' losses")
+        # The node's two CPUs are taken: a second job waits, and status says why in Slurm's words.
+        waiting = cli("launch", str(cluster), str(sleeper_job(tmp_path)), runs=runs).stdout.strip()
+        status = wait_for(lambda: (out := cli("status", waiting, runs=runs).stdout) and "Resources" in out and out,
+                          60, "the second job pending for Resources")
+        assert [line.split()[2] for line in task_lines(status)] == ["pending", "pending"], status
+        assert "pending (Resources)" in status, status
+        assert "no process left" in cli("stop", waiting, runs=runs).stdout
+        assert f"run {waiting}: stopped" in cli("status", waiting, runs=runs).stdout
+    finally:
+        stopped = cli("stop", training, runs=runs).stdout
+    assert "no process left" in stopped
+    assert processes_of(first) == []   # right after stop returned: scancel's check held
+    assert slurm_cluster.node_state() == "idle"
+    status = cli("status", training, runs=runs).stdout
+    assert f"run {training}: stopped" in status, status
+
+
+def test_a_job_over_its_time_limit_is_shown_as_timeout(slurm_cluster, tmp_path, python_path):
+    runs = tmp_path / "runs"
+    # Slurm counts time limits in whole minutes and checks them about every 30 s.
+    out = cli("launch", str(slurm_file(tmp_path, python_path, time_limit="1")), str(sleeper_job(tmp_path)),
+              "--wait", "300", runs=runs, check=False)
+    run_id = out.stdout.splitlines()[0]
+    assert out.returncode == 1 and out.stdout.splitlines()[-1] == f"run {run_id}: failed", out
+    status = cli("status", run_id, runs=runs).stdout
+    assert "timeout" in status and "time limit" in status, status
+    state = RunStore(runs).load(run_id)
+    assert "timeout" in state.attempts[-1].reason
+    assert processes_of(attach(run_id, store=RunStore(runs))) == []
+
+
+def test_a_bad_partition_is_refused_with_slurms_own_message(slurm_cluster, tmp_path, python_path):
+    runs = tmp_path / "runs"
+    out = cli("launch", str(slurm_file(tmp_path, python_path, partition="nope")), str(sleeper_job(tmp_path)),
+              runs=runs, check=False)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "invalid partition specified: nope" in out.stderr, out.stderr
+    assert "partition" in out.stderr.split("stderr:")[0]   # and our own next step names the field

@@ -124,6 +124,9 @@ def test_task_statuses_follow_the_job_and_the_tasks_own_exit_codes():
     assert conclude(pending).verdict == Verdict.GOING
     live = task_statuses(job("RUNNING"), running, NAMES)
     assert [s.state for s in live] == [TaskPhase.RUNNING, TaskPhase.STARTING]
+    # A task killed by a time limit writes its code before Slurm says TIMEOUT: wait for Slurm.
+    ending = task_statuses(job("COMPLETING", "TimeLimit"), {n: {"info": {}, "exit": -15} for n in NAMES}, NAMES)
+    assert conclude(ending).verdict == Verdict.GOING
     done = {n: {"info": {"node": "vm"}, "exit": 0} for n in NAMES}
     assert conclude(task_statuses(job("COMPLETED"), done, NAMES)).verdict == Verdict.FINISHED
     timeout = task_statuses(job("TIMEOUT", "TimeLimit", "0:15"), running, NAMES)
@@ -132,5 +135,8 @@ def test_task_statuses_follow_the_job_and_the_tasks_own_exit_codes():
     killed = {"chief-0": {"info": {"node": "vm"}, "exit": -9}, "worker-0": {"info": {}, "exit": None}}
     failed = task_statuses(job("FAILED", "NonZeroExitCode", "137:0"), killed, NAMES)
     assert [(s.state, s.exit_code) for s in failed] == [(TaskPhase.EXITED, -9), (TaskPhase.EXITED, 137)]
+    killed = {"chief-0": {"info": {}, "exit": None}, "worker-0": {"info": {}, "exit": -9}}
+    assert conclude(task_statuses(job("FAILED", "NonZeroExitCode", "137:0"), killed, NAMES)).reason \
+        .startswith("worker-0 exited(-9)")   # the task that failed first, not srun's casualty
     forgotten = task_statuses(None, {"chief-0": {"exit": 0}}, NAMES)
     assert [s.state for s in forgotten] == [TaskPhase.EXITED, TaskPhase.LOST]
