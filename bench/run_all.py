@@ -10,6 +10,7 @@ RUNS = [
     ["metrics_ingest.py"], ["figure_build.py"],
     ["watch_catchup.py", "--rounds", "3"], ["console_cpu.py", "--seconds", "30"],
     ["harness_overhead.py", "--steps", "1500", "--rounds", "3"],
+    ["export_during_training.py", "--rounds", "3"],
 ]
 
 failed = 0

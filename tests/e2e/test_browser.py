@@ -169,7 +169,7 @@ def _start(page) -> None:
     for _ in range(6):
         _click(page, "Start")
         outcome = page.get_by_text(re.compile(r"Run \S+ started|Preflight failed")).first
-        outcome.wait_for(timeout=120_000)
+        outcome.wait_for(timeout=300_000)   # preflight imports TensorFlow per host: slow when busy
         text = outcome.inner_text()
         if re.match(r"Run \S+ started", text):   # "Preflight failed, nothing was started" is not it
             return
