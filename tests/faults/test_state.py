@@ -164,3 +164,26 @@ def test_a_saved_run_reloads_without_the_users_job_file(local_cluster, tmp_path)
     finally:
         launcher.attach(run.run_id, store=store).stop(grace_s=3)
     assert store.load(run.run_id).phase == Phase.STOPPED
+
+
+ABORT_ONE = ("import os, time\n"
+             "time.sleep(4)\n"
+             "if os.environ['TFCONSOLE_TASK'] == 'worker-1':\n"
+             "    os.abort()          # what 'terminate called ... Resource temporarily unavailable' does\n"
+             "time.sleep(600)\n")
+
+
+@pytest.mark.slow
+def test_a_worker_that_aborts_ends_the_run_failed_and_its_peer_is_stopped(local_cluster, tmp_path, python_path):
+    """A worker killed by SIGABRT (exit -6) while its peer still runs: the next reader records
+    `failed` naming it, and stops the peer (it could only hang on its next collective)."""
+    store = RunStore(tmp_path / "runs")
+    job = command_job(ABORT_ONE, python_path)
+    job = job.__class__(**{**job.__dict__, "restart": job.restart.__class__()})   # restart: never
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    wait_for(lambda: any(s.label == "exited(-6)" for s in run.status()), 60, "worker-1 to abort")
+    out = _cli("status", run.run_id, runs=store.root)
+    assert f"run {run.run_id}: failed" in out.stdout, out.stdout + out.stderr
+    state = store.load(run.run_id)
+    assert state.phase == Phase.FAILED and state.attempts[-1].reason.startswith("worker-1 exited(-6)"), state
+    assert_nothing_left(run, store)
