@@ -160,3 +160,9 @@ def restore(live: LiveRun, hold: checkpoints.Hold) -> checkpoints.RestoreResult:
     live.ensure_monitor()
     live.refresh(force=True)
     return result
+
+
+def dump_stacks(live: LiveRun):
+    """Every worker's Python stack, kept under the run's folder: (stacks by task, folder)."""
+    from backend import stacks
+    return stacks.dump_and_save(live.run)

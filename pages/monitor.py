@@ -3,8 +3,7 @@ import time
 
 import streamlit as st
 
-from backend import stacks
-from console import auth, figures, monitor_view, state, widgets
+from console import actions, auth, figures, monitor_view, state, widgets
 
 auth.guard()   # nothing on this page for a session without the login token
 state.init()
@@ -53,7 +52,7 @@ live_panel()
 if st.button("Dump stacks", key="dump_stacks", disabled=not live.run.state.live,
              help="Every worker's Python stack, now: where a hung run is stuck"):
     with st.spinner("asking every worker for its stacks..."):
-        found, folder = stacks.dump_and_save(live.run)
+        found, folder = actions.dump_stacks(live)
     st.session_state.stacks_dump = (monitor_view.stacks_text(found), str(folder or ""))
 if st.session_state.get("stacks_dump"):
     shown, folder = st.session_state.stacks_dump
