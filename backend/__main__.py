@@ -140,6 +140,17 @@ def cmd_stop(a) -> int:
     return 0
 
 
+def cmd_attach_slurm(a) -> int:
+    from backend.engines.slurm import adopt
+    from backend.slurm.spec import SlurmSpec
+    cluster = load_any_cluster(a.cluster)
+    if not isinstance(cluster, SlurmSpec):
+        raise ConsoleError(f"{a.cluster} is not a Slurm cluster file", "Give a file with `kind: slurm`.")
+    run = adopt(cluster, a.job_id, store=RunStore(a.runs), options=_options(a))
+    print(run.run_id)
+    return 0
+
+
 def cmd_runs(a) -> int:
     found = RunStore(a.runs).list_all()
     if a.json:
@@ -211,6 +222,9 @@ def parser() -> argparse.ArgumentParser:
     s = add("keep", cmd_keep, "watch a run and restart it on failure (launch starts this detached)")
     s.add_argument("run"); s.add_argument("--poll", type=float, default=1.0, help="seconds between checks")
     s.add_argument("--ssh-options", help="SSHOptions as JSON (launch passes its own)")
+    s = add("attach-slurm", cmd_attach_slurm, "follow a Slurm job the console did not submit: status, logs, stop")
+    s.add_argument("cluster", help="a cluster file with kind: slurm (its login host)")
+    s.add_argument("job_id", help="the job id squeue shows")
     add("runs", cmd_runs, "list runs").add_argument("--json", action="store_true", help="print JSON for scripts")
     add_commands(add)
     s = add("trust-host", cmd_trust_host, "show a host's SSH key fingerprint and, when confirmed, trust it")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from backend import diagnose, remote
@@ -22,10 +23,11 @@ from backend.errors import ConsoleError, HostError
 from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.outcome import TaskPhase, TaskStatus
-from backend.runs import write_private
+from backend.runs import Attempt, Phase, RunState, TaskState, check_run_id, write_private
 from backend.slurm import script as batch
-from backend.slurm.spec import SlurmSpec
-from backend.slurm.states import JobInfo, SlurmPhase, parse_scontrol, task_statuses
+from backend.slurm.spec import SlurmSpec, slurm_to_dict
+from backend.slurm.states import JobInfo, parse_scontrol, scontrol_fields, task_statuses
+from backend.spec import JobKind, JobSpec, job_to_dict
 
 if TYPE_CHECKING:
     from backend.run import Run
@@ -45,18 +47,23 @@ class SlurmEngine:
 
     # -- the job id of each attempt ----------------------------------------------------------
     @staticmethod
-    def jobs(run: "Run") -> dict[str, str]:
+    def _record(run: "Run") -> dict:
         try:
-            return json.loads((run.local_dir / JOBS_FILE).read_text())["jobs"]
-        except (FileNotFoundError, ValueError, KeyError):
+            return json.loads((run.local_dir / JOBS_FILE).read_text())
+        except (FileNotFoundError, ValueError):
             return {}
+
+    @classmethod
+    def jobs(cls, run: "Run") -> dict[str, str]:
+        return cls._record(run).get("jobs", {})
 
     def job_id(self, run: "Run") -> str | None:
         return self.jobs(run).get(str(run.state.attempt))
 
     def _remember(self, run: "Run", attempt: int, job_id: str) -> None:
-        jobs = {**self.jobs(run), str(attempt): job_id}
-        write_private(run.local_dir / JOBS_FILE, json.dumps({"jobs": jobs}))
+        record = self._record(run)
+        record["jobs"] = {**record.get("jobs", {}), str(attempt): job_id}
+        write_private(run.local_dir / JOBS_FILE, json.dumps(record))
 
     # -- the protocol ---------------------------------------------------------------------
     def begin(self, run: "Run", *, attempt: int, resume_step: int | None) -> dict[str, Started]:
@@ -83,6 +90,11 @@ class SlurmEngine:
 
     def probe(self, run: "Run", job_id: str) -> tuple[JobInfo | None, dict]:
         """Slurm's view of the job and every task's files, in one command on the login host."""
+        adopted = self._record(run).get("adopted")
+        if adopted:   # a job we did not submit: no files of ours, Slurm's word only
+            text = self._login().run(["scontrol", "show", "job", "-o", job_id], timeout=60).stdout
+            job = parse_scontrol(text)
+            return job, {t.name: {"info": {"node": job.nodes} if job else None} for t in run.state.tasks}
         run_dir = self._run_dir(run)
         argv = [self.spec.python, "-S", f"{run_dir}/{layout.HARNESS}/slurm_task.py", "probe",
                 "--run-dir", run_dir, "--job", job_id] + [a for t in run.state.tasks for a in ("--task", t.name)]
@@ -133,9 +145,42 @@ class SlurmEngine:
         return StopReport()
 
     def log_tail(self, run: "Run", task: str, max_bytes: int) -> str:
-        path = layout.log_file(self._run_dir(run), task)   # a link to the rank's srun output
+        adopted = self._record(run).get("adopted")
+        # A link to the rank's srun output; an adopted job has only its own StdOut.
+        path = adopted["stdout"] if adopted else layout.log_file(self._run_dir(run), task)
         result = self._login().run(["tail", "-c", str(max_bytes), path], timeout=30)
         return result.stdout if result.ok else ""
 
     def chief_transport(self, run: "Run"):
         return self._login()
+
+
+def adopt(cluster: SlurmSpec, job_id: str, *, store, options=None) -> "Run":
+    """A run record for a Slurm job the console did not submit: status, logs and stop work on it.
+
+    Its tasks are counted from Slurm's NumTasks; logs are the job's own StdOut; no restart
+    policy (the console cannot resume a job whose checkpoints it does not know).
+    """
+    from backend.run import Run   # here: backend.run picks this engine, so it imports us lazily
+    if not job_id.isdigit():
+        raise ConsoleError(f"Slurm job id {job_id!r} is not a number", "Give the id squeue shows, e.g. 4242.")
+    pool = Pool(options)
+    login = pool.transport(cluster.login())
+    fields = scontrol_fields(login.run(["scontrol", "show", "job", "-o", job_id], timeout=60).stdout)
+    if not fields:
+        raise ConsoleError(f"Slurm does not know job {job_id} (asked on {cluster.host})",
+                           "Check the id with `squeue` on the login host; a job that ended long ago is forgotten.")
+    tasks = max(1, int(fields.get("NumTasks", "1") or 1))
+    cluster = replace(cluster, nodes=1, tasks_per_node=tasks)
+    view = cluster.as_cluster()
+    run_id = check_run_id(f"slurm-{job_id}")
+    local_dir = store.reserve(run_id)
+    work = fields.get("WorkDir", ".")
+    command = JobSpec(kind=JobKind.COMMAND, command=(fields.get("Command") or f"slurm job {job_id}",))
+    state = RunState(run_id, time.time(), slurm_to_dict(cluster), job_to_dict(command),
+                     [TaskState(n, i, t.host, work) for i, (n, t) in enumerate(zip(view.task_names(), view.tasks))],
+                     [Attempt(1, time.time())], Phase.RUNNING)
+    store.save(state)
+    write_private(local_dir / JOBS_FILE, json.dumps({"jobs": {"1": job_id},
+                                                     "adopted": {"stdout": fields.get("StdOut", "")}}))
+    return Run(state, store, pool)

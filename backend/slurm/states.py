@@ -83,12 +83,17 @@ class JobInfo:
         return str(self.phase)
 
 
+def scontrol_fields(text: str) -> dict[str, str]:
+    """``scontrol show job -o ID``'s Key=Value pairs ({} when no job is shown)."""
+    line = next((ln for ln in text.splitlines() if ln.startswith("JobId=")), None)
+    return dict(_PAIR.findall(line)) if line else {}
+
+
 def parse_scontrol(text: str) -> JobInfo | None:
     """``scontrol show job -o ID``: one line of Key=Value pairs. None when no job is shown."""
-    line = next((ln for ln in text.splitlines() if ln.startswith("JobId=")), None)
-    if line is None:
+    pairs = scontrol_fields(text)
+    if not pairs:
         return None
-    pairs = dict(_PAIR.findall(line))
     state = pairs.get("JobState", "")
     code, _, sig = pairs.get("ExitCode", "0:0").partition(":")
     nodes = pairs.get("NodeList", "")

@@ -136,3 +136,22 @@ def test_a_bad_partition_is_refused_with_slurms_own_message(slurm_cluster, tmp_p
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "invalid partition specified: nope" in out.stderr, out.stderr
     assert "partition" in out.stderr.split("stderr:")[0]   # and our own next step names the field
+
+
+def test_a_job_the_console_did_not_submit_is_attached_by_its_id(slurm_cluster, tmp_path, python_path):
+    runs = tmp_path / "runs"
+    marker = "sleep 600.0421"   # a command line no other process has
+    out = slurm_cluster.run("sbatch", "--parsable", "-n", "1", f"--output={tmp_path}/job.out",
+                            f"--wrap=echo started; {marker}")
+    job_id = out.stdout.strip()
+    run_id = cli("attach-slurm", str(slurm_file(tmp_path, python_path)), job_id, runs=runs).stdout.strip()
+    assert run_id == f"slurm-{job_id}"
+    status = wait_for(lambda: (s := cli("status", run_id, runs=runs).stdout) and "running" in s and s, 60,
+                      "the attached job running")
+    assert len(task_lines(status)) == 1, status
+    assert "started" in wait_for(lambda: cli("logs", run_id, runs=runs).stdout, 30, "the job's output")
+    assert "no process left" in cli("stop", run_id, runs=runs).stdout
+    assert marker not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "JobState=CANCELLED" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
+    refused = cli("attach-slurm", str(slurm_file(tmp_path, python_path)), "999999", runs=runs, check=False)
+    assert refused.returncode != 0 and "does not know job 999999" in refused.stderr
