@@ -11,6 +11,7 @@ RUNS = [
     ["watch_catchup.py", "--rounds", "3"], ["console_cpu.py", "--seconds", "30"],
     ["harness_overhead.py", "--steps", "1500", "--rounds", "3"],
     ["export_during_training.py", "--rounds", "3"],
+    ["slurm_submit.py", "--rounds", "3"],
 ]
 
 failed = 0
