@@ -193,13 +193,16 @@ class SSHTransport:
             client.close()
         timer = threading.Timer(limit, expire)
         timer.daemon = True
+        began = time.monotonic()
         timer.start()
         try:
             chan = client.get_transport().open_session(timeout=limit)
             chan.exec_command(command)
             return chan
         except IO_FAILURES as err:
-            if expired.is_set():
+            # open_session's own timeout can win the race with the timer: the same silence.
+            if expired.is_set() or time.monotonic() - began >= limit:
+                client.close()
                 raise HostError(self.host, f"no answer within {limit:.0f} s; the connection was dropped",
                                 "Check the network to this host; the next command connects again.",
                                 command=command) from None

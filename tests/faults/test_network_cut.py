@@ -12,7 +12,8 @@ import pytest
 from backend.errors import HostError
 from backend.hosts.ssh import SSHOptions, SSHTransport
 from tests.conftest import wait_for
-from tests.faults.conftest import record
+from tests.faults.conftest import record, store  # noqa: F401  (store: a fixture)
+from tests import sshd
 from tests.netcut import CutProxy
 
 SLACK_S = 30.0   # a loaded 2-core machine; the bound itself is what record() keeps
@@ -39,14 +40,14 @@ def through(proxy, client_key, options) -> SSHTransport:
     return SSHTransport(proxy.address, port=proxy.port, identity_file=str(client_key), options=options)
 
 
-def fails_within(fn, limit: float) -> tuple[BaseException, float]:
-    """Run ``fn`` in a thread; it must raise within ``limit`` s. Returns the error and the time."""
+def bounded(fn, limit: float) -> tuple[dict, float]:
+    """Run ``fn`` in a thread that must end within ``limit`` s: {"value"} or {"error"}, and the time."""
     box: dict = {}
 
     def call():
         began = time.monotonic()
         try:
-            fn()
+            box["value"] = fn()
         except BaseException as err:  # noqa: BLE001 - the test inspects whatever came out
             box["error"] = err
         box["elapsed"] = time.monotonic() - began
@@ -54,8 +55,14 @@ def fails_within(fn, limit: float) -> tuple[BaseException, float]:
     thread.start()
     thread.join(limit)
     assert not thread.is_alive(), f"still blocked after {limit:.0f} s: the cut was not detected"
+    return box, box["elapsed"]
+
+
+def fails_within(fn, limit: float) -> tuple[BaseException, float]:
+    """``fn`` must raise within ``limit`` s. Returns the error and the time it took."""
+    box, took = bounded(fn, limit)
     assert "error" in box, "the call succeeded through a cut link"
-    return box["error"], box["elapsed"]
+    return box["error"], took
 
 
 def test_new_command_on_a_cut_link(proxy, client_key, options):
@@ -134,3 +141,29 @@ def test_monitor_notices_a_cut_and_says_since_when(proxy, client_key, options, t
     finally:
         mon.stop()
     record("network cut: console monitor", bound_s=STREAM_IDLE_S, noticed_after_s=took)
+
+
+def test_run_status_and_stop_over_a_cut_link(proxy, client_key, options, python_path, tmp_path, store):
+    """A live run whose only host sits behind the cut: `status` answers `unreachable` within
+    answer_timeout_s (no hang, no traceback), and once the link is back, stop ends it cleanly."""
+    from backend import launcher
+    from backend.outcome import TaskPhase
+    from backend.spec import cluster_from_dict, job_from_dict
+    from tests.conftest import processes_of
+    cluster = cluster_from_dict({"tasks": [{
+        "role": "worker", "host": proxy.address, "ssh_port": proxy.port, "identity_file": str(client_key),
+        "tf_port": sshd.free_port(), "python": python_path, "workdir": str(tmp_path / "w")}]})
+    job = job_from_dict({"kind": "command", "command": [python_path, "-c", "import time; time.sleep(300)"]})
+    run = launcher.launch(cluster, job, store=store, options=options, preflight=launcher.Preflight.SKIP)
+    try:
+        assert [s.state for s in run.status()] == [TaskPhase.RUNNING]
+        proxy.cut()
+        box, took = bounded(run.status, options.answer_timeout_s + SLACK_S)
+        assert "value" in box, box   # status answers; it never raises for a host that does not answer
+        assert box["value"][0].state == TaskPhase.UNREACHABLE and "no answer within" in box["value"][0].diagnosis
+    finally:
+        proxy.heal()
+        run.stop(grace_s=3)
+    assert store.load(run.run_id).phase == "stopped"
+    wait_for(lambda: processes_of(run) == [], 30, "no process of the run")
+    record("network cut: run status", bound_s=options.answer_timeout_s, answered_after_s=took)
