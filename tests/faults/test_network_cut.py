@@ -12,7 +12,7 @@ import pytest
 from backend.errors import HostError
 from backend.hosts.ssh import SSHOptions, SSHTransport
 from tests.conftest import wait_for
-from tests.faults.conftest import record, store  # noqa: F401  (store: a fixture)
+from tests.faults.conftest import record
 from tests import sshd
 from tests.netcut import CutProxy
 
