@@ -83,6 +83,9 @@ class Keeper:
                 outcome = self.check()
             except ConsoleError as err:
                 outcome = None
+                if not (self.store.path(self.run_id) / layout.STATE).exists():
+                    self.log(f"run {self.run_id}'s record is gone (deleted); keeper exits")
+                    return Phase.STOPPED   # nothing left to keep: its folder was removed
                 self.log(f"poll failed, trying again: {err}")
             except Exception:   # noqa: BLE001 - a keeper that dies leaves its run unwatched
                 outcome = None

@@ -94,3 +94,13 @@ def test_a_restored_run_is_kept_again(local_cluster, store):
     state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 240)
     assert state.phase == "finished" and state.attempts[-1].resume_step == first, state
     assert_nothing_left(run, store)
+
+
+def test_a_keeper_whose_run_folder_was_deleted_exits(store):
+    """`make clean` (or a test's temp folder going) under a live keeper: it must not poll forever."""
+    from backend.runs import RunState
+    store.reserve("gone")
+    store.save(RunState("gone", 0.0, {"tasks": []}, {"kind": "command", "command": ["x"]}, []))
+    k = keeper.Keeper("gone", store=store, poll_s=0.05, log=lambda msg: None)
+    (store.path("gone") / "state.json").unlink()
+    assert k._loop() == "stopped"
