@@ -48,6 +48,9 @@ def children(pid: int) -> list[int]:
 
 
 def serve(runs: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    """The console as `streamlit run` starts it, and the URL that carries its login token."""
+    from console import auth
+    token = auth.new_token(auth.token_path(runs))
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "console/app.py", "--server.address", "127.0.0.1",
@@ -58,19 +61,27 @@ def serve(runs: Path, log: Path) -> tuple[subprocess.Popen, str]:
     for _ in range(300):
         try:
             if urllib.request.urlopen(url + "/_stcore/health", timeout=2).read().strip() == b"ok":
-                return proc, url
+                return proc, auth.url(token, address="127.0.0.1", port=port)
         except OSError:
             time.sleep(0.3)
     raise SystemExit("streamlit did not start: " + log.read_text()[-2000:])
 
 
+def goto(page, url: str, title: str) -> None:
+    """Open the console and one of its pages; generous limits: a loaded machine is slow."""
+    page.goto(url, timeout=300_000)
+    page.locator('[data-testid="stSidebarNav"]').get_by_text(title, exact=True).click(timeout=300_000)
+    page.get_by_role("heading", name=title).first.wait_for(timeout=300_000)
+
+
 def measure(pid: int, seconds: float) -> tuple[float, float]:
     """(% of one core for the console process, % for its child processes: the watch agent)."""
     kids = children(pid)
-    c0, k0, t0 = cpu_s(pid), sum(cpu_s(k) for k in kids), time.time()
+    c0, k0, t0 = cpu_s(pid), {k: cpu_s(k) for k in kids}, time.time()
     time.sleep(seconds)
-    c1, k1, t1 = cpu_s(pid), sum(cpu_s(k) for k in kids if os.path.exists(f"/proc/{k}")), time.time()
-    return 100 * (c1 - c0) / (t1 - t0), 100 * (k1 - k0) / (t1 - t0)
+    c1, t1 = cpu_s(pid), time.time()
+    k1 = {k: cpu_s(k) for k in kids if os.path.exists(f"/proc/{k}")}   # a stopped agent counts 0
+    return 100 * (c1 - c0) / (t1 - t0), 100 * sum(k1[k] - k0[k] for k in k1) / (t1 - t0)
 
 
 def main() -> None:
@@ -92,8 +103,7 @@ def main() -> None:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             page = browser.new_page()
-            page.goto(url)
-            page.locator('[data-testid="stSidebarNav"]').get_by_text("Monitor", exact=True).click()
+            goto(page, url, "Monitor")
             page.locator(".js-plotly-plot").first.wait_for(timeout=300_000)
             page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .scatterlayer, "
                                    ".js-plotly-plot .gl-container').length > 0", timeout=300_000)
