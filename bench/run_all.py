@@ -8,7 +8,7 @@ RUNS = [
     ["launch_scale.py"],
     ["watch_latency.py"], ["watch_latency.py", "--ssh-loopback"],
     ["metrics_ingest.py"], ["figure_build.py"],
-    ["watch_catchup.py", "--rounds", "3"], ["console_cpu.py", "--seconds", "30"],
+    ["watch_catchup.py", "--rounds", "3"], ["console_cpu.py", "--seconds", "30"], ["first_curves.py", "--rounds", "3"],
     ["harness_overhead.py", "--steps", "1500", "--rounds", "3"],
     ["export_during_training.py", "--rounds", "3"],
     ["slurm_submit.py", "--rounds", "3"],
