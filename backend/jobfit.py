@@ -13,7 +13,7 @@ from pathlib import Path
 
 from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from backend.spec import ClusterSpec, JobKind, JobSpec, Role
-from backend.tfconfig import Finding, _finding
+from backend.tfconfig import Finding, _finding, require_valid as _require_cluster
 
 
 def replicas(cluster: ClusterSpec) -> int:
@@ -63,3 +63,8 @@ def check_job(cluster: ClusterSpec, job: JobSpec) -> list[Finding]:
         out.append(_finding("error", "startup_timeout_s", f"startup_timeout_s {timeout!r} is not a "
                             "number of seconds above 0", "Set params.startup_timeout_s to e.g. 30."))
     return out
+
+
+def require_valid(cluster: ClusterSpec, job: JobSpec, *, hosts=None) -> None:
+    """Refuse, before anything starts, a cluster with errors or a job that must fail on it."""
+    _require_cluster(cluster, hosts=hosts, more=check_job(cluster, job))

@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from backend import keeper_process, tfconfig
+from backend import jobfit, keeper_process
 from backend.attempts import begin_attempt
 from backend.errors import ConsoleError
 from backend.harness import layout
@@ -47,7 +47,7 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
         saved, cluster = slurm_to_dict(cluster), cluster.as_cluster()
     else:
         saved = cluster_to_dict(cluster)
-        tfconfig.require_valid(cluster, job, hosts=tf_hosts(cluster, pool.options.ssh_config))
+        jobfit.require_valid(cluster, job, hosts=tf_hosts(cluster, pool.options.ssh_config))
         if preflight == Preflight.REQUIRED:
             require_preflight(cluster, pool)
     # The remote folder carries a fresh suffix: a reused run id (after `make clean`, say) never

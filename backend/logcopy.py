@@ -19,7 +19,7 @@ from backend.harness import layout
 from backend.hosts.pool import Pool, connection_key
 
 if TYPE_CHECKING:
-    from backend.run import Run
+    from backend.engines.base import RunView as Run
 
 EVERY_S = 2.0
 MIRRORED = Path("watch_mirror") / layout.LOGS   # backend.watch.journal's log mirror

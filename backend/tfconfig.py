@@ -11,7 +11,7 @@ from typing import Literal, Sequence
 
 from backend.errors import SpecError, SpecErrors
 from backend.harness import tf_config as tf_config_doc
-from backend.spec import ClusterSpec, JobSpec, Role, TransportKind
+from backend.spec import ClusterSpec, Role, TransportKind
 
 # TensorFlow lists chief and workers in "cluster"; an evaluator only learns its own task entry.
 _LISTED_ROLES = (Role.CHIEF, Role.WORKER)
@@ -182,12 +182,11 @@ def sort_findings(found: list[Finding]) -> list[Finding]:
     return sorted(found, key=lambda f: order[f.level])
 
 
-def require_valid(cluster: ClusterSpec, job: JobSpec | None = None, *,
-                  hosts: Sequence[str] | None = None) -> None:
-    """Raise SpecErrors built from the error-level findings, if there are any; with ``job``,
-    also what that job needs of this cluster (``backend.jobfit``), so nothing starts that must fail."""
-    from backend.jobfit import check_job  # it builds on this module's Finding
-    found = check_cluster(cluster, hosts) + (check_job(cluster, job) if job is not None else [])
+def require_valid(cluster: ClusterSpec, *, hosts: Sequence[str] | None = None,
+                  more: Sequence[Finding] = ()) -> None:
+    """Raise SpecErrors built from the error-level findings (the cluster's, plus ``more``: what a
+    job needs of it, from ``backend.jobfit``), so nothing starts that must fail."""
+    found = check_cluster(cluster, hosts) + list(more)
     errors = [SpecError(f.field, f.problem or f.message.rstrip("."), f.fix) for f in found if f.level == "error"]
     if errors:
         raise SpecErrors(errors)

@@ -14,10 +14,9 @@ import json
 import os
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from backend import diagnose, remote
-from backend.engines.base import Started, StopReport
+from backend.engines.base import RunView, Started, StopReport
 from backend.engines.hosts import bundle
 from backend.errors import ConsoleError, HostError
 from backend.harness import layout
@@ -29,8 +28,6 @@ from backend.slurm.spec import SlurmSpec, slurm_to_dict
 from backend.slurm.states import JobInfo, parse_scontrol, scontrol_fields, task_statuses
 from backend.spec import JobKind, JobSpec, job_to_dict
 
-if TYPE_CHECKING:
-    from backend.run import Run
 
 JOBS_FILE = "slurm.json"   # in the local run folder: {"jobs": {attempt: job id}}
 STOP_WAIT_S = 120.0        # beyond the grace: Slurm's KillWait (30 s by default) and its cleanup
@@ -42,31 +39,31 @@ class SlurmEngine:
         return self.pool.transport(self.spec.login())
 
     @staticmethod
-    def _run_dir(run: "Run") -> str:
+    def _run_dir(run: RunView) -> str:
         return run.state.chief.remote_run_dir   # every task shares it (one shared filesystem)
 
     # -- the job id of each attempt ----------------------------------------------------------
     @staticmethod
-    def _record(run: "Run") -> dict:
+    def _record(run: RunView) -> dict:
         try:
             return json.loads((run.local_dir / JOBS_FILE).read_text())
         except (FileNotFoundError, ValueError):
             return {}
 
     @classmethod
-    def jobs(cls, run: "Run") -> dict[str, str]:
+    def jobs(cls, run: RunView) -> dict[str, str]:
         return cls._record(run).get("jobs", {})
 
-    def job_id(self, run: "Run") -> str | None:
+    def job_id(self, run: RunView) -> str | None:
         return self.jobs(run).get(str(run.state.attempt))
 
-    def _remember(self, run: "Run", attempt: int, job_id: str) -> None:
+    def _remember(self, run: RunView, attempt: int, job_id: str) -> None:
         record = self._record(run)
         record["jobs"] = {**record.get("jobs", {}), str(attempt): job_id}
         write_private(run.local_dir / JOBS_FILE, json.dumps(record))
 
     # -- the protocol ---------------------------------------------------------------------
-    def begin(self, run: "Run", *, attempt: int, resume_step: int | None) -> dict[str, Started]:
+    def begin(self, run: RunView, *, attempt: int, resume_step: int | None) -> dict[str, Started]:
         run_dir, login = self._run_dir(run), self._login()
         text = batch.batch_script(self.spec, run.job, run_dir=run_dir, run_id=run.run_id,
                                   attempt=attempt, resume_step=resume_step)
@@ -88,7 +85,7 @@ class SlurmEngine:
         now = time.time()
         return {t.name: Started(started=now) for t in run.state.tasks}
 
-    def probe(self, run: "Run", job_id: str) -> tuple[JobInfo | None, dict]:
+    def probe(self, run: RunView, job_id: str) -> tuple[JobInfo | None, dict]:
         """Slurm's view of the job and every task's files, in one command on the login host."""
         adopted = self._record(run).get("adopted")
         if adopted:   # a job we did not submit: no files of ours, Slurm's word only
@@ -103,7 +100,7 @@ class SlurmEngine:
         answer = json.loads(result.stdout)
         return parse_scontrol(answer["scontrol"]["out"]), answer["tasks"]
 
-    def status(self, run: "Run") -> list[TaskStatus]:
+    def status(self, run: RunView) -> list[TaskStatus]:
         names = [t.name for t in run.state.tasks]
         job_id = self.job_id(run)
         if job_id is None:   # the attempt never reached sbatch
@@ -118,12 +115,12 @@ class SlurmEngine:
                 s.diagnosis = diagnose.diagnose(diagnose.current_attempt(self.log_tail(run, s.name, 20000)))
         return statuses
 
-    def job(self, run: "Run") -> JobInfo | None:
+    def job(self, run: RunView) -> JobInfo | None:
         """The current attempt's job as Slurm shows it (None: not submitted, or forgotten)."""
         job_id = self.job_id(run)
         return self.probe(run, job_id)[0] if job_id else None
 
-    def stop(self, run: "Run", *, grace_s: float) -> StopReport:
+    def stop(self, run: RunView, *, grace_s: float) -> StopReport:
         """``scancel``, then wait until Slurm reports every process of the job ended."""
         job_id, host = self.job_id(run), self.spec.host
         if job_id is None:
@@ -144,18 +141,18 @@ class SlurmEngine:
             return StopReport({host: err}, [] if "still" in err.problem else [host])
         return StopReport()
 
-    def log_tail(self, run: "Run", task: str, max_bytes: int) -> str:
+    def log_tail(self, run: RunView, task: str, max_bytes: int) -> str:
         adopted = self._record(run).get("adopted")
         # A link to the rank's srun output; an adopted job has only its own StdOut.
         path = adopted["stdout"] if adopted else layout.log_file(self._run_dir(run), task)
         result = self._login().run(["tail", "-c", str(max_bytes), path], timeout=30)
         return result.stdout if result.ok else ""
 
-    def chief_transport(self, run: "Run"):
+    def chief_transport(self, run: RunView):
         return self._login()
 
 
-def adopt(cluster: SlurmSpec, job_id: str, *, store, options=None) -> "Run":
+def adopt(cluster: SlurmSpec, job_id: str, *, store, options=None) -> RunView:
     """A run record for a Slurm job the console did not submit: status, logs and stop work on it.
 
     Its tasks are counted from Slurm's NumTasks; logs are the job's own StdOut; no restart

@@ -6,10 +6,9 @@ import pytest
 from backend import diagnose
 from backend.checkpoints import NAME
 from backend.errors import SpecErrors
-from backend.jobfit import check_job, module_defaults, replicas
+from backend.jobfit import check_job, module_defaults, replicas, require_valid
 from backend.runs import RUN_ID
 from backend.spec import cluster_from_dict, job_from_dict
-from backend.tfconfig import require_valid
 
 
 def workers(n: int, **extra) -> object:
