@@ -152,18 +152,17 @@ class SlurmEngine:
         return self._login()
 
 
-def adopt(cluster: SlurmSpec, job_id: str, *, store, options=None) -> RunView:
+def adopt(cluster: SlurmSpec, job_id: str, *, store, options=None) -> RunState:
     """A run record for a Slurm job the console did not submit: status, logs and stop work on it.
 
     Its tasks are counted from Slurm's NumTasks; logs are the job's own StdOut; no restart
     policy (the console cannot resume a job whose checkpoints it does not know).
     """
-    from backend.run import Run   # here: backend.run picks this engine, so it imports us lazily
     if not job_id.isdigit():
         raise ConsoleError(f"Slurm job id {job_id!r} is not a number", "Give the id squeue shows, e.g. 4242.")
-    pool = Pool(options)
-    login = pool.transport(cluster.login())
-    fields = scontrol_fields(login.run(["scontrol", "show", "job", "-o", job_id], timeout=60).stdout)
+    with Pool(options) as pool:
+        login = pool.transport(cluster.login())
+        fields = scontrol_fields(login.run(["scontrol", "show", "job", "-o", job_id], timeout=60).stdout)
     if not fields:
         raise ConsoleError(f"Slurm does not know job {job_id} (asked on {cluster.host})",
                            "Check the id with `squeue` on the login host; a job that ended long ago is forgotten.")
@@ -180,4 +179,4 @@ def adopt(cluster: SlurmSpec, job_id: str, *, store, options=None) -> RunView:
     store.save(state)
     write_private(local_dir / JOBS_FILE, json.dumps({"jobs": {"1": job_id},
                                                      "adopted": {"stdout": fields.get("StdOut", "")}}))
-    return Run(state, store, pool)
+    return state   # `launcher.attach(state.run_id)` gives the Run handle
