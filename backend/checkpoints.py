@@ -121,7 +121,7 @@ def save_now(run: Run, *, wait_s: float = 0) -> int | None:
     if not run.state.live:
         raise RunError(f"run {run.run_id} is {run.state.phase}, not live",
                        "Save now works on a running job; its last checkpoints are listed below.")
-    chief = _host(run, run.state.chief.name)
+    chief = run.remote(run.state.chief.name)
     name = remote.request_save(chief)
     if not wait_s:
         return None
@@ -169,7 +169,7 @@ def _export_step(run: Run, step: int, name: str | None, formats: tuple[str, ...]
 
 def list_exports(run: Run) -> list[dict]:
     try:
-        return remote.exports(_host(run, run.state.chief.name))
+        return remote.exports(run.remote(run.state.chief.name))
     except HostError:
         return []
 
@@ -178,7 +178,7 @@ def fetch_export_file(run: Run, name: str, relative: str, local_path: str) -> st
     """Copy one file of an export (``model.keras``) to this machine, for download."""
     if not NAME.match(name) or ".." in relative or relative.startswith("/"):
         raise ArtifactError(f"{name}/{relative} is not a valid export file", "Pick one from the list.")
-    remote.fetch_file(_host(run, run.state.chief.name), f"{layout.EXPORTS}/{name}/{relative}", local_path)
+    remote.fetch_file(run.remote(run.state.chief.name), f"{layout.EXPORTS}/{name}/{relative}", local_path)
     return local_path
 
 
@@ -250,8 +250,8 @@ def _ensure_copy(run: Run, task: str, chief_ckpt: dict) -> None:
     """Give a worker the chief's checkpoint files when it lacks that step (no shared storage)."""
     if any(c["step"] == chief_ckpt["step"] for c in list_checkpoints(run, task)):
         return
-    chief = _host(run, run.state.chief.name)
-    worker = _host(run, task)
+    chief = run.remote(run.state.chief.name)
+    worker = run.remote(task)
     target = f"{layout.WORKER_CHECKPOINTS}/{task}"   # relative to the run directory
     with tempfile.TemporaryDirectory() as tmp:
         # meta.json last: the copy counts as complete only once everything else is there.
@@ -260,7 +260,3 @@ def _ensure_copy(run: Run, task: str, chief_ckpt: dict) -> None:
             remote.fetch_file(chief, f"{layout.CHECKPOINTS}/{name}", local)
             remote.push_file(worker, local, f"{target}/{name}")
 
-
-def _host(run: Run, task: str) -> remote.Host:
-    t = run.task(task)
-    return remote.Host(run.transport(task), run.task_spec(task).python, t.remote_run_dir)
