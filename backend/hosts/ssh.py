@@ -8,6 +8,7 @@ Passwords and passphrases stay in memory; nothing here writes them to disk or lo
 """
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import threading
@@ -24,6 +25,38 @@ from backend.hosts.resolve import host_port_name, resolve, split_hops, split_jum
 
 # What paramiko and the socket below it raise when a link breaks; the edge maps them to HostError.
 IO_FAILURES = (OSError, EOFError, paramiko.SSHException)
+
+# paramiko's transport thread logs a traceback for every failed connection; with no logging set
+# up, Python prints it to stderr. Each such failure already becomes one of our HostErrors, so the
+# traceback goes nowhere unless the embedding program configures logging itself.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+# sshd hangs up before its banner when it is past MaxStartups (it then drops new unauthenticated
+# connections at random) or busy re-executing itself under load. A moment later the same
+# connection nearly always gets through, so that one failure is tried again, after these pauses.
+HANGUP_PAUSES_S = (0.5, 1.5)
+
+
+def hung_up_early(err: BaseException, waited_s: float, banner_timeout_s: float) -> bool:
+    """True when sshd closed the connection before it spoke. paramiko words a closed connection
+    and a silent one alike ("Error reading SSH protocol banner"), so the time waited tells them apart."""
+    if isinstance(err, (EOFError, ConnectionResetError)):
+        return True
+    return (isinstance(err, paramiko.SSHException) and str(err).startswith("Error reading SSH protocol banner")
+            and waited_s < banner_timeout_s / 2)
+
+
+def patient(attempt, banner_timeout_s: float):
+    """``attempt()``, tried again after a short pause while sshd hangs up before speaking."""
+    for pause in HANGUP_PAUSES_S:
+        began = time.monotonic()
+        try:
+            return attempt()
+        except IO_FAILURES as err:
+            if not hung_up_early(err, time.monotonic() - began, banner_timeout_s):
+                raise
+        time.sleep(pause)
+    return attempt()
 
 
 @dataclass(frozen=True)
@@ -98,6 +131,14 @@ class SSHTransport:
             return self._client
 
     def _open(self) -> paramiko.SSHClient:
+        try:
+            return patient(self._open_once, self.options.connect_timeout)
+        except (*IO_FAILURES, ValueError) as err:   # ValueError: paramiko on a malformed address
+            raise HostError(self.host, f"cannot connect to {self.target.label}: {str(err) or type(err).__name__}",
+                            "Check the host name, SSH port and that sshd runs there "
+                            "(ssh -G HOST shows what ssh_config makes of the name).") from None
+
+    def _open_once(self) -> paramiko.SSHClient:
         t = self.target
         client = paramiko.SSHClient()
         known = KnownHosts.read(self.options.known_hosts)
@@ -126,16 +167,17 @@ class SSHTransport:
         except paramiko.AuthenticationException as err:
             raise HostError(self.host, f"authentication failed for user {t.user or '(default)'}: {err}",
                             "Check the user and identity file, or load the key into ssh-agent.") from None
-        except (*IO_FAILURES, ValueError) as err:   # ValueError: paramiko on a malformed address
-            raise HostError(self.host, f"cannot connect to {t.label}: {err}",
-                            "Check the host name, SSH port and that sshd runs there "
-                            "(ssh -G HOST shows what ssh_config makes of the name).") from None
+        except BaseException:
+            client.close()   # this try is over; _open maps the error or tries again
+            raise
         client.get_transport().set_keepalive(self.options.keepalive_s)
         return client
 
     def _jump_channel(self) -> paramiko.Channel:
         before, last = split_hops(self.target.jump)
         user, host, port = split_jump(last)
+        if self._jump:
+            self._jump.close()   # the previous connection's way in
         # The jump host is resolved through ssh_config too (an alias, its own ProxyJump);
         # earlier hops of "a,b" become the jump's own jump.
         self._jump = SSHTransport(host, port=port, user=user, jump_host=before, options=self.options)

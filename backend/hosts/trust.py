@@ -16,7 +16,7 @@ import paramiko
 from backend.errors import HostError, HostKeyError
 from backend.hosts.known_hosts import KnownHosts, OnChange, Verdict
 from backend.hosts.resolve import HostView, resolve
-from backend.hosts.ssh import IO_FAILURES, SSHOptions, SSHTransport, fingerprint
+from backend.hosts.ssh import IO_FAILURES, SSHOptions, SSHTransport, fingerprint, patient
 
 
 @dataclass(frozen=True)
@@ -38,27 +38,31 @@ def _socket(view: HostView, options: SSHOptions):
     return via._jump_channel(), via
 
 
-def fetch_host_key(host: str, *, port: int | None = None, options: SSHOptions = SSHOptions()) -> OfferedKey:
-    """The key ``host`` offers now, and what known_hosts says of it. Raises HostError."""
-    view = resolve(host, port=port, ssh_config=options.ssh_config)
-    via = None
+def _offered_key(view: HostView, options: SSHOptions) -> paramiko.PKey:
+    """One try: connect, run the key exchange, hang up before logging in."""
+    sock, via = _socket(view, options)
     try:
-        sock, via = _socket(view, options)
         transport = paramiko.Transport(sock)
         try:
+            transport.banner_timeout = options.connect_timeout
             transport.start_client(timeout=options.connect_timeout)
-            key = transport.get_remote_server_key()
+            return transport.get_remote_server_key()
         finally:
             transport.close()
-    except HostError:
-        raise
-    except (*IO_FAILURES, ValueError) as err:
-        raise HostError(host, f"could not read the host key of {view.label}: {err}",
-                        "Check the host name, the SSH port and that sshd runs there "
-                        "(ssh -G HOST shows what ssh_config makes of the name).") from None
     finally:
         if via:
             via.close()
+
+
+def fetch_host_key(host: str, *, port: int | None = None, options: SSHOptions = SSHOptions()) -> OfferedKey:
+    """The key ``host`` offers now, and what known_hosts says of it. Raises HostError."""
+    view = resolve(host, port=port, ssh_config=options.ssh_config)
+    try:
+        key = patient(lambda: _offered_key(view, options), options.connect_timeout)
+    except (*IO_FAILURES, ValueError) as err:
+        raise HostError(host, f"could not read the host key of {view.label}: {str(err) or type(err).__name__}",
+                        "Check the host name, the SSH port and that sshd runs there "
+                        "(ssh -G HOST shows what ssh_config makes of the name).") from None
     verdict, _ = KnownHosts.read(options.known_hosts).check(view.known_hosts_name, key.get_name(), key.asbytes())
     return OfferedKey(view, key, verdict)
 
