@@ -35,7 +35,9 @@ _HOST_RULE = ("Use a hostname, IP address or ~/.ssh/config alias: letters, digit
 _PATH_RULE = "Use a plain path with no newline or NUL character, not starting with '-'."
 # Known harness params that must be whole numbers, with their minimum; other params are free.
 _INT_PARAMS = {"epochs": 1, "steps_per_epoch": 1, "global_batch_size": 1, "log_every": 1,
-               "checkpoint_every": 0, "keep_checkpoints": 0, "seed": None}
+               "checkpoint_every": 0, "keep_checkpoints": 0, "keep_best_checkpoints": 0, "seed": None}
+# Known harness params that are seconds: (minimum, whether the minimum itself is allowed, an example).
+_SECONDS_PARAMS = {"checkpoint_grace_s": (0.0, True, 30), "startup_timeout_s": (0.0, False, 30)}
 
 
 def _show(value: object) -> str:
@@ -272,6 +274,13 @@ def _param_value(key: str, item: object, where: str, fix: str) -> object:
         if not _is_int(item) or (low is not None and item < low):
             raise SpecError(where, f"expected a whole number{'' if low is None else f' of {low} or more'}, "
                                    f"got {_show(item)}", fix)
+    if key in _SECONDS_PARAMS:
+        low, inclusive, example = _SECONDS_PARAMS[key]
+        number = isinstance(item, (int, float)) and not isinstance(item, bool) and math.isfinite(item)
+        if not number or item < low or (item == low and not inclusive):
+            raise SpecError(where, f"expected a number of seconds {'of' if inclusive else 'above'} {low:g}"
+                                   f"{' or more' if inclusive else ''}, got {_show(item)}",
+                            f"Set {where} to e.g. {example}.")
     if isinstance(item, float) and not math.isfinite(item):
         raise SpecError(where, f"{_show(item)} is not a finite number", fix)
     if not isinstance(item, (bool, int, float, str)) or (isinstance(item, str) and "\0" in item):

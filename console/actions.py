@@ -40,6 +40,7 @@ def begin_start(rows: list[dict], job: JobSpec, registry: Registry) -> str:
             action.result = result
             raise ConsoleError(" ".join(result.errors))
         action.say("every task started; the watch agent is connecting")
+        action.summary = f"Run {run_id} started. Open the Monitor page to watch its loss."
         return result
     registry.actions.submit("start", run_id, work)
     return run_id
@@ -76,6 +77,18 @@ def _launch(cluster, job: JobSpec, registry: Registry, run_id: str | None, *, re
 def save_now(live: LiveRun, wait_s: float = 120) -> int | None:
     require_live(live.run, "save a checkpoint")
     return checkpoints.save_now(live.run, wait_s=wait_s)
+
+
+def begin_save(live: LiveRun, registry: Registry, wait_s: float = 120):
+    """Save now in the background; the page shows its progress and result."""
+    require_live(live.run, "save a checkpoint")
+
+    def work(action) -> int | None:
+        action.say(f"asking every worker to save at the next sync point (waiting up to {wait_s:.0f} s)")
+        step = save_now(live, wait_s)
+        action.summary = f"Checkpoint saved at step {step}."
+        return step
+    return registry.actions.submit("save", live.run_id, work)
 
 
 def list_checkpoints(live: LiveRun) -> list[dict]:
@@ -124,6 +137,29 @@ def export(live: LiveRun, step: int | None, formats: tuple[str, ...], name: str 
                                   on_step=on_step)
 
 
+def begin_export(live: LiveRun, registry: Registry, step: int | None, formats: tuple[str, ...],
+                 name: str | None):
+    """Export in the background: hold the step, export on the chief, verify in a fresh process."""
+    if not formats:
+        raise ArtifactError("no format chosen", "Tick SavedModel, .keras or both.")
+
+    def work(action) -> dict:
+        action.say("holding the checkpoint on the chief" if step is None else f"holding step {step} on the chief")
+        result = export(live, step, formats, name, on_step=lambda s: action.say(
+            f"exporting step {s} on the chief, then verifying it in a fresh process"))
+        action.summary = export_summary(result)
+        return {"run_id": live.run_id, **result}
+    return registry.actions.submit("export", live.run_id, work)
+
+
+def export_summary(result: dict) -> str:
+    said = f"Export {result.get('name')} (step {result.get('step')})"
+    if not result.get("match"):
+        return said + " written."
+    return (f"{said} verified: reloaded models match the checkpoint, max abs diff "
+            f"{result['max_abs_diff']:.2e} (tolerance {result['tolerance']:g}).")
+
+
 def fetch_keras(live: LiveRun, result: dict) -> bytes:
     """The exported model.keras as bytes, copied into the local run folder first."""
     name = result.get("name")
@@ -160,6 +196,25 @@ def restore(live: LiveRun, hold: checkpoints.Hold) -> checkpoints.RestoreResult:
     live.ensure_monitor()
     live.refresh(force=True)
     return result
+
+
+def begin_restore(live: LiveRun, registry: Registry, hold: checkpoints.Hold):
+    """Restore in the background from the step the user confirmed (held since the pick)."""
+    def work(action) -> checkpoints.RestoreResult:
+        action.say(f"stopping the run, then relaunching every worker from step {hold.step}")
+        outcome = restore(live, hold)
+        aside = "; ".join(f"{t}: steps {s}" for t, s in sorted(outcome.moved_aside.items()))
+        action.summary = (f"Run {live.run_id} restored from step {outcome.step}: {outcome.summary}."
+                          + (f" Moved aside (kept, never picked by 'latest' or a restart): {aside}." if aside else ""))
+        return outcome
+    try:
+        return registry.actions.submit("restore", live.run_id, work)
+    except ConsoleError:
+        try:
+            release_hold(live, hold)   # nothing will use it: retention may have the step back
+        except ConsoleError:
+            pass                       # the hold expires by itself (CHOICE_TTL_S)
+        raise
 
 
 def dump_stacks(live: LiveRun):

@@ -1,4 +1,5 @@
-"""Work that outlives the click that asked for it: Start and Stop run in a thread of their own.
+"""Work that outlives the click that asked for it: Start, Stop, Save now, Export and Restore
+run in a thread of their own.
 
 Streamlit stops a script at its next Streamlit call when the user clicks elsewhere; work done
 inside the script can be cut off half way. So a button only hands its work to an ``Action`` here
@@ -18,13 +19,14 @@ from backend.errors import ConsoleError
 
 @dataclass
 class Action:
-    kind: str                  # "start", "stop"
+    kind: str                  # "start", "stop", "save", "export", "restore"
     run_id: str
     began: float = field(default_factory=time.time)
     steps: list[str] = field(default_factory=list)   # what it has done so far, in words
     ended: float | None = None
     error: str = ""
     result: object = None
+    summary: str = ""          # what the work says it did, shown once it ended well
 
     @property
     def done(self) -> bool:

@@ -171,6 +171,7 @@ def begin_stop(live: LiveRun, actions: Actions, grace_s: float = 10.0):
         action.say(f"stopping every task (TERM, then KILL after {grace_s:.0f} s)")
         stop(live, grace_s)
         action.say("no process is left on any host")
+        action.summary = f"Stopped {live.run_id}: no process is left on any host."
     return actions.submit("stop", live.run_id, work)
 
 

@@ -10,9 +10,7 @@ from backend.errors import ConsoleError
 from console import live as live_mod
 
 
-ACTION_SHOWN_S = 120.0   # how long a finished Start or Stop stays on the page
-DONE = {"start": "Run {run_id} started. Open the Monitor page to watch its loss.",
-        "stop": "Stopped {run_id}: no process is left on any host."}
+ACTION_SHOWN_S = 120.0   # how long a finished action stays on the page
 
 
 def run_header(live) -> None:
@@ -75,7 +73,7 @@ def stop_controls(live, *, key: str) -> None:
 
 
 def action_panel(action, *, key: str) -> None:
-    """Progress of a Start or Stop running in the background; when it ends, redraw the page."""
+    """Progress of an action running in the background; when it ends, redraw the page."""
     if action is None or (action.done and time.time() - action.ended > ACTION_SHOWN_S):
         return
     seen = f"{key}_seen_{action.kind}_{action.run_id}_{action.began}"
@@ -88,7 +86,7 @@ def action_panel(action, *, key: str) -> None:
         if action.error:
             st.error(f"{action.kind.capitalize()} of run {action.run_id} failed: {action.error}")
         else:
-            st.success(DONE[action.kind].format(run_id=action.run_id))
+            st.success(action.summary or f"{action.kind.capitalize()} of run {action.run_id} done.")
         if not st.session_state.get(seen):
             st.session_state[seen] = True
             st.rerun()   # the whole page: the run's new phase, Start enabled again

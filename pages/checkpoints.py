@@ -1,8 +1,11 @@
 """Checkpoints: the chief's checkpoints (live), Save now, Export with verification, Restore.
 
-While the run trains, checkpoints rotate every few seconds: the pickers refresh with the list
-but keep the step the user chose (keyed by step, not position); a chosen step that left the list
-is said, never swapped for another. An action holds its step on the chief until it ends.
+While the run trains, checkpoints rotate every few seconds. The table refreshes on its own; the
+pickers do not: a widget redrawn every 2 s dropped the user's pick while its redraw was under way
+(seen in a real browser under load), so the pickers take the newest list at each page run (any
+click) and keep the step chosen (keyed by step, not position). A chosen step that left the list
+is said, never swapped for another. Save, Export and Restore run in the background (the page
+returns at once and shows their progress); an action holds its step on the chief until it ends.
 """
 import pandas as pd
 import streamlit as st
@@ -21,6 +24,18 @@ if live is None:
 if live.run.state.live:
     live.ensure_monitor()
 widgets.run_header(live)
+action = state.current_action()
+busy = action is not None and not action.done and action.run_id == live.run_id
+widgets.action_panel(action, key="checkpoints")
+
+
+def submit(begin, *args) -> None:
+    """Hand an action to the background; the page redraws with its progress."""
+    try:
+        ss.action_run_id = begin(live, state.registry(), *args).run_id
+        st.rerun()
+    except ConsoleError as err:
+        st.error(str(err))
 
 
 @st.fragment(run_every=2)
@@ -33,68 +48,45 @@ def listing() -> None:
     ss.checkpoint_steps = [c["step"] for c in found]
     if found:
         st.caption(f"{len(found)} complete checkpoint(s) on the chief, at steps "
-                   + ", ".join(str(c["step"]) for c in found) + ".")
+                   + ", ".join(str(c["step"]) for c in found) + ". The pickers below take this "
+                   "list whenever the page redraws (any click).")
         st.dataframe(pd.DataFrame(actions.checkpoint_rows(found)), hide_index=True, width="stretch",
                      key="checkpoint_table")
     else:
         st.info("No complete checkpoint yet.")
 
 
-# Its own fragment, with no remote call in it: a choice made while a slow fragment run is under
-# way was dropped (seen in a real browser), so the pickers redraw quickly from the last listing.
-@st.fragment(run_every=2)
-def pickers() -> None:
-    steps = ss.get("checkpoint_steps") or []
-    e1, r1 = st.columns(2)
-    e1.selectbox("Export checkpoint", ["latest"] + actions.step_options(steps, ss.get("export_step")),
-                 key="export_step", help="'latest' is resolved to a step when you press Export.")
-    r1.selectbox("Resume from step", actions.step_options(steps, ss.get("restore_step")),
-                 key="restore_step", index=None, placeholder="Pick a step")
-    chosen = ss.get("restore_step")
-    if isinstance(chosen, int):
-        r1.caption(f"Restore will use step {chosen}.")
-    for key, what in (("export_step", "Export"), ("restore_step", "Restore")):
-        chosen = ss.get(key)
-        if isinstance(chosen, int) and chosen not in steps:
-            st.warning(f"{what}: step {chosen} has left the list (retention keeps the last "
-                       f"checkpoints); it may already be gone. Pick another step.")
-
-
 listing()
-pickers()
+steps = ss.get("checkpoint_steps") or []
+e1, r1 = st.columns(2)
+e1.selectbox("Export checkpoint", ["latest"] + actions.step_options(steps, ss.get("export_step")),
+             key="export_step", help="'latest' is resolved to a step when you press Export.")
+r1.selectbox("Resume from step", actions.step_options(steps, ss.get("restore_step")),
+             key="restore_step", index=None, placeholder="Pick a step")
+if isinstance(ss.get("restore_step"), int):
+    r1.caption(f"Restore will use step {ss.restore_step}.")
+for key, what in (("export_step", "Export"), ("restore_step", "Restore")):
+    chosen = ss.get(key)
+    if isinstance(chosen, int) and chosen not in steps:
+        st.warning(f"{what}: step {chosen} has left the list (retention keeps the last "
+                   f"checkpoints); it may already be gone. Pick another step.")
 
 st.subheader("Save now")
-if st.button("Save now", key="save_now"):
-    try:
-        with st.status("Asking every worker to save at the next sync point...", expanded=False) as box:
-            step = actions.save_now(live)
-            box.update(label=f"Saved at step {step}", state="complete")
-        st.success(f"Checkpoint saved at step {step}.")
-    except ConsoleError as err:
-        st.error(str(err))
+if st.button("Save now", key="save_now", disabled=busy):
+    submit(actions.begin_save)
 
 st.subheader("Export")
 e2, e3 = st.columns(2)
 formats = e2.multiselect("Formats", ["savedmodel", "keras"], ["savedmodel", "keras"], key="export_formats")
 name = e3.text_input("Name (optional)", key="export_name")
-if st.button("Export", key="export_button"):
+if st.button("Export", key="export_button", disabled=busy):
     pick = ss.get("export_step")
-    try:
-        with st.status("Holding the checkpoint on the chief...") as box:
-            result = actions.export(live, None if pick in (None, "latest") else int(pick), tuple(formats), name,
-                                    on_step=lambda s: box.update(
-                                        label=f"Exporting step {s} on the chief, then verifying it in a "
-                                              f"fresh process..."))
-            box.update(label=f"Exported {result.get('name')} (step {result.get('step')})", state="complete")
-        ss.last_export = {"run_id": live.run_id, **result}
-    except ConsoleError as err:
-        st.error(str(err))
+    submit(actions.begin_export, None if pick in (None, "latest") else int(pick), tuple(formats), name)
+if action is not None and action.kind == "export" and action.done and not action.error:
+    ss.last_export = action.result   # kept after the action's notice is gone
 result = ss.last_export
 if result and result.get("run_id") == live.run_id:
-    if result.get("match"):
-        st.success(f"Export {result['name']} (step {result['step']}) verified: reloaded models match the "
-                   f"checkpoint, max abs diff {result['max_abs_diff']:.2e} (tolerance {result['tolerance']:g}).")
-    st.json({k: result.get(k) for k in ("name", "step", "paths", "sizes", "diffs")}, expanded=False)
+    st.json({k: result.get(k) for k in ("name", "step", "match", "paths", "sizes", "diffs")}, expanded=False)
     if "keras" in result.get("formats", []):
         try:
             data = actions.fetch_keras(live, result)
@@ -106,7 +98,7 @@ if result and result.get("run_id") == live.run_id:
 st.subheader("Restore")
 st.caption("Restore stops the run if it is live and relaunches every worker from the step picked above, "
            "as a new attempt of the same run. Newer checkpoints are moved aside (kept, not used).")
-if st.button("Restore", key="restore_button"):
+if st.button("Restore", key="restore_button", disabled=busy):
     try:   # the hold starts here: the step cannot vanish while you confirm
         ss.confirm_restore = actions.hold_for_restore(live, ss.get("restore_step"))
     except ConsoleError as err:
@@ -117,16 +109,7 @@ if hold is not None:
     y, n = st.columns(2)
     if y.button("Yes, restore", key="restore_yes", type="primary"):
         ss.confirm_restore = None
-        try:
-            with st.status(f"Restoring from step {hold.step}...") as box:
-                outcome = actions.restore(live, hold)
-                box.update(label=f"Relaunched from step {hold.step}", state="complete")
-            st.success(f"Run {live.run_id} restored from step {outcome.step}: {outcome.summary}.")
-            if outcome.moved_aside:
-                st.info("Moved aside (kept, never picked by 'latest' or a restart): "
-                        + "; ".join(f"{t}: steps {s}" for t, s in sorted(outcome.moved_aside.items())))
-        except ConsoleError as err:
-            st.error(str(err))
+        submit(actions.begin_restore, hold)
     if n.button("Cancel", key="restore_no"):
         ss.confirm_restore = None
         try:

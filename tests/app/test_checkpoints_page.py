@@ -1,7 +1,9 @@
-"""Checkpoints page: a finished run's checkpoints, Save now refused, Export verified."""
+"""Checkpoints page: a finished run's checkpoints, Save now refused, Export verified (in the
+background: the page returns at once and shows its progress), Restore held and confirmed."""
 from __future__ import annotations
 
 from tests.app.conftest import errors
+from tests.conftest import wait_for
 
 # An export starts TensorFlow twice at nice +10 (it yields to training): minutes on a busy machine.
 EXPORT_TIMEOUT = 600
@@ -26,10 +28,16 @@ def test_export_is_verified_and_downloadable(on_finished):
     open_page, run_id = on_finished
     at = open_page("checkpoints")
     at.multiselect(key="export_formats").set_value(["keras"])
-    at.button(key="export_button").click().run(timeout=EXPORT_TIMEOUT)
+    at.button(key="export_button").click().run()
     assert not at.exception
     assert not errors(at), errors(at)
-    assert any("verified" in s.value for s in at.success)
+    working = [i.value for i in at.info if i.value.startswith(f"export {run_id}: working")]
+    assert working, [i.value for i in at.info]                 # the page returned; progress shows
+    assert at.button(key="restore_button").disabled            # one action at a time on a run
+    wait_for(lambda: at.run() and any("verified" in s.value for s in at.success) and at, EXPORT_TIMEOUT,
+             "the background export to report its verification")
+    assert not errors(at), errors(at)
+    assert not at.button(key="restore_button").disabled
     assert at.session_state["last_export"]["match"] is True
     assert at.session_state["last_export"]["sizes"]["keras"] > 0
     assert [b.proto.label for b in at.get("download_button") if b.proto.label.endswith(".keras")] \

@@ -57,8 +57,28 @@ def test_negative_keep_checkpoints_and_bad_startup_timeout_are_refused(tmp_path)
     assert check_job(workers(2), job(tmp_path, {"keep_checkpoints": 0})) == []   # 0 keeps all
     found = check_job(workers(2), job(tmp_path, module_text="DEFAULTS = {'keep_checkpoints': -2}\n"))
     assert [f.field for f in found] == ["keep_checkpoints"]
-    found = check_job(workers(2), job(tmp_path, {"startup_timeout_s": -1}))
+    found = check_job(workers(2), job(tmp_path, module_text="DEFAULTS = {'startup_timeout_s': -1}\n"))
     assert [f.field for f in found] == ["startup_timeout_s"]
+
+
+@pytest.mark.parametrize("params, field, says", [
+    ({"startup_timeout_s": -1}, "params.startup_timeout_s", "seconds above 0"),
+    ({"startup_timeout_s": 0}, "params.startup_timeout_s", "seconds above 0"),
+    ({"checkpoint_grace_s": -5}, "params.checkpoint_grace_s", "seconds of 0 or more"),
+    ({"checkpoint_grace_s": "soon"}, "params.checkpoint_grace_s", "seconds of 0 or more"),
+    ({"checkpoint_grace_s": True}, "params.checkpoint_grace_s", "seconds of 0 or more"),
+    ({"keep_best_checkpoints": -1}, "params.keep_best_checkpoints", "whole number of 0 or more"),
+    ({"keep_best_checkpoints": 1.5}, "params.keep_best_checkpoints", "whole number of 0 or more"),
+])
+def test_retention_and_timeout_params_are_checked_as_typed(tmp_path, params, field, says):
+    with pytest.raises(SpecErrors) as err:
+        job(tmp_path, params)
+    assert [e.field for e in err.value.errors] == [field] and says in str(err.value)
+
+
+def test_retention_params_in_range_are_kept(tmp_path):
+    params = {"checkpoint_grace_s": 0, "keep_best_checkpoints": 2, "startup_timeout_s": 2.5}
+    assert dict(job(tmp_path, params).params) == params
 
 
 def test_python_with_tilde_is_refused_with_the_fix():
