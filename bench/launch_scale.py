@@ -2,7 +2,7 @@
 
 Each host is a real sshd on its own loopback address (127.0.0.2, 127.0.0.3, ...). The job is
 `sleep 30` so the figure is the launcher's own cost: copy the harness, start each task through
-the per-host supervisor, record pids. Preflight is skipped (it imports TensorFlow on every host,
+the per-host supervisor, record pids. Preflight is skipped (it then imported TensorFlow on every host,
 which measures the CPU, not the launcher) and so is the fixed 3 s "did it die at once" check.
 
     .venv/bin/python bench/launch_scale.py [--sizes 1,4,16] [--repeat 3]

@@ -21,17 +21,33 @@ ADDRESS_FIX = ("set a HostName the workers can resolve in ~/.ssh/config, or the 
                "(Cluster page, address column) to a name or IP they can reach")
 
 
-def check_tensorflow():
-    # In a child process: a broken TensorFlow install may crash the interpreter.
-    code = "import tensorflow as tf, keras; print(tf.__version__, keras.__version__)"
+# The names TensorFlow is published under; the first one installed gives the version.
+TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel",
+                    "tensorflow-macos", "tf-nightly")
+
+
+def _installed(name):
+    from importlib import metadata
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": "importing tensorflow took over 120 s"}
-    if out.returncode != 0:
-        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"ok": False, "error": tail}
-    tf_version, keras_version = out.stdout.split()[-2:]
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_tensorflow():
+    # From the installed packages' metadata, without importing TensorFlow: the import costs
+    # seconds of CPU per host, and the launch right after imports it anyway (a broken install
+    # then fails its task at start, and the task's diagnosis says why).
+    from importlib import util
+    if util.find_spec("tensorflow") is None:
+        return {"ok": False, "error": "tensorflow is not installed for this Python (pip install tensorflow)"}
+    tf_version = next(filter(None, map(_installed, TF_DISTRIBUTIONS)), None)
+    keras_version = _installed("keras")
+    if tf_version is None:
+        return {"ok": False, "error": "tensorflow is importable but not installed as a package "
+                                     "(no version on record); install it with pip"}
+    if keras_version is None:
+        return {"ok": False, "error": "keras is not installed for this Python (pip install keras)"}
     return {"ok": True, "tensorflow": tf_version, "keras": keras_version}
 
 

@@ -128,12 +128,15 @@ def _remote_tails(workdirs) -> list[str]:
 
 
 def test_preflight_refuses_a_host_with_another_tensorflow(ssh_files, python_path):
-    """A stand-in TensorFlow package that reports 2.0.0 on the worker's Python path: a second
-    real TensorFlow is a 500 MB download, and the check only reads the version it reports."""
+    """A stand-in TensorFlow 2.0.0 install (package and its pip metadata) on the worker's Python
+    path: a second real TensorFlow is a 500 MB download, and the check reads only what is installed."""
     stub = ssh_files / "old_tf"
     for package, version in (("tensorflow", "2.0.0"), ("keras", "2.3.1")):
         (stub / package).mkdir(parents=True)
         (stub / package / "__init__.py").write_text(f"__version__ = {version!r}\n")
+        (stub / f"{package}-{version}.dist-info").mkdir()
+        (stub / f"{package}-{version}.dist-info" / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
     python = ssh_files / "python-with-old-tf"
     python.write_text(f"#!/bin/sh\nPYTHONPATH={stub} exec {python_path} \"$@\"\n")
     python.chmod(0o755)
