@@ -25,6 +25,7 @@ from backend.runs import RunStore
 
 CAUGHT_UP_S = 3.0     # the agent's heartbeat comes every 2 s: this long with no event = caught up
 STATUS_EVERY_S = 2.0   # a status check starts one small process per host: not every rerun
+TEND_EVERY_S = 5.0     # how often the registry looks at the runs it watches, page open or not
 
 
 class LiveRun:
@@ -254,15 +255,18 @@ class Registry:
     """Run id -> LiveRun, for one runs folder. Shared across sessions; safe from any thread."""
     store: RunStore
     options: SSHOptions = field(default_factory=SSHOptions)
-    actions: Actions = field(default_factory=Actions)   # Start and Stop, in threads of their own
+    actions: Actions = field(default_factory=Actions)   # Start, Stop, ..., in threads of their own
     _runs: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _closed: threading.Event = field(default_factory=threading.Event)
+    _tender: threading.Thread | None = None
 
     def put(self, run: Run) -> LiveRun:
         with self._lock:
             live = self._runs.get(run.run_id)
             if live is None:
                 live = self._runs[run.run_id] = LiveRun(run)
+            self._start_tending()
             return live
 
     def get(self, run_id: str) -> LiveRun:
@@ -271,9 +275,32 @@ class Registry:
             live = self._runs.get(run_id)
             if live is None:
                 live = self._runs[run_id] = LiveRun(attach(run_id, store=self.store, options=self.options))
+            self._start_tending()
             return live
 
+    def _start_tending(self) -> None:
+        if self._tender is None or not self._tender.is_alive():   # first use, or used again after close
+            self._closed.clear()
+            self._tender = threading.Thread(target=self._tend_forever, name="registry-tender", daemon=True)
+            self._tender.start()
+
+    def _tend_forever(self) -> None:
+        while not self._closed.wait(TEND_EVERY_S):
+            self.tend()
+
+    def tend(self) -> None:
+        """Settle each watched run and rest the watch agent of an ended one, whether or not a
+        page asks: an agent must not outlive its run because nobody had Monitor open."""
+        with self._lock:
+            watched = [live for live in self._runs.values() if live.monitor is not None and live.monitor.running]
+        for live in watched:
+            try:
+                live.refresh()   # throttled; never waits on an action in progress
+            except Exception:  # noqa: BLE001 - the next round tries again; pages show the error
+                pass
+
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             for live in self._runs.values():
                 live.close()

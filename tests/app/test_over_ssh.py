@@ -234,7 +234,8 @@ def test_yes_restore_relaunches_from_the_chosen_step(on_ssh_runs):
     assert run.state.attempts[-1].resume_step == 20, run.state
     statuses = run.wait(timeout=240)   # as any reader does, this settles the run when it ends
     assert run.reload().phase == "finished", [run.log_tail(s.name, 2000) for s in statuses]
-    assert processes_of(run) == []
+    # No page is drawn from here on: the console itself rests the run's watch agent.
+    wait_for(lambda: processes_of(run) == [], 60, "no process of the run, the console's watch agent included")
 
 
 def test_tf_config_preview_shows_alias_to_address(page, alias_rows, ssh_hosts):
