@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     proc = subprocess.Popen([
         sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", args.address,
         "--server.port", str(args.port), "--server.headless", "true",
-        "--browser.gatherUsageStats", "false",
+        "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",   # .streamlit/config.toml says why
+        "--runner.postScriptGC", "false",
         "--logger.hideWelcomeMessage", "true"])   # its URL has no token: we print ours instead
     # Ctrl-C reaches both processes; a TERM or HUP sent to this one alone goes on to the console.
     for sig in (signal.SIGTERM, signal.SIGHUP):
