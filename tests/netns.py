@@ -81,7 +81,8 @@ class Netns:
             self.holder.wait(timeout=10)
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> None:
+def pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy bytes from src to dst until either side closes, then shut both down."""
     try:
         while data := src.recv(65536):
             dst.sendall(data)
@@ -107,7 +108,7 @@ def _serve(fd: int, to: str) -> None:
             client.close()
             continue
         for a, b in ((client, inner), (inner, client)):
-            threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=pump, args=(a, b), daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from backend.errors import HostError
 from backend.hosts.ssh import SSHOptions, SSHTransport
 from backend.hosts.trust import fetch_host_key
 from tests import sshd
+from tests.netns import pump
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,24 +46,10 @@ class Doorman:
                 continue
             back = socket.create_connection(self.behind)
             for a, b in ((conn, back), (back, conn)):
-                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
 
     def close(self) -> None:
         self.server.close()
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def known_for(tmp_path, host: sshd.SSHHost, port: int) -> Path:
