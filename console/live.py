@@ -34,6 +34,9 @@ class LiveRun:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.lock = threading.RLock()          # actions that change the run's state
+        # The watch's own lock: pages start the watch on every run, and must never wait for an
+        # action that holds ``lock`` for minutes (an export) - that froze the page after a click.
+        self._watch_lock = threading.Lock()
         self.metrics = MetricsStore()
         self.monitor = None
         self.copier: LogCopier | None = None
@@ -50,7 +53,7 @@ class LiveRun:
 
     def ensure_monitor(self):
         """Start the watch agent once; a new store replays the local mirror from offset 0."""
-        with self.lock:
+        with self._watch_lock:
             if self.monitor is None or (not self.monitor.running and self.run.state.live):
                 self.monitor = self.run.monitor(self.metrics).start()   # replays the mirror first
                 if self.run.state.live:   # the logs the agent cannot see, copied as they grow
@@ -58,7 +61,7 @@ class LiveRun:
             return self.monitor
 
     def close(self) -> None:
-        with self.lock:
+        with self._watch_lock:
             if self.monitor is not None:
                 self.monitor.stop()
                 self.monitor = None
