@@ -1,0 +1,90 @@
+"""Checkpoints page in a real browser while the run trains and checkpoints about every second
+(five kept): Export "latest" and Restore of the oldest listed step each succeed three times in a
+row, each runs in the background and says the step it used, and the step Restore confirms is the
+one picked."""
+from __future__ import annotations
+
+import re
+import time
+
+from tests.e2e.test_browser import ARGS, CHROMIUM, _browser, _click, _fail, _goto, _shot, _start, _wait_text
+from tests.e2e.test_browser import server  # noqa: F401 - the fixture
+
+
+def _listed_steps(page) -> list[int]:
+    text = _wait_text(page, r"complete checkpoint\(s\) on the chief, at steps", 60)
+    return [int(s) for s in re.findall(r"\d+", text.split("at steps", 1)[1].split(".", 1)[0])]
+
+
+def _choose(page, label: str, pick) -> str:
+    """Choose ``pick(option texts)`` in the selectbox ``label``; return the chosen text."""
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label)
+    box.click()
+    options = page.locator('[role="option"]')
+    try:
+        options.first.wait_for(timeout=10_000)
+    except Exception:  # noqa: BLE001 - say what the page showed instead
+        _fail(page, f"selectbox {label!r} shows no options")
+    target = pick([t.strip() for t in options.all_inner_texts()])
+    options.filter(has_text=re.compile(rf"^\s*{re.escape(target)}\s*$")).first.click()
+    return target
+
+
+def _oldest_listed(listed: list[int]):
+    def pick(texts: list[str]) -> str:
+        both = [t for t in texts if t.isdigit() and int(t) in listed]
+        return min(both, key=int) if both else texts[0]
+    return pick
+
+
+def test_export_latest_and_restore_oldest_three_times_each(server):  # noqa: F811
+    sync_playwright = _browser()
+    url, _ = server
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1400})
+        page.goto(url)
+        page.get_by_role("heading", name="Launch").first.wait_for(timeout=60_000)
+        # A checkpoint every 50 steps (about one a second here), five kept: the list rotates.
+        for label, value in (("epochs", "1"), ("steps_per_epoch", "1000000"), ("checkpoint_every", "50")):
+            box = page.get_by_label(label, exact=True)
+            box.fill(value)
+            box.press("Enter")
+            page.wait_for_timeout(400)
+        _start(page)
+        run_id = re.search(r"Run (\S+) started", _wait_text(page, r"Run \S+ started", 30)).group(1)
+
+        _goto(page, "Checkpoints")
+        deadline = time.time() + 180
+        while len(_listed_steps(page)) < 3 and time.time() < deadline:
+            page.wait_for_timeout(1000)
+        for i in range(3):
+            newest_before = max(_listed_steps(page))
+            page.get_by_label("Name (optional)").fill(f"latest-{i}")
+            page.get_by_label("Name (optional)").press("Enter")
+            _click(page, "Export")
+            _wait_text(page, rf"export {run_id}: working", 30)     # the page came back at once
+            text = _wait_text(page, rf"Export latest-{i} \(step \d+\) verified", 300)
+            step = int(re.search(r"\(step (\d+)\)", text).group(1))
+            assert step >= newest_before, (step, newest_before)   # "latest" meant the newest then
+        _shot(page, "checkpoints-exported")
+
+        attempt = 1
+        for i in range(3):
+            # Picking reruns the page, so the second pick chooses from the newest list.
+            _choose(page, "Resume from step", _oldest_listed(_listed_steps(page)))
+            oldest = _choose(page, "Resume from step", _oldest_listed(_listed_steps(page)))
+            _wait_text(page, rf"Restore will use step {oldest}\.", 30)
+            _click(page, "Restore")
+            asked = _wait_text(page, r"Relaunch run \S+ from step \d+\?", 30)
+            assert f"from step {oldest}?" in asked, (oldest, asked)
+            _click(page, "Yes, restore")
+            _wait_text(page, rf"restore {run_id}: working", 30)    # the page came back at once
+            done = _wait_text(page, rf"Run {run_id} restored from step {oldest}: attempt \d+ resumed", 300)
+            now = int(re.search(r"attempt (\d+) resumed", done).group(1))
+            assert now > attempt, (now, attempt, done)                # this restore's result, not the last one's
+            attempt = now
+            resumed = re.findall(r"(\S+) from step (\d+)", done.split("resumed:", 1)[1].split("Moved aside", 1)[0])
+            assert len(resumed) == 2 and {s for _, s in resumed} == {oldest}, done
+            _shot(page, f"checkpoints-restored-{i}")
+        browser.close()
