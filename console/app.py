@@ -15,13 +15,13 @@ from console import auth, state  # noqa: E402
 PAGES = ROOT / "pages"
 
 st.set_page_config(page_title="TF training console", page_icon=":material/monitoring:", layout="wide")
-auth.gate()   # st.navigation runs this script on every rerun: nothing below without the token
-state.init()
-nav = st.navigation([
-    st.Page(str(PAGES / "launch.py"), title="Launch", icon=":material/rocket_launch:", url_path="launch", default=True),
-    st.Page(str(PAGES / "monitor.py"), title="Monitor", icon=":material/monitoring:", url_path="monitor"),
-    st.Page(str(PAGES / "checkpoints.py"), title="Checkpoints", icon=":material/save:", url_path="checkpoints"),
-    st.Page(str(PAGES / "cluster.py"), title="Cluster", icon=":material/hub:", url_path="cluster"),
-    st.Page(str(PAGES / "runs.py"), title="Runs", icon=":material/history:", url_path="runs"),
-])
-nav.run()
+if auth.gate():   # st.navigation runs this script on every rerun: nothing below without the token
+    state.init()
+    nav = st.navigation([
+        st.Page(str(PAGES / "launch.py"), title="Launch", icon=":material/rocket_launch:", url_path="launch", default=True),
+        st.Page(str(PAGES / "monitor.py"), title="Monitor", icon=":material/monitoring:", url_path="monitor"),
+        st.Page(str(PAGES / "checkpoints.py"), title="Checkpoints", icon=":material/save:", url_path="checkpoints"),
+        st.Page(str(PAGES / "cluster.py"), title="Cluster", icon=":material/hub:", url_path="cluster"),
+        st.Page(str(PAGES / "runs.py"), title="Runs", icon=":material/history:", url_path="runs"),
+    ])
+    nav.run()

@@ -4,12 +4,15 @@ The console starts training on every host with its owner's SSH keys, so a browse
 first present the console's token, once, in the URL (``/?token=...``, printed when the console
 starts). The token lives in ``<runs folder>/.console-token``, created readable by the owner only
 (mode 0600); it is compared in constant time, kept in the session once presented, taken out of
-the address bar, and never logged. Deleting the file makes a new token at the next page load and
-shuts out every session that holds the old one. ``TFCONSOLE_AUTH=none`` turns the token off (for a
-private SSH tunnel); every page then says so. README.md, "Opening the console", tells the operator.
+the address bar, and never logged. Deleting the file makes a new token at the next check and
+shuts out every session that holds the old one, open pages too: their live parts (``fragment``)
+check the token at every refresh (docs/facts.md #15). ``TFCONSOLE_AUTH=none`` turns the token off
+(for a private SSH tunnel); every page then says so. README.md, "Opening the console", tells the
+operator.
 """
 from __future__ import annotations
 
+import functools
 import hmac
 import os
 import secrets
@@ -27,6 +30,7 @@ ENV = "TFCONSOLE_AUTH"
 FILE_NAME = ".console-token"
 PARAM = "token"
 SESSION_KEY = "_login_token"
+SHUT_OUT_KEY = "_login_shut_out"   # this session was let in, then lost the token
 OFF_NOTICE = (f"The login token is off ({ENV}=none): anyone who can open this address can start "
               "training on your hosts. Reach it only through a private SSH tunnel.")
 
@@ -123,12 +127,22 @@ def _refuse(*, wrong: bool) -> None:
             f"that carries the login token (`/?{PARAM}=...`). Ask the console's owner for that "
             f"URL: it is printed where the console started, and kept in `{FILE_NAME}` in the "
             "console's runs folder, readable by the owner only.")
-    st.stop()
 
 
-def _check() -> Access:
-    """Stop the script run, showing only the refusal, unless this session presented the token
-    (now or before) or the token is off. Returns the access setting in force."""
+def _hide_pages() -> None:
+    """A browser keeps the page list of the last ``st.navigation`` it was sent: a session that was
+    let in and has lost the token is sent a list of one page, the refusal, which shows no list."""
+    st.navigation([st.Page(_nothing, title="Login token needed", url_path="login", default=True)],
+                  position="hidden")
+
+
+def _nothing() -> None:
+    """The refusal's page: never run (the gate's script run ends before ``run()``)."""
+
+
+def _check() -> Access | None:
+    """The access setting in force, when this session presented the token (now or before) or the
+    token is off; else None, with the refusal (or what to fix) drawn and nothing else."""
     try:
         setting = access()
         if setting is Access.NONE:
@@ -136,27 +150,65 @@ def _check() -> Access:
         token = _server_token()
     except ConsoleError as err:
         st.error(str(err))
-        st.stop()
+        return None
     ss = st.session_state
     presented = st.query_params.get(PARAM)
     if presented is not None:
         del st.query_params[PARAM]     # out of the address bar, the history and screenshots
         if matches(presented, token):
             ss[SESSION_KEY] = presented
-    if not matches(ss.get(SESSION_KEY), token):
-        ss.pop(SESSION_KEY, None)      # an old token (the file was replaced) is no use again
-        _refuse(wrong=presented is not None)
-    return setting
+    held = ss.get(SESSION_KEY)
+    if matches(held, token):
+        return setting
+    ss.pop(SESSION_KEY, None)          # an old token (the file was replaced) is no use again
+    if held is not None:
+        ss[SHUT_OUT_KEY] = True
+    if ss.get(SHUT_OUT_KEY):           # every run: a stale page list must not come back
+        _hide_pages()
+    _refuse(wrong=presented is not None)
+    return None
 
 
-def gate() -> None:
-    """For the entry script, before the page list: nothing renders for a session without the
-    token, not even the names of the pages."""
-    _check()
+def gate() -> bool:
+    """For the entry script, before the page list: False (the refusal drawn) for a session without
+    the token, and then nothing else may render, not even the names of the pages. The script run
+    must then end normally, not by ``st.stop()``: only a run that ends normally makes Streamlit
+    forget the page's fragments, whose timers still tick in the browser and would draw into a
+    page that is gone and blank it (docs/facts.md #15)."""
+    return _check() is not None
+
+
+def still_allowed() -> None:
+    """The first call of every self-refreshing fragment (see ``fragment``). A fragment's rerun runs
+    only its own function, not the page's ``guard()``, so a session whose token was revoked (the
+    file deleted or replaced) would go on drawing logs and curves. Such a session reruns the whole
+    app at once instead: its gate drops the old token and shows the refusal and nothing else."""
+    try:
+        if access() is Access.NONE:
+            return
+        token = _server_token()        # under the lock: a missing file is made (and printed) once
+    except ConsoleError:
+        st.rerun(scope="app")          # the gate shows the error
+    if not matches(st.session_state.get(SESSION_KEY), token):
+        st.rerun(scope="app")          # the gate drops the old token, and the page list with it
+
+
+def fragment(*, run_every: float | None):
+    """``st.fragment(run_every=...)`` for the pages' live parts: each run checks the token first."""
+    def wrap(body):
+        @functools.wraps(body)         # the fragment's id comes from its name: keep the body's
+        def checked() -> None:
+            still_allowed()
+            body()
+        return st.fragment(checked, run_every=run_every)
+    return wrap
 
 
 def guard() -> None:
     """The first call on every page (AppTest and a direct run reach a page without the entry
-    script): the same check, then the notice when the token is off."""
-    if _check() is Access.NONE:
+    script): the same check, the page stopped on refusal, and the notice when the token is off."""
+    setting = _check()
+    if setting is None:
+        st.stop()
+    if setting is Access.NONE:
         st.warning(OFF_NOTICE, icon=":material/lock_open:")

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from backend.errors import ConsoleError
+from console import auth
 from console import live as live_mod
 
 
@@ -78,7 +79,7 @@ def action_panel(action, *, key: str) -> None:
         return
     seen = f"{key}_seen_{action.kind}_{action.run_id}_{action.began}"
 
-    @st.fragment(run_every=1.0)
+    @auth.fragment(run_every=1.0)
     def panel() -> None:
         if not action.done:
             st.info(action.line())

@@ -38,7 +38,7 @@ def submit(begin, *args) -> None:
         st.error(str(err))
 
 
-@st.fragment(run_every=2)
+@auth.fragment(run_every=2)
 def listing() -> None:
     try:
         found = actions.list_checkpoints(live)

@@ -21,7 +21,7 @@ EVERY = 2 if live.run.state.live else None
 smoothing = st.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="smoothing")
 
 
-@st.fragment(run_every=EVERY)
+@auth.fragment(run_every=EVERY)
 def live_panel() -> None:
     snap = monitor_view.snapshot(live, smoothing)
     p = snap.progress
@@ -69,7 +69,7 @@ errors_only = c3.checkbox("Errors only", key="log_errors")
 hide_noise = c4.checkbox("Hide TF noise", value=True, key="log_noise")
 
 
-@st.fragment(run_every=EVERY)
+@auth.fragment(run_every=EVERY)
 def log_panel() -> None:
     lines = live.log_lines(task)
     shown = monitor_view.filter_log(lines, query, hide_noise=hide_noise, errors_only=errors_only)

@@ -115,3 +115,35 @@ def test_the_token_is_never_logged(runs_dir, caplog):
     at.switch_page("../pages/cluster.py").run()
     assert [t.value for t in at.title] == ["Cluster"]
     assert caplog.records and token not in caplog.text
+
+
+def _live_page():
+    """A page with a self-refreshing part, as Monitor and Checkpoints have; with ``revoke`` in the
+    session, the owner deletes the token file while the page is being drawn."""
+    import streamlit as st
+
+    from console import auth
+    auth.guard()
+    st.title("Live")
+    if st.session_state.pop("revoke", None):
+        auth.token_path().unlink()
+
+    @auth.fragment(run_every=1)
+    def panel() -> None:
+        st.code("[chief-0] step 7 loss 0.25")
+
+    panel()
+
+
+def test_a_live_part_drawn_after_the_token_is_revoked_shows_only_the_refusal(runs_dir):
+    """AppTest runs whole pages only (it cannot tick a fragment): here the live part runs after
+    the revocation within the page's run; tests/e2e/test_login.py revokes between two ticks."""
+    at = as_owner(AppTest.from_function(_live_page, default_timeout=60)).run()
+    assert [t.value for t in at.title] == ["Live"] and at.code[0].value.startswith("[chief-0]")
+    at.session_state["revoke"] = True
+    at.run()
+    assert _refused(at), _shown(at)
+    assert "step 7" not in str(at._tree)
+    assert auth.SESSION_KEY not in at.session_state
+    at.run()                           # and it stays shut
+    assert _refused(at), _shown(at)

@@ -8,7 +8,7 @@ import stat
 
 from console import auth
 from tests.conftest import wait_for
-from tests.e2e.test_browser import ARGS, CHROMIUM, STREAMLIT, _browser, console
+from tests.e2e.test_browser import ARGS, CHROMIUM, STREAMLIT, _browser, _fail, console
 
 MAKE_RUN = ["-m", "console", "--address", "127.0.0.1", "--port"]   # what `make run` runs
 PAGES = ["Monitor", "Checkpoints", "Cluster", "Runs", "Launch"]
@@ -21,10 +21,13 @@ def _printed_url(log) -> str:
 
 
 def _assert_refused(page, *, wrong: bool = False) -> None:
-    page.get_by_role("heading", name="Login token needed").wait_for(timeout=60_000)
+    try:
+        page.get_by_role("heading", name="Login token needed").wait_for(timeout=60_000)
+    except Exception:  # noqa: BLE001 - say what the page showed instead
+        _fail(page, "no refusal after 60 s")
     body = page.inner_text("body")
     assert ("not this console's" in body) is wrong, body
-    assert page.locator('[data-testid="stSidebarNav"]').count() == 0   # not even the page names
+    assert page.locator('[data-testid="stSidebarNav"]').count() == 0, body   # not even the page names
     assert page.locator("input, textarea, select").count() == 0, body
     for word in ("Launch", "Start", "TF_CONFIG", "Save now"):
         assert word not in body, body
@@ -106,3 +109,56 @@ def test_with_the_token_off_every_page_says_so(tmp_path, monkeypatch):
             page.get_by_text("The login token is off").first.wait_for(timeout=30_000)
         browser.close()
         assert not auth.token_path(served.runs).exists()
+
+
+def _live_run(runs):
+    """A real two-worker run, long enough to stay live for the whole test (stopped by console())."""
+    from backend.launcher import Preflight, launch
+    from backend.runs import RunStore
+    from backend.spec import job_from_dict
+    from console.forms import check_rows
+    from tests.app.conftest import local_rows
+    from tests.conftest import ROOT
+    cluster, _ = check_rows(local_rows())
+    job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
+                         "params": {"epochs": 1, "steps_per_epoch": 100_000, "checkpoint_every": 50,
+                                    "log_every": 5}})
+    return launch(cluster, job, store=RunStore(runs), preflight=Preflight.SKIP)
+
+
+def test_a_session_whose_token_is_revoked_stops_at_once(tmp_path):
+    """Monitor and Checkpoints redraw themselves (fragments, every 2 s) without a page load: when
+    the owner deletes the token file, both stop drawing and show only the refusal, by themselves,
+    and neither page breaks as their old fragments' timers go on ticking (docs/facts.md #15)."""
+    sync_playwright = _browser()
+    with console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
+        token = _printed_url(served.log).rsplit("=", 1)[1]
+        run = _live_run(served.runs)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        monitor, listing = (browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in "ab")
+        broken = []                              # the browser's own errors: a blank page is one
+        for page in (monitor, listing):
+            page.on("pageerror", lambda err: broken.append(str(err)))
+        monitor.goto(f"{served.url}/monitor?token={token}")
+        _heading(monitor, "Monitor")
+        line = f"harness start run={run.run_id}"   # the workers' first log line
+        monitor.get_by_text(line).first.wait_for(timeout=240_000)
+        listing.goto(f"{served.url}/checkpoints?token={token}")
+        _heading(listing, "Checkpoints")
+        listing.get_by_text(re.compile(r"complete checkpoint")).first.wait_for(timeout=240_000)
+        assert monitor.locator(".js-plotly-plot").count() >= 1
+
+        auth.token_path(served.runs).unlink()   # the owner revokes every URL handed out so far
+        for page in (monitor, listing):         # no click, no reload: the fragments' next run
+            _assert_refused(page)
+            assert page.locator(".js-plotly-plot").count() == 0
+            assert run.run_id not in page.inner_text("body")   # no header, no log line
+        # The new token was made once, under the lock, and the URL printed is the file's.
+        new = wait_for(lambda: auth.token_path(served.runs).exists()
+                       and auth.token_path(served.runs).read_text().strip(), 30, "a new token")
+        assert re.findall(r"tfconsole: open \S+", served.log.read_text())[-1].endswith("=" + new)
+        monitor.goto(f"{served.url}/monitor?token={new}")
+        _heading(monitor, "Monitor")
+        _assert_refused(listing)                # still shut, seconds (several old ticks) later
+        assert broken == []
+        browser.close()

@@ -91,3 +91,28 @@ def test_the_setting_is_on_unless_turned_off(monkeypatch):
 def test_the_url_carries_the_token():
     assert auth.url("t-1_x", address="127.0.0.1", port=8501) == "http://127.0.0.1:8501/?token=t-1_x"
     assert auth.url("t", address="h", port=1, base_path="/console/") == "http://h:1/console/?token=t"
+
+
+def test_sessions_that_find_the_token_gone_at_once_make_one_new_token(tmp_path, monkeypatch, capsys):
+    """Every open page's live parts check the token each second, in the server's threads: after
+    the owner deletes the file, the first check makes the new token and prints its URL, once,
+    and every other check reads that same token (console/auth.py, _server_token's lock)."""
+    import threading
+    monkeypatch.setenv("TFCONSOLE_RUNS", str(tmp_path))
+    old = auth._server_token()
+    auth.token_path().unlink()
+    start = threading.Barrier(8)
+    seen = []
+
+    def check() -> None:
+        start.wait()
+        seen.append(auth._server_token())
+
+    threads = [threading.Thread(target=check) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    new = auth.token_path().read_text().strip()
+    assert seen == [new] * 8 and new != old
+    assert capsys.readouterr().out.count(f"?token={new}") == 1
