@@ -28,7 +28,7 @@ EXAMPLES = ROOT / "examples"
 
 # Every session key, with how to build its first value.
 DEFAULTS = {
-    "cluster_rows": lambda: cluster_rows(cluster_to_dict(default_cluster(sys.executable, free_ports()))),
+    "cluster_rows": lambda: first_cluster_rows(),
     "cluster_current": lambda: None,     # the edited rows, as other pages read them
     "cluster_version": lambda: 0,        # bumped to give the table editor fresh rows
     "launch_form": lambda: launch_form(job_to_dict(default_job(EXAMPLES))),   # widget key -> value
@@ -59,6 +59,17 @@ def free_ports(first: int = DEFAULT_PORTS[0], count: int = len(DEFAULT_PORTS)) -
                 pass
         port += 1
     return ports
+
+
+def first_cluster_rows() -> list[dict]:
+    """A new session's task table: the cluster of the newest live run (the run its pages show),
+    else the built-in default. After a console restart the Launch and Cluster pages then name the
+    hosts that train, and Start after Stop goes to them again. A live Slurm run keeps the default
+    table: its cluster is the Slurm form's, not rows."""
+    live = [s for s in run_store().list() if s.live]
+    if live and "tasks" in live[0].cluster:
+        return cluster_rows(live[0].cluster)
+    return cluster_rows(cluster_to_dict(default_cluster(sys.executable, free_ports())))
 
 
 def init() -> None:

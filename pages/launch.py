@@ -89,8 +89,11 @@ st.subheader("Current run")
 if live is None:
     st.info("No run yet: press Start." if not starting else "The run is starting; it shows here once its tasks run.")
     st.stop()
+live.reload()   # the saved phase: another page, the CLI or a keeper may have ended the run
 widgets.run_header(live)
-widgets.status_table(live, key="launch_status")
-widgets.attempts_table(live)
+# Stop before the task states: those wait for every host to answer (seconds, more when a host is
+# slow or cut off), and Stop must not wait for them.
 if live.run.state.live:
     widgets.stop_controls(live, key="launch")
+widgets.status_table(live, key="launch_status")
+widgets.attempts_table(live)

@@ -13,8 +13,13 @@ live = state.current_run()
 if live is None:
     st.info("No run yet: start one on the Launch page.")
     st.stop()
+live.reload()   # the saved phase: another page, the CLI or a keeper may have ended the run
 live.ensure_monitor()
 widgets.run_header(live)
+# Stop near the top, before anything that waits for the hosts (the task states in the live panel).
+if not live.run.state.live:
+    st.caption(f"This run is {live.run.state.phase}: there is nothing left to stop.")
+widgets.stop_controls(live, key="monitor")
 
 # An ended run changes no more: its charts and logs are drawn once, not redrawn every 2 s.
 EVERY = 2 if live.run.state.live else None
@@ -77,7 +82,3 @@ def log_panel() -> None:
 
 
 log_panel()
-
-if not live.run.state.live:
-    st.caption(f"This run is {live.run.state.phase}: there is nothing left to stop.")
-widgets.stop_controls(live, key="monitor")

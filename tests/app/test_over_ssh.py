@@ -116,7 +116,8 @@ def _task_states(at) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.slow
 def test_start_and_stop_over_ssh_aliases(page, operator_ssh, python_path, runs_dir):
-    """Start and Stop on a cluster named only by ~/.ssh/config aliases, default workdir."""
+    """Start on a cluster named only by ~/.ssh/config aliases, default workdir; a new session
+    (another tab, a reopened console) shows the live run on its hosts and stops it."""
     from backend.launcher import attach
     from tests.app.conftest import table_rows
     rows = table_rows([{"role": role, "host": alias, "tf_port": sshd.free_port(), "python": python_path}
@@ -141,6 +142,12 @@ def test_start_and_stop_over_ssh_aliases(page, operator_ssh, python_path, runs_d
                       all(state == "running" for _, state in s.values()) and s, 120, "both tasks running")
     assert sorted(host for host, _ in states.values()) == ["h2", "h3"]
 
+    at = page("launch")   # a new session: nothing in it but the login token
+    assert not at.exception and not errors(at), errors(at)
+    assert at.session_state["run_id"] == run_id
+    assert [(r["role"], r["host"]) for r in at.session_state["cluster_rows"]] == [("chief", "h2"), ("worker", "h3")]
+    assert any("chief-0 on h2:" in c.value and "worker-0 on h3:" in c.value for c in at.caption), \
+        [c.value for c in at.caption]
     at.button(key="launch_stop").click().run()
     at.button(key="launch_yes").click().run()
     assert not at.exception and not errors(at), errors(at)
