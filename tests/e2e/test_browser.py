@@ -282,6 +282,7 @@ def _save_and_export(page) -> int:
     return saved
 
 
+@pytest.mark.slow   # trains with real TensorFlow workers
 def test_console_over_ssh_aliases_survives_a_restart(ssh_console):
     """The whole console over real sshd hosts named by ~/.ssh/config aliases: import the cluster
     YAML, Start, watch both losses fall, Save now, Export while it trains; then kill the console

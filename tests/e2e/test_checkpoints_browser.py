@@ -4,6 +4,8 @@ row, each runs in the background and says the step it used, and the step Restore
 one picked."""
 from __future__ import annotations
 
+import pytest
+
 import re
 import time
 
@@ -37,6 +39,7 @@ def _oldest_listed(listed: list[int]):
     return pick
 
 
+@pytest.mark.slow   # trains with real TensorFlow workers
 def test_export_latest_and_restore_oldest_three_times_each(server):  # noqa: F811
     sync_playwright = _browser()
     url, _ = server

@@ -2,6 +2,8 @@
 and the session keeps working from page to page (console/auth.py)."""
 from __future__ import annotations
 
+import pytest
+
 import os
 import re
 import stat
@@ -126,6 +128,7 @@ def _live_run(runs):
     return launch(cluster, job, store=RunStore(runs), preflight=Preflight.SKIP)
 
 
+@pytest.mark.slow   # trains with real TensorFlow workers
 def test_a_session_whose_token_is_revoked_stops_at_once(tmp_path):
     """Monitor and Checkpoints redraw themselves (fragments, every 2 s) without a page load: when
     the owner deletes the token file, both stop drawing and show only the refusal, by themselves,

@@ -2,6 +2,8 @@
 show on Monitor, and end `finished` in the record every reader sees (docs/facts.md #13)."""
 from __future__ import annotations
 
+import pytest
+
 import re
 import time
 
@@ -10,6 +12,7 @@ from tests.conftest import wait_for
 from tests.e2e.test_browser import ARGS, CHROMIUM, _browser, _click, _fail, _goto, _wait_text, server  # noqa: F401
 
 
+@pytest.mark.slow   # trains with real TensorFlow workers
 def test_start_then_monitor_at_once_shows_the_run_and_it_ends_finished(server):
     sync_playwright = _browser()
     url, runs = server
