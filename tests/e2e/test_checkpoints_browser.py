@@ -4,10 +4,10 @@ row, each runs in the background and says the step it used, and the step Restore
 one picked."""
 from __future__ import annotations
 
-import pytest
-
 import re
 import time
+
+import pytest
 
 from tests.e2e.test_browser import ARGS, CHROMIUM, _browser, _click, _fail, _goto, _shot, _start, _wait_text
 from tests.e2e.test_browser import server  # noqa: F401 - the fixture
