@@ -2,10 +2,10 @@
 show on Monitor, and end `finished` in the record every reader sees (docs/facts.md #13)."""
 from __future__ import annotations
 
-import pytest
-
 import re
 import time
+
+import pytest
 
 from backend.runs import Phase, RunStore
 from tests.conftest import wait_for
