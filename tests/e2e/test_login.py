@@ -2,11 +2,11 @@
 and the session keeps working from page to page (console/auth.py)."""
 from __future__ import annotations
 
-import pytest
-
 import os
 import re
 import stat
+
+import pytest
 
 from console import auth
 from tests.conftest import wait_for
