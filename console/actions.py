@@ -127,11 +127,15 @@ def list_abandoned(live: LiveRun) -> list[dict]:
     return checkpoints.list_abandoned(live.run)
 
 
+def _require_formats(formats: tuple[str, ...]) -> None:
+    if not formats:
+        raise ArtifactError("no format chosen", "Tick SavedModel, .keras or both.")
+
+
 def export(live: LiveRun, step: int | None, formats: tuple[str, ...], name: str | None, *,
            on_step: Callable[[int], None] | None = None) -> dict:
     """Export ``step`` (None: the newest, resolved and held first; ``on_step`` hears which)."""
-    if not formats:
-        raise ArtifactError("no format chosen", "Tick SavedModel, .keras or both.")
+    _require_formats(formats)
     with live.lock:
         return checkpoints.export(live.run, step=step, name=name or None, formats=formats,
                                   on_step=on_step)
@@ -140,8 +144,7 @@ def export(live: LiveRun, step: int | None, formats: tuple[str, ...], name: str 
 def begin_export(live: LiveRun, registry: Registry, step: int | None, formats: tuple[str, ...],
                  name: str | None):
     """Export in the background: hold the step, export on the chief, verify in a fresh process."""
-    if not formats:
-        raise ArtifactError("no format chosen", "Tick SavedModel, .keras or both.")
+    _require_formats(formats)
 
     def work(action) -> dict:
         action.say("holding the checkpoint on the chief" if step is None else f"holding step {step} on the chief")
@@ -180,7 +183,12 @@ def hold_for_restore(live: LiveRun, step: int | None) -> checkpoints.Hold:
 
 
 def release_hold(live: LiveRun, hold: checkpoints.Hold) -> None:
-    checkpoints.release(live.run, hold)
+    """Let retention have the step back. A hold that cannot be released now expires by itself
+    (CHOICE_TTL_S), and what the user did matters more than that failure, so it is not raised."""
+    try:
+        checkpoints.release(live.run, hold)
+    except ConsoleError:
+        pass
 
 
 def restore(live: LiveRun, hold: checkpoints.Hold) -> checkpoints.RestoreResult:
@@ -189,10 +197,7 @@ def restore(live: LiveRun, hold: checkpoints.Hold) -> checkpoints.RestoreResult:
         with live.lock:
             result = checkpoints.restore(live.run, hold.step, hold=hold)
     finally:
-        try:
-            checkpoints.release(live.run, hold)
-        except ConsoleError:
-            pass   # the hold expires by itself (CHOICE_TTL_S); the restore's outcome matters more
+        release_hold(live, hold)
     live.ensure_monitor()
     live.refresh(force=True)
     return result
@@ -210,10 +215,7 @@ def begin_restore(live: LiveRun, registry: Registry, hold: checkpoints.Hold):
     try:
         return registry.actions.submit("restore", live.run_id, work)
     except ConsoleError:
-        try:
-            release_hold(live, hold)   # nothing will use it: retention may have the step back
-        except ConsoleError:
-            pass                       # the hold expires by itself (CHOICE_TTL_S)
+        release_hold(live, hold)   # nothing will use it
         raise
 
 

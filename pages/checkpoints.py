@@ -112,10 +112,7 @@ if hold is not None:
         submit(actions.begin_restore, hold)
     if n.button("Cancel", key="restore_no"):
         ss.confirm_restore = None
-        try:
-            actions.release_hold(live, hold)
-        except ConsoleError:
-            pass   # the hold expires by itself
+        actions.release_hold(live, hold)
         st.rerun()
 
 with st.expander("Checkpoints moved aside by restores"):
