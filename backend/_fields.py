@@ -37,7 +37,8 @@ _PATH_RULE = "Use a plain path with no newline or NUL character, not starting wi
 _INT_PARAMS = {"epochs": 1, "steps_per_epoch": 1, "global_batch_size": 1, "log_every": 1,
                "checkpoint_every": 0, "keep_checkpoints": 0, "keep_best_checkpoints": 0, "seed": None}
 # Known harness params that are seconds: (minimum, whether the minimum itself is allowed, an example).
-_SECONDS_PARAMS = {"checkpoint_grace_s": (0.0, True, 30), "startup_timeout_s": (0.0, False, 30)}
+_SECONDS_PARAMS = {"checkpoint_grace_s": (0.0, True, 30), "startup_timeout_s": (0.0, False, 30),
+                   "collective_timeout_s": (0.0, True, 60)}   # 0: no bound on a step
 
 
 def _show(value: object) -> str:

@@ -12,6 +12,8 @@ _KERAS_FIT = re.compile(r"Attempt to convert a value \(PerReplica")
 _PEER_DIED = re.compile(r"Collective ops is aborted|UnavailableError|"
                         r"DeadlineExceededError.*[Cc]ollective")
 _OUTCOME = re.compile(r"HARNESS (DONE|FAILED)")
+# harness/deadline.py: faulthandler's header when no step finished for collective_timeout_s.
+_STEP_TIMEOUT = re.compile(r"Timeout \((\d+):(\d\d):(\d\d)(?:\.\d+)?\)!")
 _HARNESS_FAILED = re.compile(r"HARNESS FAILED: (.+)$", re.M)
 # harness/startup.py's line when peers stayed unreachable for startup_timeout_s.
 _STARTUP = re.compile(r"HARNESS FAILED: (?:\w+: )?cluster start-up failed after (\S+ s) "
@@ -32,6 +34,13 @@ PEER_DIED = (
     "A peer worker died or became unreachable, so the collective operation was aborted "
     "(UnavailableError: Collective ops is aborted). This worker is a casualty: open the other "
     "workers' logs to find the one that failed first, fix it, and restart or resume the run.")
+
+STEP_TIMEOUT = (
+    "No training step finished for {seconds} s (collective_timeout_s, plus up to 1 s), so this "
+    "worker gave up waiting in a collective: a peer stopped answering (hung, stopped, or cut off "
+    "by the network). The Python stacks of this worker at that moment follow the 'Timeout' line in "
+    "its log. Open the other workers' logs; if steps are really this slow (a long checkpoint save), "
+    "raise collective_timeout_s.")
 
 
 # Diagnoses of a bounded cluster start-up (harness/startup.py) begin with one of these. A name
@@ -97,6 +106,10 @@ def diagnose(log_text: str) -> str | None:
     startup = _startup(log_text)
     if startup:
         return startup
+    timeout = _STEP_TIMEOUT.findall(log_text)
+    if timeout:
+        h, m, sec = (int(x) for x in timeout[-1])
+        return STEP_TIMEOUT.format(seconds=h * 3600 + m * 60 + sec - 1)
     if _PEER_DIED.search(log_text):
         return PEER_DIED
     last = _last_exception_line(log_text)

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import ckpt
 import ckpt_index
+import deadline
 import health
 import layout
 import loop
@@ -38,7 +39,7 @@ class Session:
         # Same seed on every worker and in a one-worker run: identical initial weights.
         keras.utils.set_random_seed(int(p["seed"]))
         with startup.bounded(self.task, float(p["startup_timeout_s"])):
-            self.strategy = loop.make_strategy(p["collective_timeout_s"])
+            self.strategy = loop.make_strategy()
         n = self.strategy.num_replicas_in_sync
         if self.gbs % n:
             raise ValueError(f"global_batch_size {self.gbs} is not divisible by {n} replicas")
@@ -119,19 +120,25 @@ class Session:
         t0 = self.t_sync = time.time()
         self.sync_step = self.start
         t_clock, clock_step = None, self.start
-        for step in range(self.start + 1, self.total + 1):
-            if self._is_sync(step) and not self.bare:
-                self._sync_point(step)
-            else:
-                out = self.train_step(self.iterator)
-                if not self.bare:
-                    self.losses_since_sync.append(out)
-            if t_clock is None and self._is_sync(step):
-                # Both step functions are traced by now: steps/s excludes compile time, the
-                # same way with and without instrumentation (bench/harness_overhead.py).
-                t_clock, clock_step, cpu_clock = time.time(), step, time.process_time()
-        if self.bare and self.total > self.start:  # the last step must finish before the clock
-            loop.loss_sum(self.strategy, [out])
+        # Armed once the first step is done: tracing and a resume's replay of the data come first.
+        bound = deadline.StepDeadline(float(self.p["collective_timeout_s"]))
+        try:
+            for step in range(self.start + 1, self.total + 1):
+                if self._is_sync(step) and not self.bare:
+                    self._sync_point(step)
+                else:
+                    out = self.train_step(self.iterator)
+                    if not self.bare:
+                        self.losses_since_sync.append(out)
+                bound.step_done()
+                if t_clock is None and self._is_sync(step):
+                    # Both step functions are traced by now: steps/s excludes compile time, the
+                    # same way with and without instrumentation (bench/harness_overhead.py).
+                    t_clock, clock_step, cpu_clock = time.time(), step, time.process_time()
+            if self.bare and self.total > self.start:  # the last step must finish before the clock
+                loop.loss_sum(self.strategy, [out])
+        finally:
+            bound.close()
         elapsed = time.time() - (t_clock or t0)
         timed = self.total - clock_step
         # CPU seconds of this process per step: robust where other jobs share the cores.

@@ -99,6 +99,12 @@ def test_diagnose_peer_died():
     assert "peer worker died" in dg.diagnose(PEER_LOG)
 
 
+def test_diagnose_step_timeout_names_the_bound_and_the_fix():
+    log = "[worker-0] step 20/100 epoch 1 loss 0.1\nTimeout (0:01:01)!\nThread 0x7f (most recent call first):\n"
+    text = dg.diagnose(log)
+    assert text.startswith("No training step finished for 60 s (collective_timeout_s") and "raise collective_timeout_s" in text
+
+
 def test_diagnose_generic_traceback_gives_last_exception_line():
     assert dg.diagnose(OTHER_LOG) == "The worker stopped with an error: RuntimeError: job broke: no data"
 

@@ -45,15 +45,17 @@ def make_optimizer():
 # worker-1 hangs in the job's own Python (a tf.data py_function) once it has made 40 batches;
 # the chief then waits for it in the next collective, as a real input-pipeline hang does.
 HANGING_JOB = '''
-import os, time
+import json, os, time
 import keras
 import tensorflow as tf
 
 PARAMS = {}
+# worker-1 (the second worker; worker-0 is the chief): read from TF_CONFIG, set for every worker.
+HANGS = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {}).get("index") == 1
 
 
 def _maybe_hang(i):
-    if os.environ.get("TFCONSOLE_TASK") == "worker-1" and int(i) >= 40:
+    if HANGS and int(i) >= 40:
         time.sleep(3600)   # hung_in_input_pipeline
     return i
 

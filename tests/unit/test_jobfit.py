@@ -65,6 +65,8 @@ def test_negative_keep_checkpoints_and_bad_startup_timeout_are_refused(tmp_path)
     ({"startup_timeout_s": -1}, "params.startup_timeout_s", "seconds above 0"),
     ({"startup_timeout_s": 0}, "params.startup_timeout_s", "seconds above 0"),
     ({"checkpoint_grace_s": -5}, "params.checkpoint_grace_s", "seconds of 0 or more"),
+    ({"collective_timeout_s": -1}, "params.collective_timeout_s", "seconds of 0 or more"),
+    ({"collective_timeout_s": "1m"}, "params.collective_timeout_s", "seconds of 0 or more"),
     ({"checkpoint_grace_s": "soon"}, "params.checkpoint_grace_s", "seconds of 0 or more"),
     ({"checkpoint_grace_s": True}, "params.checkpoint_grace_s", "seconds of 0 or more"),
     ({"keep_best_checkpoints": -1}, "params.keep_best_checkpoints", "whole number of 0 or more"),
@@ -77,7 +79,8 @@ def test_retention_and_timeout_params_are_checked_as_typed(tmp_path, params, fie
 
 
 def test_retention_params_in_range_are_kept(tmp_path):
-    params = {"checkpoint_grace_s": 0, "keep_best_checkpoints": 2, "startup_timeout_s": 2.5}
+    params = {"checkpoint_grace_s": 0, "keep_best_checkpoints": 2, "startup_timeout_s": 2.5,
+              "collective_timeout_s": 0}
     assert dict(job(tmp_path, params).params) == params
 
 
