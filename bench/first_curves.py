@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.console_cpu import free_port, goto, serve  # noqa: E402
-from tests.e2e.test_browser import ARGS, CHARTS_JS, CHROMIUM, _start  # noqa: E402
+from tests.e2e.browser import ARGS, CHARTS_JS, CHROMIUM, start  # noqa: E402
 
 
 def floor() -> float:
@@ -63,7 +63,7 @@ def one_round(page, url: str, runs: Path) -> float:
     from backend.runs import RunStore
     goto(page, url, "Launch")
     t0 = time.perf_counter()
-    _start(page)
+    start(page)
     page.locator('[data-testid="stSidebarNav"]').get_by_text("Monitor", exact=True).click(timeout=300_000)
     two_curves(page)
     took = time.perf_counter() - t0

@@ -9,12 +9,11 @@ import time
 
 import pytest
 
-from tests.e2e.test_browser import ARGS, CHROMIUM, _browser, _click, _fail, _goto, _shot, _start, _wait_text
-from tests.e2e.test_browser import server  # noqa: F401 - the fixture
+from tests.e2e import browser as web
 
 
 def _listed_steps(page) -> list[int]:
-    text = _wait_text(page, r"complete checkpoint\(s\) on the chief, at steps", 60)
+    text = web.wait_text(page, r"complete checkpoint\(s\) on the chief, at steps", 60)
     return [int(s) for s in re.findall(r"\d+", text.split("at steps", 1)[1].split(".", 1)[0])]
 
 
@@ -31,14 +30,14 @@ def _choose(page, label: str, pick) -> str:
         try:
             options.first.wait_for(timeout=10_000)
         except Exception:  # noqa: BLE001 - say what the page showed instead
-            _fail(page, f"selectbox {label!r} shows no options")
+            web.fail(page, f"selectbox {label!r} shows no options")
         target = pick([t.strip() for t in options.all_inner_texts()])
         try:
             options.filter(has_text=re.compile(rf"^\s*{re.escape(target)}\s*$")).first.click(timeout=5_000)
             return target
         except Exception:  # noqa: BLE001 - the list was redrawn under us; open it again
             page.keyboard.press("Escape")
-    _fail(page, f"selectbox {label!r}: the pick never held")
+    web.fail(page, f"selectbox {label!r}: the pick never held")
 
 
 def _oldest_listed(listed: list[int]):
@@ -50,23 +49,16 @@ def _oldest_listed(listed: list[int]):
 
 @pytest.mark.slow   # trains with real TensorFlow workers
 def test_export_latest_and_restore_oldest_three_times_each(server):  # noqa: F811
-    sync_playwright = _browser()
+    sync_playwright = web.playwright()
     url, _ = server
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1400})
-        page.goto(url)
-        page.get_by_role("heading", name="Launch").first.wait_for(timeout=60_000)
+        browser, page = web.open_console(p, url, height=1400)
         # A checkpoint every 50 steps (about one a second here), five kept: the list rotates.
-        for label, value in (("epochs", "1"), ("steps_per_epoch", "1000000"), ("checkpoint_every", "50")):
-            box = page.get_by_label(label, exact=True)
-            box.fill(value)
-            box.press("Enter")
-            page.wait_for_timeout(400)
-        _start(page)
-        run_id = re.search(r"Run (\S+) started", _wait_text(page, r"Run \S+ started", 30)).group(1)
+        web.set_params(page, {"epochs": 1, "steps_per_epoch": 1000000, "checkpoint_every": 50})
+        web.start(page)
+        run_id = re.search(r"Run (\S+) started", web.wait_text(page, r"Run \S+ started", 30)).group(1)
 
-        _goto(page, "Checkpoints")
+        web.goto(page, "Checkpoints")
         deadline = time.time() + 180
         while len(_listed_steps(page)) < 3 and time.time() < deadline:
             page.wait_for_timeout(1000)
@@ -74,30 +66,30 @@ def test_export_latest_and_restore_oldest_three_times_each(server):  # noqa: F81
             newest_before = max(_listed_steps(page))
             page.get_by_label("Name (optional)").fill(f"latest-{i}")
             page.get_by_label("Name (optional)").press("Enter")
-            _click(page, "Export")
-            _wait_text(page, rf"export {run_id}: working", 30)     # the page came back at once
-            text = _wait_text(page, rf"Export latest-{i} \(step \d+\) verified", 300)
+            web.click(page, "Export")
+            web.wait_text(page, rf"export {run_id}: working", 30)     # the page came back at once
+            text = web.wait_text(page, rf"Export latest-{i} \(step \d+\) verified", 300)
             step = int(re.search(r"\(step (\d+)\)", text).group(1))
             assert step >= newest_before, (step, newest_before)   # "latest" meant the newest then
-        _shot(page, "checkpoints-exported")
+        web.shot(page, "checkpoints-exported")
 
         attempt = 1
         for i in range(3):
             # Picking reruns the page, so the second pick chooses from the newest list.
             first = _choose(page, "Resume from step", _oldest_listed(_listed_steps(page)))
-            _wait_text(page, rf"Restore will use step {first}\.", 30)
+            web.wait_text(page, rf"Restore will use step {first}\.", 30)
             oldest = _choose(page, "Resume from step", _oldest_listed(_listed_steps(page)))
-            _wait_text(page, rf"Restore will use step {oldest}\.", 30)
-            _click(page, "Restore")
-            asked = _wait_text(page, r"Relaunch run \S+ from step \d+\?", 30)
+            web.wait_text(page, rf"Restore will use step {oldest}\.", 30)
+            web.click(page, "Restore")
+            asked = web.wait_text(page, r"Relaunch run \S+ from step \d+\?", 30)
             assert f"from step {oldest}?" in asked, (oldest, asked)
-            _click(page, "Yes, restore")
-            _wait_text(page, rf"restore {run_id}: working", 30)    # the page came back at once
-            done = _wait_text(page, rf"Run {run_id} restored from step {oldest}: attempt \d+ resumed", 300)
+            web.click(page, "Yes, restore")
+            web.wait_text(page, rf"restore {run_id}: working", 30)    # the page came back at once
+            done = web.wait_text(page, rf"Run {run_id} restored from step {oldest}: attempt \d+ resumed", 300)
             now = int(re.search(r"attempt (\d+) resumed", done).group(1))
             assert now > attempt, (now, attempt, done)                # this restore's result, not the last one's
             attempt = now
             resumed = re.findall(r"(\S+) from step (\d+)", done.split("resumed:", 1)[1].split("Moved aside", 1)[0])
             assert len(resumed) == 2 and {s for _, s in resumed} == {oldest}, done
-            _shot(page, f"checkpoints-restored-{i}")
+            web.shot(page, f"checkpoints-restored-{i}")
         browser.close()

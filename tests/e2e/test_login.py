@@ -10,7 +10,7 @@ import pytest
 
 from console import auth
 from tests.conftest import wait_for
-from tests.e2e.test_browser import ARGS, CHROMIUM, STREAMLIT, _browser, _fail, console
+from tests.e2e import browser as web
 
 MAKE_RUN = ["-m", "console", "--address", "127.0.0.1", "--port"]   # what `make run` runs
 PAGES = ["Monitor", "Checkpoints", "Cluster", "Runs", "Launch"]
@@ -26,7 +26,7 @@ def _assert_refused(page, *, wrong: bool = False) -> None:
     try:
         page.get_by_role("heading", name="Login token needed").wait_for(timeout=60_000)
     except Exception:  # noqa: BLE001 - say what the page showed instead
-        _fail(page, "no refusal after 60 s")
+        web.fail(page, "no refusal after 60 s")
     body = page.inner_text("body")
     assert ("not this console's" in body) is wrong, body
     assert page.locator('[data-testid="stSidebarNav"]').count() == 0, body   # not even the page names
@@ -48,13 +48,13 @@ def _group_alive(pgid: int) -> bool:
 
 
 def test_make_run_prints_the_url_that_opens_the_console_and_nothing_opens_without_it(tmp_path):
-    sync_playwright = _browser()
-    with console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
+    sync_playwright = web.playwright()
+    with web.console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
         printed = _printed_url(served.log)
         token = auth.token_path(served.runs).read_text().strip()
         assert printed == f"{served.url}/?token={token}"
         assert stat.S_IMODE(os.stat(auth.token_path(served.runs)).st_mode) == 0o600
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = p.chromium.launch(executable_path=web.CHROMIUM, args=web.ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
 
         for address in (served.url, served.url + "/monitor", served.url + "/cluster"):
@@ -83,9 +83,9 @@ def test_make_run_prints_the_url_that_opens_the_console_and_nothing_opens_withou
 
 
 def test_streamlit_run_prints_the_url_when_the_first_page_loads(tmp_path):
-    sync_playwright = _browser()
-    with console(STREAMLIT, tmp_path) as served, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    sync_playwright = web.playwright()
+    with web.console(web.STREAMLIT, tmp_path) as served, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=web.CHROMIUM, args=web.ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(served.url)
         _assert_refused(page)
@@ -98,11 +98,11 @@ def test_streamlit_run_prints_the_url_when_the_first_page_loads(tmp_path):
 
 
 def test_with_the_token_off_every_page_says_so(tmp_path, monkeypatch):
-    sync_playwright = _browser()
+    sync_playwright = web.playwright()
     monkeypatch.setenv(auth.ENV, "none")
-    with console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
+    with web.console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
         assert _printed_url(served.log) == served.url + "/"
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = p.chromium.launch(executable_path=web.CHROMIUM, args=web.ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(served.url)
         for title in PAGES:
@@ -114,7 +114,7 @@ def test_with_the_token_off_every_page_says_so(tmp_path, monkeypatch):
 
 
 def _live_run(runs):
-    """A real two-worker run, long enough to stay live for the whole test (stopped by console())."""
+    """A real two-worker run, long enough to stay live for the whole test (stopped by web.console())."""
     from backend.launcher import Preflight, launch
     from backend.runs import RunStore
     from backend.spec import job_from_dict
@@ -133,11 +133,11 @@ def test_a_session_whose_token_is_revoked_stops_at_once(tmp_path):
     """Monitor and Checkpoints redraw themselves (fragments, every 2 s) without a page load: when
     the owner deletes the token file, both stop drawing and show only the refusal, by themselves,
     and neither page breaks as their old fragments' timers go on ticking (docs/facts.md #15)."""
-    sync_playwright = _browser()
-    with console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
+    sync_playwright = web.playwright()
+    with web.console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
         token = _printed_url(served.log).rsplit("=", 1)[1]
         run = _live_run(served.runs)
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = p.chromium.launch(executable_path=web.CHROMIUM, args=web.ARGS)
         monitor, listing = (browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in "ab")
         broken = []                              # the browser's own errors: a blank page is one
         for page in (monitor, listing):

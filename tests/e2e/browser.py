@@ -1,0 +1,196 @@
+"""Helpers of the browser tests (and bench/first_curves.py): start the console as operators do,
+drive headless Chromium with Playwright, and say what the page showed when a wait fails."""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from backend.runs import RunStore
+from tests.conftest import ROOT, require
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync"]
+OUT = ROOT / "test-output" / "e2e"
+DOCS = ROOT / "docs" / "screenshots"
+CHARTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(el =>
+    (el._fullData || el.data || []).map(t => ({name: t.name, y: Array.from(t.y || [])})))"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+STREAMLIT = ["-m", "streamlit", "run", "console/app.py", "--server.address", "127.0.0.1",
+             "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.port"]
+
+
+@dataclass
+class Console:
+    url: str                    # http://127.0.0.1:PORT
+    runs: Path                  # its runs folder (the login token lives there)
+    log: Path                   # its stdout and stderr
+    proc: subprocess.Popen
+
+
+@contextlib.contextmanager
+def console(argv: list[str], tmp_path: Path):
+    """Start ``python <argv> <free port>`` from the repository root with its own runs folder and
+    wait for /_stcore/health. Afterwards stop any run left live, then the console's process group."""
+    port = free_port()
+    runs = tmp_path / "runs"
+    env = dict(os.environ, TFCONSOLE_RUNS=str(runs))
+    log_path = tmp_path / f"console-{port}.log"   # one per console: a restart keeps the old log
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([sys.executable, *argv, str(port)], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).read().strip() == b"ok":
+                break
+        except OSError:
+            pass
+        if time.time() > deadline or proc.poll() is not None:
+            kill_group(proc)
+            pytest.fail("the console did not start: " + log_path.read_text()[-2000:])
+        time.sleep(0.3)
+    try:
+        yield Console(url, runs, log_path, proc)
+    finally:
+        from backend.launcher import attach
+        for state in RunStore(runs).list():   # a failed test must not leave workers behind
+            if state.live:
+                try:
+                    attach(state.run_id, store=RunStore(runs)).stop(grace_s=3)
+                except Exception:  # noqa: BLE001 - best effort cleanup
+                    pass
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        kill_group(proc)
+        log.close()
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def playwright():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    require("playwright (python package)", sync_playwright is not None)
+    require("chromium (Debian package)", os.path.exists(CHROMIUM))
+    return sync_playwright
+
+
+def open_console(pw, url: str, *, height: int = 1000):
+    """A new headless Chromium on the console's Launch page; returns (browser, page)."""
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    page = browser.new_page(viewport={"width": 1400, "height": height})
+    page.goto(url)
+    page.get_by_role("heading", name="Launch").first.wait_for(timeout=60_000)
+    return browser, page
+
+
+def set_params(page, values: dict) -> None:
+    """Type job parameters into the Launch form (each box commits on Enter)."""
+    for label, value in values.items():
+        box = page.get_by_label(label, exact=True)
+        box.fill(str(value))
+        box.press("Enter")
+        page.wait_for_timeout(400)
+
+
+def shot(page, name: str) -> None:
+    """Screenshot into test-output/e2e; with UPDATE_SCREENSHOTS=1 also into the README's folder
+    (off by default, so a plain `make test` leaves tracked files alone)."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    page.wait_for_timeout(800)   # let charts finish drawing
+    page.screenshot(path=str(OUT / f"{name}.png"), full_page=True, timeout=90_000)   # a busy page draws late
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        DOCS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(OUT / f"{name}.png", DOCS / f"{name}.png")
+
+
+def button(page, name: str):
+    """The page's button ``name``; not a stale one the previous page or run left on screen."""
+    fresh = page.locator('[data-testid="stElementContainer"]:not([data-stale="true"])')
+    return fresh.get_by_role("button", name=name, exact=True)
+
+
+def click(page, name: str, timeout_s: float = 30) -> None:
+    try:
+        button(page, name).click(timeout=timeout_s * 1000)
+    except Exception:  # noqa: BLE001 - say what the page showed instead
+        fail(page, f"no button {name!r} after {timeout_s} s")
+
+
+def fail(page, why: str) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(OUT / "failure.png"), full_page=True)
+    text = page.inner_text("body")
+    shown = text if len(text) < 6000 else text[:3000] + "\n[...]\n" + text[-3000:]
+    pytest.fail(f"{why}; the page shows:\n{shown}")
+
+
+def goto(page, title: str) -> None:
+    # Generous: a page busy drawing live charts on a loaded 2-core machine answers clicks late.
+    page.locator('[data-testid="stSidebarNav"]').get_by_text(title, exact=True).click(timeout=180_000)
+    page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
+
+
+def falling_workers(page) -> list[dict] | None:
+    """The loss chart's two per-task curves (chief and worker, or two workers), when both fall."""
+    charts = page.evaluate(CHARTS_JS)
+    if not charts:
+        return None
+    tasks = [t for t in charts[0] if not str(t["name"]).startswith("global")]
+    if len(tasks) == 2 and all(len(t["y"]) >= 5 and t["y"][-1] < t["y"][0] for t in tasks):
+        return tasks
+    return None
+
+
+def wait_text(page, pattern: str, timeout_s: float) -> str:
+    loc = page.get_by_text(re.compile(pattern)).first
+    try:
+        loc.wait_for(timeout=timeout_s * 1000)
+    except Exception:  # noqa: BLE001 - say what the page showed instead
+        fail(page, f"no text /{pattern}/ after {timeout_s} s")
+    return loc.inner_text()
+
+
+def start(page) -> None:
+    """Press Start; retry while another program briefly holds a default port (benchmarks)."""
+    for _ in range(6):
+        click(page, "Start")
+        outcome = page.get_by_text(re.compile(r"Run \S+ started|Preflight failed")).first
+        outcome.wait_for(timeout=300_000)   # preflight imports TensorFlow per host: slow when busy
+        text = outcome.inner_text()
+        if re.match(r"Run \S+ started", text):   # "Preflight failed, nothing was started" is not it
+            return
+        if "is in use" not in page.inner_text("body"):
+            fail(page, "preflight failed")
+        page.wait_for_timeout(10_000)
+    fail(page, "the default ports stayed in use")
