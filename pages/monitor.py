@@ -21,12 +21,17 @@ if not live.run.state.live:
     st.caption(f"This run is {live.run.state.phase}: there is nothing left to stop.")
 widgets.stop_controls(live, key="monitor")
 
-# An ended run changes no more: its charts and logs are drawn once, not redrawn every 2 s.
+# An ended run changes no more: its charts and logs are drawn once, not redrawn every 2 s. Until
+# a live run's first points arrive the live panel looks every 0.5 s (the first curves show
+# sooner), for the first 2 minutes of an attempt (a job that writes no metrics waits forever).
 EVERY = 2 if live.run.state.live else None
+attempts = live.run.state.attempts
+WAITING = (live.run.state.live and live.metrics.progress() is None
+           and bool(attempts) and time.time() - attempts[-1].started < 120)
 smoothing = st.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="smoothing")
 
 
-@auth.fragment(run_every=EVERY)
+@auth.fragment(run_every=0.5 if WAITING else EVERY)
 def live_panel() -> None:
     snap = monitor_view.snapshot(live, smoothing)
     p = snap.progress
@@ -50,6 +55,8 @@ def live_panel() -> None:
                         key="gpu_mem_chart", width="stretch")
     widgets.status_table(live, key="monitor_status")
     widgets.attempts_table(live)
+    if WAITING and snap.progress.step is not None:
+        st.rerun(scope="app")   # the first points are drawn: back to the 2 s pace
 
 
 live_panel()
