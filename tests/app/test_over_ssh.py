@@ -154,7 +154,12 @@ def test_start_and_stop_over_ssh_aliases(page, operator_ssh, python_path, runs_d
     wait_for(lambda: at.run() and any("no process is left" in s.value for s in at.success) and at, 60,
              "the background stop to report success")
     assert store.load(run_id).phase == "stopped"
-    assert processes_of(attach(run_id, store=store)) == []
+    run = attach(run_id, store=store)
+    groups = {t.pgid for t in run.state.tasks}
+    # The workers are gone when Stop says so; the keeper and the console's watch agent (which
+    # brings the last lines first) end within seconds.
+    assert not [p for p in processes_of(run) if int(p.split()[1]) in groups], processes_of(run)
+    wait_for(lambda: processes_of(run) == [], 60, "no process of the run, keeper and watch agent included")
 
 
 @pytest.fixture(scope="module")
