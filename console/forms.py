@@ -177,14 +177,21 @@ def examples(folder: Path) -> list[str]:
     return out
 
 
-def launch_form(job: dict) -> dict:
-    """First values of the launch form, by widget key, from a job dict (``job_to_dict``).
-
-    Params the job leaves unset take the harness defaults.
+def launch_form(job: dict, example_names: tuple[str, ...] = ()) -> dict:
+    """First values of the launch form, by widget key, from a job dict (``job_to_dict``): the
+    built-in default's, or a live run's (a new session shows what trains). A module named like an
+    example (``example_names``, or any module when none are given) is that example; another is
+    its path. Params the job leaves unset take the harness defaults.
     """
     params = job.get("params", {})
+    restart = job.get("restart") or {}
     form = {"job_source": "Example", "job_example": Path(job.get("module") or "synthetic.py").name,
-            "job_module": "", "job_command": "", "restart_mode": "never", "max_restarts": 3}
+            "job_module": "", "job_command": "", "restart_mode": restart.get("mode", "never"),
+            "max_restarts": int(restart.get("max_restarts", 3))}
+    if job.get("kind") == "command":
+        form.update(job_source="Command", job_command=shlex.join(job.get("command") or []))
+    elif example_names and form["job_example"] not in example_names:
+        form.update(job_source="Module path", job_module=job.get("module") or "")
     form.update({f"param_{name}": int(params.get(name, HARNESS_DEFAULTS[name])) for name in JOB_PARAMS})
     return form
 

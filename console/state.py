@@ -21,7 +21,7 @@ from backend.hosts.ssh import SSHOptions
 from backend.runs import RunStore, default_root
 from backend.spec import DEFAULT_PORTS, cluster_to_dict, default_cluster, default_job, job_to_dict
 from console import slurm_form
-from console.forms import cluster_rows, launch_form
+from console.forms import cluster_rows, examples, launch_form
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -31,7 +31,7 @@ DEFAULTS = {
     "cluster_rows": lambda: first_cluster_rows(),
     "cluster_current": lambda: None,     # the edited rows, as other pages read them
     "cluster_version": lambda: 0,        # bumped to give the table editor fresh rows
-    "launch_form": lambda: launch_form(job_to_dict(default_job(EXAMPLES))),   # widget key -> value
+    "launch_form": lambda: first_launch_form(),   # widget key -> value
     "run_id": lambda: None,              # the current run
     "action_run_id": lambda: None,       # the run of this session's last Start or Stop
     "preflight": lambda: None,           # [row dict] of the last preflight
@@ -70,6 +70,14 @@ def first_cluster_rows() -> list[dict]:
     if live and "tasks" in live[0].cluster:
         return cluster_rows(live[0].cluster)
     return cluster_rows(cluster_to_dict(default_cluster(sys.executable, free_ports())))
+
+
+def first_launch_form() -> dict:
+    """A new session's job form: the newest live run's job (what its pages show), else the
+    built-in default, as ``first_cluster_rows`` does for the task table."""
+    live = [s for s in run_store().list() if s.live]
+    job = live[0].job if live and live[0].job else job_to_dict(default_job(EXAMPLES))
+    return launch_form(job, tuple(examples(EXAMPLES)))
 
 
 def init() -> None:

@@ -148,6 +148,8 @@ def test_start_and_stop_over_ssh_aliases(page, operator_ssh, python_path, runs_d
     assert [(r["role"], r["host"]) for r in at.session_state["cluster_rows"]] == [("chief", "h2"), ("worker", "h3")]
     assert any("chief-0 on h2:" in c.value and "worker-0 on h3:" in c.value for c in at.caption), \
         [c.value for c in at.caption]
+    # ... and the live run's job, not the built-in default's.
+    assert (at.number_input(key="param_epochs").value, at.number_input(key="param_steps_per_epoch").value) == (1, 5000)
     at.button(key="launch_stop").click().run()
     at.button(key="launch_yes").click().run()
     assert not at.exception and not errors(at), errors(at)

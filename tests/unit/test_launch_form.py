@@ -1,0 +1,26 @@
+"""The launch form's first values from a job dict: the built-in default's, or a live run's job,
+which a new session (another tab, a restarted console) shows instead of the defaults."""
+from console.forms import launch_form
+
+EXAMPLES = ("digits.py", "synthetic.py")
+
+
+def test_an_example_run_fills_its_example_params_and_restart_policy():
+    form = launch_form({"kind": "harness", "module": "/home/op/tfconsole/runs/r1.ab12cd/job/digits.py",
+                        "params": {"epochs": 1, "steps_per_epoch": 5000},
+                        "restart": {"mode": "on_failure", "max_restarts": 7}}, EXAMPLES)
+    assert (form["job_source"], form["job_example"]) == ("Example", "digits.py")
+    assert form["param_epochs"] == 1 and form["param_steps_per_epoch"] == 5000
+    assert form["param_log_every"] == 10   # unset: the harness default
+    assert (form["restart_mode"], form["max_restarts"]) == ("on_failure", 7)
+
+
+def test_a_module_of_the_operators_own_is_shown_by_its_path():
+    form = launch_form({"kind": "harness", "module": "/srv/jobs/my_job.py"}, EXAMPLES)
+    assert (form["job_source"], form["job_module"]) == ("Module path", "/srv/jobs/my_job.py")
+    assert form["restart_mode"] == "never"
+
+
+def test_a_command_job_is_shown_quoted_as_typed():
+    form = launch_form({"kind": "command", "command": ["python", "train.py", "--name", "two words"]}, EXAMPLES)
+    assert (form["job_source"], form["job_command"]) == ("Command", "python train.py --name 'two words'")
