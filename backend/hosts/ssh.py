@@ -27,6 +27,14 @@ from backend.hosts.resolve import host_port_name, resolve, split_hops, split_jum
 # What paramiko and the socket below it raise when a link breaks; the edge maps them to HostError.
 IO_FAILURES = (OSError, EOFError, paramiko.SSHException)
 
+
+def _missing_keys(paths: list[str]) -> str:
+    """The start of a fix that names identity files that are not there (none: empty)."""
+    if not paths:
+        return ""
+    return (f"The identity file {', '.join(paths)} does not exist: fix IdentityFile in ~/.ssh/config "
+            "(or the task's identity_file) to name your private key. ")
+
 # paramiko's transport thread logs a traceback for every failed connection; with no logging set
 # up, Python prints it to stderr. Each such failure already becomes one of our HostErrors, so the
 # traceback goes nowhere unless the embedding program configures logging itself.
@@ -152,9 +160,13 @@ class SSHTransport:
         client.set_missing_host_key_policy(_Verify(self.host, known, t.known_hosts_name))
         sock = self._jump_channel() if t.jump else None
         password, passphrase = self._secrets
+        # As OpenSSH: an identity file that does not exist is skipped (the agent may still have
+        # the key); paramiko would stop at it with a bare "No such file or directory".
+        keys = [k for k in t.key_files if os.path.exists(k)]
+        missing = [k for k in t.key_files if k not in keys]
         try:
             client.connect(t.hostname, port=t.port, username=t.user,
-                           key_filename=list(t.key_files) or None, password=password,
+                           key_filename=keys or None, password=password,
                            passphrase=passphrase, timeout=self.options.connect_timeout,
                            banner_timeout=self.options.connect_timeout,
                            auth_timeout=self.options.connect_timeout, sock=sock,
@@ -166,8 +178,16 @@ class SSHTransport:
             found = [e for e in known.trusted(t.known_hosts_name) if e.blob == err.expected_key.asbytes()]
             raise changed_error(self.host, known.path, found, err.key.get_name(), err.key.asbytes()) from None
         except paramiko.AuthenticationException as err:
+            client.close()
             raise HostError(self.host, f"authentication failed for user {t.user or '(default)'}: {err}",
-                            "Check the user and identity file, or load the key into ssh-agent.") from None
+                            _missing_keys(missing) + "Check the user and identity file, or load the key "
+                            "into ssh-agent.") from None
+        except paramiko.SSHException as err:
+            client.close()
+            if missing and "No authentication methods available" in str(err):   # nor an agent key
+                raise HostError(self.host, f"no key to log in as {t.user or '(default)'} with",
+                                _missing_keys(missing) + "Or load the key into ssh-agent.") from None
+            raise   # _open maps the error or tries again
         except BaseException:
             client.close()   # this try is over; _open maps the error or tries again
             raise

@@ -85,6 +85,23 @@ def test_ssh_config_alias(ssh_hosts, client_key, ssh_options, tmp_path):
     assert SSHTransport("trainer", options=options).run(["echo", "hi"]).stdout == "hi\n"
 
 
+def test_a_missing_identity_file_is_skipped_and_named_when_no_key_is_left(ssh_hosts, client_key, ssh_options, tmp_path):
+    """As OpenSSH does: an IdentityFile that is not there is passed over (the next one logs in);
+    when it was the only way in, the error names it instead of "No such file or directory"."""
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host trainer\n  HostName {ssh_hosts[1].address}\n  Port {ssh_hosts[1].port}\n"
+                      f"  IdentityFile {tmp_path}/id_gone\n  IdentityFile {client_key}\n"
+                      f"Host lost\n  HostName {ssh_hosts[1].address}\n  Port {ssh_hosts[1].port}\n"
+                      f"  IdentityFile {tmp_path}/id_gone\n")
+    options = SSHOptions(known_hosts=ssh_options.known_hosts, ssh_config=str(config),
+                         allow_agent=False, look_for_keys=False)
+    assert SSHTransport("trainer", options=options).run(["echo", "hi"]).stdout == "hi\n"
+    with pytest.raises(HostError) as err:
+        SSHTransport("lost", options=options).run(["true"])
+    assert f"identity file {tmp_path}/id_gone does not exist" in str(err.value), str(err.value)
+    assert "IdentityFile in ~/.ssh/config" in str(err.value) and "cannot connect" not in str(err.value)
+
+
 def test_jump_host_field_reaches_a_host_only_the_jump_host_can(jump_host, client_key, user, tmp_path):
     """The task's own ``jump_host`` field (user@address:port); the target refuses direct connects."""
     gate, target = jump_host.jump_sshd, jump_host.target_sshd
