@@ -1,8 +1,8 @@
 """What a job needs of a cluster, checked before anything starts. Pure: reads only the job file.
 
 A harness job's batch is split evenly over every replica of MultiWorkerMirroredStrategy (one per
-GPU a chief or worker task lists, else one per task), so ``global_batch_size`` must divide by the
-replica count; otherwise every worker would start, load TensorFlow and fail with the same error.
+GPU a chief or worker task lists, else one per task; on Slurm, one per GPU of each of nodes x
+tasks_per_node tasks), so ``global_batch_size`` must divide by the replica count; otherwise every worker would start, load TensorFlow and fail with the same error.
 The value the harness will use is the first of: the job's ``params``, the job module's
 ``DEFAULTS`` dict, the harness default (``backend.harness.jobs.DEFAULTS``).
 """
@@ -12,12 +12,15 @@ import ast
 from pathlib import Path
 
 from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
+from backend.slurm.spec import SlurmSpec
 from backend.spec import ClusterSpec, JobKind, JobSpec, Role
-from backend.tfconfig import Finding, _finding, require_valid as _require_cluster
+from backend.tfconfig import Finding, _finding, raise_errors, require_valid as _require_cluster
 
 
-def replicas(cluster: ClusterSpec) -> int:
+def replicas(cluster: ClusterSpec | SlurmSpec) -> int:
     """MultiWorkerMirroredStrategy's ``num_replicas_in_sync`` for this cluster."""
+    if isinstance(cluster, SlurmSpec):
+        return cluster.num_tasks * max(1, cluster.gpus_per_task)
     return sum(max(1, len(t.gpus)) for t in cluster.tasks if t.role in (Role.CHIEF, Role.WORKER))
 
 
@@ -42,7 +45,7 @@ def effective_params(job: JobSpec) -> dict:
     return {**HARNESS_DEFAULTS, **module_defaults(job.module), **dict(job.params)}
 
 
-def check_job(cluster: ClusterSpec, job: JobSpec) -> list[Finding]:
+def check_job(cluster: ClusterSpec | SlurmSpec, job: JobSpec) -> list[Finding]:
     if job.kind is not JobKind.HARNESS:
         return []   # a command job splits its own batches
     params, n = effective_params(job), replicas(cluster)
@@ -52,7 +55,7 @@ def check_job(cluster: ClusterSpec, job: JobSpec) -> list[Finding]:
     if isinstance(gbs, int) and not isinstance(gbs, bool) and n and gbs % n:
         lower, upper = max(n, gbs - gbs % n), gbs - gbs % n + n
         out.append(_finding("error", where, f"global_batch_size {gbs} is not divisible by the {n} "
-                            f"replicas of this cluster (one per chief/worker task, or per GPU it lists)",
+                            f"replicas of this cluster ({_per(cluster)})",
                             f"Set params.global_batch_size to a multiple of {n}, e.g. {lower} or {upper}."))
     keep = params.get("keep_checkpoints")
     if isinstance(keep, int) and not isinstance(keep, bool) and keep < 0:
@@ -65,6 +68,16 @@ def check_job(cluster: ClusterSpec, job: JobSpec) -> list[Finding]:
     return out
 
 
-def require_valid(cluster: ClusterSpec, job: JobSpec, *, hosts=None) -> None:
-    """Refuse, before anything starts, a cluster with errors or a job that must fail on it."""
-    _require_cluster(cluster, hosts=hosts, more=check_job(cluster, job))
+def _per(cluster: ClusterSpec | SlurmSpec) -> str:
+    if isinstance(cluster, SlurmSpec):
+        return "nodes x tasks_per_node tasks, times gpus_per_task when it is above 0"
+    return "one per chief/worker task, or per GPU it lists"
+
+
+def require_valid(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, hosts=None) -> None:
+    """Refuse, before anything starts, a cluster with errors or a job that must fail on it. A
+    Slurm cluster's own fields were checked when it was read; Slurm places its tasks."""
+    if isinstance(cluster, SlurmSpec):
+        raise_errors(check_job(cluster, job))
+    else:
+        _require_cluster(cluster, hosts=hosts, more=check_job(cluster, job))

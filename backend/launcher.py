@@ -44,6 +44,7 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
     run_id = check_run_id(run_id or new_run_id())
     pool = Pool(options)
     if isinstance(cluster, SlurmSpec):
+        jobfit.require_valid(cluster, job)
         saved, cluster = slurm_to_dict(cluster), cluster.as_cluster()
     else:
         saved = cluster_to_dict(cluster)

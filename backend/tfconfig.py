@@ -186,7 +186,11 @@ def require_valid(cluster: ClusterSpec, *, hosts: Sequence[str] | None = None,
                   more: Sequence[Finding] = ()) -> None:
     """Raise SpecErrors built from the error-level findings (the cluster's, plus ``more``: what a
     job needs of it, from ``backend.jobfit``), so nothing starts that must fail."""
-    found = check_cluster(cluster, hosts) + list(more)
+    raise_errors(check_cluster(cluster, hosts) + list(more))
+
+
+def raise_errors(found: Sequence[Finding]) -> None:
+    """SpecErrors of the error-level findings, if any."""
     errors = [SpecError(f.field, f.problem or f.message.rstrip("."), f.fix) for f in found if f.level == "error"]
     if errors:
         raise SpecErrors(errors)

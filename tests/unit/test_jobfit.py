@@ -46,6 +46,23 @@ def test_replicas_count_gpus():
         {"role": "chief", "host": "a", "tf_port": 2000}, {"role": "evaluator", "host": "b", "tf_port": 2000}]})) == 1
 
 
+def test_a_slurm_job_whose_batch_does_not_split_over_its_tasks_is_refused_before_sbatch(tmp_path):
+    from backend import launcher
+    from backend.runs import RunStore
+    from backend.slurm.spec import slurm_from_dict
+    three = slurm_from_dict({"kind": "slurm", "host": "login", "partition": "gpu", "nodes": 1, "tasks_per_node": 3})
+    four_gpus = slurm_from_dict({"kind": "slurm", "host": "login", "partition": "gpu", "nodes": 2, "tasks_per_node": 1,
+                                 "gpus_per_task": 2})
+    assert (replicas(three), replicas(four_gpus)) == (3, 4)
+    found = check_job(three, job(tmp_path))
+    assert [f.field for f in found] == ["global_batch_size"] and "nodes x tasks_per_node" in found[0].message
+    assert check_job(four_gpus, job(tmp_path)) == []
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(SpecErrors, match="64 is not divisible by the 3 replicas"):
+        launcher.launch(three, job(tmp_path), store=store)   # refused here: no sbatch, no run folder
+    assert store.list() == []
+
+
 def test_command_jobs_are_not_checked(tmp_path):
     command = job_from_dict({"kind": "command", "command": ["train.py"]})
     assert check_job(workers(3), command) == []
