@@ -3,6 +3,7 @@ and, once the console answers, the URL to open with the token in it (like Jupyte
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -48,12 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConsoleError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    env = dict(os.environ, **({auth.PRINTED_ENV: auth.printed_mark(token)} if token else {}))
     proc = subprocess.Popen([
         sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", args.address,
         "--server.port", str(args.port), "--server.headless", "true",
         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",   # .streamlit/config.toml says why
         "--runner.postScriptGC", "false",
-        "--logger.hideWelcomeMessage", "true"])   # its URL has no token: we print ours instead
+        "--logger.hideWelcomeMessage", "true"], env=env)   # its URL has no token: we print ours instead
     # Ctrl-C reaches both processes; a TERM or HUP sent to this one alone goes on to the console.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))

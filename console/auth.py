@@ -13,6 +13,7 @@ operator.
 from __future__ import annotations
 
 import functools
+import hashlib
 import hmac
 import os
 import secrets
@@ -105,6 +106,13 @@ def url(token: str, *, address: str, port: int, base_path: str = "") -> str:
 
 _announced: set[str] = set()   # tokens this process has printed, so each is printed once
 _lock = threading.Lock()        # sessions run in threads: one of them creates and prints
+# Set by `python -m console` (make run) for the Streamlit process it starts: the SHA-256 of the
+# token whose URL it printed itself, so the first page load does not print it again.
+PRINTED_ENV = "TFCONSOLE_PRINTED"
+
+
+def printed_mark(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _server_token() -> str:
@@ -112,6 +120,8 @@ def _server_token() -> str:
         token = read_token(token_path())
         if token not in _announced:   # `streamlit run console/app.py` prints no token itself
             _announced.add(token)
+            if os.environ.get(PRINTED_ENV) == printed_mark(token):
+                return token
             address = st.get_option("server.address") or "localhost"
             print("tfconsole: open " + url(token, address=address, port=st.get_option("server.port"),
                                            base_path=st.get_option("server.baseUrlPath") or ""),

@@ -75,6 +75,8 @@ def test_make_run_prints_the_url_that_opens_the_console_and_nothing_opens_withou
         page.reload()                      # a new session: the address bar no longer holds it
         _assert_refused(page)
         browser.close()
+        # Printed once: by `make run`, not again by the console at its first page load.
+        assert served.log.read_text().count("tfconsole: open ") == 1, served.log.read_text()
 
         served.proc.terminate()            # stopping `make run` stops the console it started
         served.proc.wait(30)
