@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import tfconfig
-from backend.errors import SpecError, SpecErrors
+from backend.errors import ConsoleError, SpecError, SpecErrors
 from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
+from backend.hosts.resolve import tf_hosts
 from backend.spec import ClusterSpec, JobSpec, cluster_from_dict, job_from_dict
 
 COLUMNS = ("role", "host", "transport", "tf_port", "ssh_port", "user", "identity_file",
@@ -111,8 +112,12 @@ def check_rows(rows: list[dict]) -> tuple[ClusterSpec | None, list[Problem]]:
         return None, [Problem("error", row_of(e.field), e.field, str(e)) for e in err.errors]
     except SpecError as err:
         return None, [Problem("error", row_of(err.field), err.field, str(err))]
+    try:   # as the workers dial them (~/.ssh/config): an alias and its HostName are one machine
+        hosts = tf_hosts(cluster)
+    except ConsoleError:
+        hosts = None   # an ssh_config it cannot read: Start reports it, with the fix
     problems = [Problem(f.level, row_of(f.field), f.field, f.message)
-                for f in tfconfig.check_cluster(cluster)]
+                for f in tfconfig.check_cluster(cluster, hosts)]
     return cluster, problems
 
 

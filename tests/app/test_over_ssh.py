@@ -266,6 +266,17 @@ def test_tf_config_preview_shows_alias_to_address(page, alias_rows, ssh_hosts):
     assert at.selectbox(key="hostkey_target").options == ["h2", "h3"]   # trusted by alias
 
 
+def test_an_alias_and_its_address_on_one_port_are_one_clash(page, alias_rows, ssh_hosts):
+    """The Cluster table checks hosts as the workers dial them: h2 is 127.0.0.2 (~/.ssh/config),
+    so a second row naming 127.0.0.2 with h2's tf_port is the clash that launch would refuse."""
+    rows = [dict(alias_rows[0]), dict(alias_rows[1], host=ssh_hosts[0].address, tf_port=alias_rows[0]["tf_port"])]
+    at = page("cluster", cluster_rows=rows)
+    assert not at.exception
+    cells = list(at.data_editor[0].value["problem"])
+    assert cells[0] == "" and "chief-0 and worker-0 both use" in cells[1], cells
+    assert any(m.startswith("Row 2:") for m in errors(at)), errors(at)
+
+
 def test_a_changed_key_is_replaced_only_by_the_replace_button(page, untrusted, ssh_hosts, python_path):
     from tests.app.conftest import table_rows
     known = HOME / ".ssh" / "known_hosts"
