@@ -2,7 +2,8 @@
 
 A harness job's batch is split evenly over every replica of MultiWorkerMirroredStrategy (one per
 GPU a chief or worker task lists, else one per task; on Slurm, one per GPU of each of nodes x
-tasks_per_node tasks), so ``global_batch_size`` must divide by the replica count; otherwise every worker would start, load TensorFlow and fail with the same error.
+tasks_per_node tasks), so ``global_batch_size`` must divide by the replica count; otherwise every
+worker would start, load TensorFlow and fail with the same error.
 The value the harness will use is the first of: the job's ``params``, the job module's
 ``DEFAULTS`` dict, the harness default (``backend.harness.jobs.DEFAULTS``).
 """

@@ -17,9 +17,7 @@ from __future__ import annotations
 import faulthandler
 import time
 
-REARM_EVERY_S = 1.0
-# faulthandler's first line when the bound acts, "Timeout (0:01:01)!" (read by backend.diagnose).
-HEADER = "Timeout ("
+REARM_EVERY_S = 1.0   # faulthandler's first line when it acts, "Timeout (0:01:01)!", is read by backend.diagnose
 
 
 class StepDeadline:

@@ -28,13 +28,6 @@ from backend.hosts.resolve import host_port_name, resolve, split_hops, split_jum
 IO_FAILURES = (OSError, EOFError, paramiko.SSHException)
 
 
-def _missing_keys(paths: list[str]) -> str:
-    """The start of a fix that names identity files that are not there (none: empty)."""
-    if not paths:
-        return ""
-    return (f"The identity file {', '.join(paths)} does not exist: fix IdentityFile in ~/.ssh/config "
-            "(or the task's identity_file) to name your private key. ")
-
 # paramiko's transport thread logs a traceback for every failed connection; with no logging set
 # up, Python prints it to stderr. Each such failure already becomes one of our HostErrors, so the
 # traceback goes nowhere unless the embedding program configures logging itself.
@@ -44,6 +37,14 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 # connections at random) or busy re-executing itself under load. A moment later the same
 # connection nearly always gets through, so that one failure is tried again, after these pauses.
 HANGUP_PAUSES_S = (0.5, 1.5)
+
+
+def _missing_keys(paths: list[str]) -> str:
+    """The start of a fix that names identity files that are not there (none: empty)."""
+    if not paths:
+        return ""
+    return (f"The identity file {', '.join(paths)} does not exist: fix IdentityFile in ~/.ssh/config "
+            "(or the task's identity_file) to name your private key. ")
 
 
 def hung_up_early(err: BaseException, waited_s: float, banner_timeout_s: float) -> bool:
