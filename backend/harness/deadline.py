@@ -9,15 +9,16 @@ default ``pid_max`` of 32768) near step 3,400 and both aborted with
 timeout and keeps the bound itself: ``faulthandler``'s watchdog, which runs in C and needs no GIL
 (TensorFlow may hold it while a collective waits), writes every thread's Python stack to the log
 and ends the process (exit 1) when no step has finished for ``collective_timeout_s``. It is armed
-again at most once a second, so it acts between T and T + 1 s after the last finished step.
-Standard library only.
+again at most once a second, so it acts between T and T + 1 s after the last finished step. Its
+first line, "Timeout (0:01:01)!", is what ``backend.diagnose`` recognises. Standard library only.
 """
 from __future__ import annotations
 
 import faulthandler
 import time
 
-REARM_EVERY_S = 1.0   # faulthandler's first line when it acts, "Timeout (0:01:01)!", is read by backend.diagnose
+# Each arm starts faulthandler's watchdog thread afresh: at most once a second, not per step.
+REARM_EVERY_S = 1.0
 
 
 class StepDeadline:
