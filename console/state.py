@@ -66,18 +66,23 @@ def first_cluster_rows() -> list[dict]:
     else the built-in default. After a console restart the Launch and Cluster pages then name the
     hosts that train, and Start after Stop goes to them again. A live Slurm run keeps the default
     table: its cluster is the Slurm form's, not rows."""
-    live = [s for s in run_store().list() if s.live]
-    if live and "tasks" in live[0].cluster:
-        return cluster_rows(live[0].cluster)
+    live = _newest_live()
+    if live and "tasks" in live.cluster:
+        return cluster_rows(live.cluster)
     return cluster_rows(cluster_to_dict(default_cluster(sys.executable, free_ports())))
 
 
 def first_launch_form() -> dict:
     """A new session's job form: the newest live run's job (what its pages show), else the
     built-in default, as ``first_cluster_rows`` does for the task table."""
-    live = [s for s in run_store().list() if s.live]
-    job = live[0].job if live and live[0].job else job_to_dict(default_job(EXAMPLES))
+    live = _newest_live()
+    job = live.job if live and live.job else job_to_dict(default_job(EXAMPLES))
     return launch_form(job, tuple(examples(EXAMPLES)))
+
+
+def _newest_live():
+    """The newest live run's saved state (the run a new session's pages show), or None."""
+    return next((s for s in run_store().list() if s.live), None)
 
 
 def init() -> None:
