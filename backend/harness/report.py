@@ -7,6 +7,7 @@ each line is flushed at once because the watch agent tails the file live.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -34,7 +35,7 @@ class MetricsReporter:
             "step": int(step), "epoch": int(epoch),
             "time": time.time() if now is None else float(now),
             "loss": float(loss), "global_loss": float(global_loss),
-            "step_time": float(step_time), "examples_per_sec": float(examples_per_sec),
+            "step_time": _finite(step_time), "examples_per_sec": _finite(examples_per_sec),
         }
         self._fh.write(json.dumps(line) + "\n")
         self._fh.flush()
@@ -48,3 +49,9 @@ class MetricsReporter:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no NaN: an unknown figure (an attempt's first step has no step time) is null."""
+    value = float(value)
+    return value if math.isfinite(value) else None

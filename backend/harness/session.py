@@ -1,6 +1,7 @@
 """One training session of one worker: set up, train, sync, save. Used by train.py."""
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -131,7 +132,7 @@ class Session:
                     if not self.bare:
                         self.losses_since_sync.append(out)
                 bound.step_done()
-                if t_clock is None and self._is_sync(step):
+                if t_clock is None and self._scheduled(step):
                     # Both step functions are traced by now: steps/s excludes compile time, the
                     # same way with and without instrumentation (bench/harness_overhead.py).
                     t_clock, clock_step, cpu_clock = time.time(), step, time.process_time()
@@ -158,9 +159,14 @@ class Session:
         every = int(self.p["checkpoint_every"])
         return step % self.spe == 0 or (every > 0 and step % every == 0) or step == self.total
 
-    def _is_sync(self, step: int) -> bool:
-        # Every worker computes the same schedule, so every worker joins every collective.
+    def _scheduled(self, step: int) -> bool:
         return step % int(self.p["log_every"]) == 0 or self._save_due(step)
+
+    def _is_sync(self, step: int) -> bool:
+        # Every worker computes the same schedule, so every worker joins every collective. The
+        # first step of an attempt is a sync point too: its loss reaches the console before the
+        # plain step function is even traced (first curves sooner; bench/first_curves.py).
+        return step == self.start + 1 or self._scheduled(step)
 
     def _sync_point(self, step: int) -> None:
         """One step that also gathers every worker's metrics row; then log and maybe save."""
@@ -170,9 +176,12 @@ class Session:
         # Wall time per step since the previous sync point, everything included (that sync
         # step, metrics writing, checkpoint saves): the throughput the user actually gets.
         done = step - 1 - self.sync_step          # steps run since t_sync
-        step_time = (now - self.t_sync) / max(done, 1)
+        if done:
+            step_time = (now - self.t_sync) / done
+            eps = (self.gbs / len(self.cluster.tasks)) / step_time if step_time > 0 else 0.0
+        else:   # an attempt's first step: no step has run yet to time (written as null)
+            step_time = eps = math.nan
         self.t_sync, self.sync_step = now, step - 1
-        eps = (self.gbs / len(self.cluster.tasks)) / step_time if step_time > 0 else 0.0
         pending = requests_dir.pending(self.run_dir) if self.cluster.is_chief else []
         row = [self.cluster.task_index, prev_sum, prev_n, step_time, eps, 1.0 if pending else 0.0]
         rows = loop.step_and_gather(self.strategy, self.train_step_sync, self.iterator, row)
@@ -181,7 +190,8 @@ class Session:
         global_loss = sum(v["loss"] for v in folded.values()) / len(folded)
         epoch, local = self._epoch(step), folded[self.task]["loss"]
         print(f"[{self.task}] step {step}/{self.total} epoch {epoch} loss {local:.5f} "
-              f"global_loss {global_loss:.5f} {step_time * 1000:.1f} ms/step {eps:.0f} ex/s",
+              f"global_loss {global_loss:.5f} " + (f"{step_time * 1000:.1f} ms/step {eps:.0f} ex/s"
+                                                   if done else "(first step)"),
               flush=True)
         if self.cluster.is_chief:
             self._write_metrics(step, epoch, folded, global_loss)

@@ -110,6 +110,14 @@ def assert_nothing_left(run, store) -> None:
         wait_for(lambda: port_free(spec.tf_port), 30, f"TF port {spec.tf_port} to bind")
 
 
+def expected_steps(resume_steps: list[int]) -> list[int]:
+    """The steps with a metrics row (job contract): every ``log_every`` steps, and the first step
+    of each attempt, which resumed after ``resume_steps[i]`` (0 for a fresh start)."""
+    total = PARAMS["epochs"] * PARAMS["steps_per_epoch"]
+    scheduled = range(PARAMS["log_every"], total + 1, PARAMS["log_every"])
+    return sorted(set(scheduled) | {start + 1 for start in resume_steps})
+
+
 def steps_seen(rows: list[dict], task: str) -> list[int]:
     """Steps of ``task`` as a reader that honours attempts sees them: a new attempt's rows
     replace the old attempt's rows from its first step on."""

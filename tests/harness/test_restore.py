@@ -16,11 +16,12 @@ def test_resume_continues_from_the_checkpoint(trained_run, launcher, tmp_path):
                              extra=["--resume-step", "100"])
     assert cluster.wait() == [0, 0], cluster.tails()
     after = [m for m in read_metrics(run) if m["attempt"] == 1 and m["task"] == "worker-0"]
-    assert [m["step"] for m in after] == list(range(110, 201, 10)), "step counter continues"
-    first = after[0]["global_loss"]
-    # Close to where it stopped, far from where training began.
-    assert abs(first - before[110]["global_loss"]) <= 0.05 * before[110]["global_loss"]
-    assert first < 0.7 * before[10]["global_loss"]
+    assert [m["step"] for m in after] == [101, *range(110, 201, 10)], "step counter continues"
+    # Close to where it stopped, far from where training began. (Step 101's row covers that step
+    # alone, an attempt's first sync point; step 110's covers 102-110, the uninterrupted 101-110.)
+    at = {m["step"]: m["global_loss"] for m in after}
+    assert abs(at[110] - before[110]["global_loss"]) <= 0.05 * before[110]["global_loss"]
+    assert at[101] < 0.7 * before[10]["global_loss"]
     # resume_data=skip replays the same batches and Adam's state is restored: the resumed
     # run follows the uninterrupted one (float rounding aside).
     final = after[-1]["global_loss"]

@@ -25,13 +25,17 @@ def by_step(metrics):
 def test_metrics_lines_follow_the_contract(trained_run):
     total = TrainedRun.EPOCHS * TrainedRun.STEPS_PER_EPOCH
     steps = by_step(trained_run.metrics)
-    assert sorted(steps) == list(range(10, total + 1, 10))
+    # Every log_every steps, and the first step (its loss reaches the console at once).
+    assert sorted(steps) == [1] + list(range(10, total + 1, 10))
     for step, rows in steps.items():
         assert set(rows) == {"worker-0", "worker-1"}
         for row in rows.values():
             assert row["run_id"] == "shared" and row["attempt"] == 0
             assert row["epoch"] == (step - 1) // TrainedRun.STEPS_PER_EPOCH + 1
-            assert row["step_time"] > 0 and row["examples_per_sec"] > 0
+            if step == 1:   # no step has run before the first one: nothing to time
+                assert row["step_time"] is None and row["examples_per_sec"] is None
+            else:
+                assert row["step_time"] > 0 and row["examples_per_sec"] > 0
     train = json.load(open(os.path.join(trained_run.run_dir, "train.json")))
     assert train["total_steps"] == total and train["num_workers"] == 2
     assert train["tasks"] == ["worker-0", "worker-1"] and train["start_step"] == 0
