@@ -4,6 +4,9 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PORT    ?= 8501
+# Test processes (pytest-xdist): much of the suite waits on sshd, browsers and bounds, so two
+# processes on two cores finish sooner than one. TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
 
 .PHONY: run test system-deps bench clean help
 
@@ -40,7 +43,7 @@ run: $(VENV)/.runtime
 	$(PY) -m console --address 127.0.0.1 --port $(PORT)
 
 test: $(VENV)/.dev system-deps
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 bench: $(VENV)/.dev system-deps
 	$(PY) bench/run_all.py

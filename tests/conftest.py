@@ -16,6 +16,7 @@ The whole session runs in a private HOME (``pytest_configure`` below): nothing t
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import shutil
 import subprocess
@@ -61,10 +62,38 @@ SLOW_FIXTURES = {"launcher", "trained_run", "finished_run", "on_finished", "two_
                  "ssh_console"}
 
 
+# `make test` spreads tests over two processes (pytest-xdist, --dist loadgroup). Each process
+# builds its own session fixtures, so tests that share a costly one go to one process: the Slurm
+# cluster (one slurmd per machine, named after the host), the finished runs the harness and page
+# tests read. Every other test stays with its file's, which may share module state or process names.
+SHARED_SESSION_FIXTURES = ("slurm_session", "trained_run", "finished_run")
+
+
+@pytest.hookimpl(tryfirst=True)   # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        used = set(getattr(item, "fixturenames", ()))
+        if SLOW_FIXTURES & used:
             item.add_marker(pytest.mark.slow)
+        shared = [name for name in SHARED_SESSION_FIXTURES if name in used]
+        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.path.name))
+
+
+# Fault scenarios write their measured figures here (tests/faults/conftest.py ``record``).
+FAULT_RESULTS = "fault_results.json"
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """Every process's fault figures: under pytest-xdist each worker writes its own file below
+    the session's base folder (popen-gwN/), and this summary runs in the controller."""
+    base = config._tmp_path_factory.getbasetemp()
+    files = sorted(base.glob(FAULT_RESULTS)) + sorted(base.glob(f"*/{FAULT_RESULTS}"))
+    results = {name: figures for f in files for name, figures in json.loads(f.read_text()).items()}
+    if results:
+        terminalreporter.section("fault scenarios (measured; also in "
+                                 + ", ".join(str(f) for f in files) + ")")
+        for name, figures in results.items():
+            terminalreporter.write_line(f"{name}: {json.dumps(figures)}")
 
 
 def pytest_unconfigure(config) -> None:

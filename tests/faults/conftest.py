@@ -14,7 +14,7 @@ import pytest
 from backend import keeper
 from backend.runs import RunStore
 from backend.spec import job_from_dict
-from tests.conftest import processes_of, wait_for
+from tests.conftest import FAULT_RESULTS, processes_of, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SYNTHETIC = str(ROOT / "examples" / "synthetic.py")
@@ -56,15 +56,8 @@ _RESULTS_FILE: list[Path] = []
 
 @pytest.fixture(scope="session", autouse=True)
 def results_file(tmp_path_factory):
-    _RESULTS_FILE[:] = [tmp_path_factory.getbasetemp() / "fault_results.json"]
+    _RESULTS_FILE[:] = [tmp_path_factory.getbasetemp() / FAULT_RESULTS]
     return _RESULTS_FILE[0]
-
-
-def pytest_terminal_summary(terminalreporter):
-    if _RESULTS:
-        terminalreporter.section(f"fault scenarios (measured; also in {_RESULTS_FILE[0]})")
-        for name, figures in _RESULTS.items():
-            terminalreporter.write_line(f"{name}: {json.dumps(figures)}")
 
 
 def metrics(run) -> list[dict]:
