@@ -51,18 +51,35 @@ class Lines:
         return self
 
     def __next__(self) -> bytes:
+        line = self._guarded(self._raw.readline)
+        if not line:
+            raise StopIteration
+        self.last_data = time.time()
+        return line
+
+    def read(self, size: int) -> bytes:
+        """Exactly ``size`` bytes (a block that follows its header line), or ``HostError`` when
+        the stream ends or breaks first."""
+        parts, left = [], size
+        while left:
+            part = self._guarded(self._raw.read, left)
+            if not part:
+                raise HostError(self.host, f"the stream ended inside a {size}-byte block",
+                                "The connection may be cut; it is opened again.")
+            parts.append(part)
+            left -= len(part)
+        self.last_data = time.time()
+        return b"".join(parts)
+
+    def _guarded(self, read, *args) -> bytes:
         try:
-            line = self._raw.readline()
+            return read(*args)
         except TimeoutError:
             raise HostError(self.host, "no data from the remote command within its idle timeout",
                             "The connection may be cut; it is opened again.") from None
         except self._failures as err:
             raise HostError(self.host, f"the stream broke: {type(err).__name__}: {err}",
                             "The connection may be cut; it is opened again.") from None
-        if not line:
-            raise StopIteration
-        self.last_data = time.time()
-        return line
 
     def close(self) -> None:
         try:

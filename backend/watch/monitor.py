@@ -21,6 +21,7 @@ from backend.watch.journal import Journal
 from backend.watch.lines import parse_metric_lines
 
 AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
+# Agents copied to a chief before metrics travelled in blocks send one event per line.
 _METRIC = b'{"type":"metric","data":'
 _STABLE_S = 5.0   # a session that lasted this long resets the reconnect backoff
 # The agent sends a heartbeat every 2 s: this long with no line at all means the link is gone
@@ -178,7 +179,7 @@ class RunMonitor:
             if self._stop.is_set():
                 return
             for line in stream.stdout:
-                batch = self._on_line(line, batch)
+                batch = self._on_line(line, batch, stream.stdout)
                 if self._stop.is_set():
                     return
             self._set(last_error="the watch agent's output ended")
@@ -195,8 +196,8 @@ class RunMonitor:
             if transport is not None:
                 _quietly(transport.close)
 
-    def _on_line(self, line: bytes, batch: _Batch) -> _Batch:
-        if line.startswith(_METRIC):        # the hot path: parse once, at commit
+    def _on_line(self, line: bytes, batch: _Batch, source) -> _Batch:
+        if line.startswith(_METRIC):
             batch.metrics.append(line[len(_METRIC):].rstrip()[:-1])
             return batch
         try:
@@ -204,7 +205,9 @@ class RunMonitor:
         except ValueError:
             return batch                     # not ours (a shell's banner): ignore
         kind = ev.get("type")
-        if kind == "log":
+        if kind == "metrics":               # a block of raw lines follows: parsed at commit
+            batch.metrics += _block(ev, source)
+        elif kind == "log":
             task = str(ev.get("task", ""))
             if task and "/" not in task and not task.startswith("."):
                 batch.logs.setdefault(task, []).append(str(ev.get("line", "")))
@@ -259,6 +262,16 @@ class RunMonitor:
     def _set(self, **fields) -> None:
         with self._lock:
             self._status.update(fields)
+
+
+def _block(header: dict, source) -> list[bytes]:
+    """The metric lines of one ``metrics`` block: its header says how many lines and bytes
+    follow. A block that does not match its header means the stream is corrupt: raise, so the
+    session ends, its batch is dropped and the restarted agent sends it again."""
+    lines = source.read(int(header["bytes"])).split(b"\n")
+    if len(lines) != int(header["lines"]) + 1 or lines.pop():
+        raise ValueError(f"a metrics block does not match its header {header}")
+    return lines
 
 
 def _quietly(fn) -> None:

@@ -26,8 +26,13 @@ class AgentProc:
 
     def _read(self) -> None:
         for line in self.proc.stdout:
+            event = json.loads(line)
+            if event["type"] == "metrics":   # the header of a block of raw metric lines
+                block = self.proc.stdout.read(event["bytes"])
+                event["data"] = [json.loads(m) for m in block.splitlines()]
+                assert len(event["data"]) == event["lines"], event
             with self._lock:
-                self.events.append(json.loads(line))
+                self.events.append(event)
 
     def of(self, kind: str) -> list[dict]:
         with self._lock:
@@ -37,7 +42,7 @@ class AgentProc:
         return [e["line"] for e in self.of("log") if e["task"] == task]
 
     def metrics(self) -> list[dict]:
-        return [e["data"] for e in self.of("metric")]
+        return [m for e in self.of("metrics") for m in e["data"]]
 
     def wait(self, predicate, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout

@@ -1,6 +1,7 @@
 """The run monitor with a real agent through the local transport: exactly-once across kills."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import time
 
 import pytest
 
+from backend.hosts.base import Lines
 from backend.hosts.local import LocalTransport
 from backend.metrics import MetricsStore
 from backend.watch import RunMonitor
@@ -169,8 +171,7 @@ def test_unreachable_host_keeps_retrying_and_says_why(tmp_path):
 
 class ScriptedStream:
     def __init__(self, lines):
-        import io
-        self.stdout = io.BytesIO(b"".join(lines))
+        self.stdout = Lines("scripted", io.BytesIO(b"".join(lines)), (OSError,))
 
     def alive(self):
         return False
@@ -210,6 +211,28 @@ def test_a_batch_cut_short_is_dropped_and_the_agent_resumes_from_committed_offse
         resumed = json.loads(argvs[1][argvs[1].index("--offsets-json") + 1])
         assert resumed == {"logs/chief-0.log": {"inode": 7, "offset": 2}}
         assert "--offsets-json" not in argvs[0]
+    finally:
+        mon.stop()
+
+
+def test_a_metrics_block_cut_short_is_dropped_and_sent_again(tmp_path):
+    rows = [metric("chief-0", step).encode() for step in (1, 2, 3)]
+    block = lambda lines: json.dumps({"type": "metrics", "lines": len(lines),
+                                      "bytes": len(b"".join(lines))}).encode() + b"\n" + b"".join(lines)
+    offs = lambda n: json.dumps({"type": "offsets", "offsets": {
+        "metrics.jsonl": {"inode": 7, "offset": n}}}).encode() + b"\n"
+    whole = block(rows)
+    sessions = [[block(rows[:1]), offs(len(rows[0])), whole[:len(whole) - 40]],   # cut mid-block
+                [block(rows[1:]), offs(len(b"".join(rows)))]]
+    argvs, store = [], MetricsStore()
+    mon = RunMonitor(lambda: ScriptedTransport(sessions, argvs), "/r", str(tmp_path / "l"),
+                     store, backoff=(0.01, 0.01)).start()
+    try:
+        wait_for(lambda: len(argvs) >= 2 and store.tasks() and store.series("chief-0").step.size == 3,
+                 what="the resent block")
+        assert list(store.series("chief-0").step) == [1, 2, 3]
+        resumed = json.loads(argvs[1][argvs[1].index("--offsets-json") + 1])
+        assert resumed == {"metrics.jsonl": {"inode": 7, "offset": len(rows[0])}}
     finally:
         mon.stop()
 
