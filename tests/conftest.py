@@ -169,12 +169,18 @@ def ssh_task(host, role, port, client_key, python, workdir, **extra) -> dict:
             "identity_file": str(client_key), "python": python, "workdir": str(workdir), **extra}
 
 
+def ps(fields: str = "args=") -> list[str]:
+    """Every process as ``ps -eo FIELDS`` lists it, never cut short: without ``-ww`` ps cuts each
+    line at $COLUMNS, which pytest-xdist's workers set to 80, and a check that a run id or path is
+    *not* listed would then pass without looking."""
+    return subprocess.run(["ps", "-ww", "-eo", fields], capture_output=True, text=True).stdout.splitlines()
+
+
 def processes_of(run) -> list[str]:
     """Every live process of the run, from `ps`: by recorded process group or run id in argv."""
     groups = {t.pgid for t in run.state.tasks if t.pgid}
-    out = subprocess.run(["ps", "-eo", "pid=,pgid=,stat=,args="], capture_output=True, text=True).stdout
     left = []
-    for line in out.splitlines():
+    for line in ps("pid=,pgid=,stat=,args="):
         pid, pgid, stat, args = line.split(None, 3)
         if stat.startswith("Z") or "ps -eo" in args:
             continue

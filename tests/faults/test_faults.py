@@ -15,6 +15,7 @@ from backend import keeper, launcher
 from backend.errors import ConsoleError
 from backend.spec import cluster_to_dict, job_to_dict
 from tests import sshd
+from tests.conftest import ps
 from tests.faults.conftest import (PARAMS, assert_nothing_left, expected_steps, harness_job, kill_task,
                                    metrics, record, steps_seen, wait_for, wait_phase)
 
@@ -73,8 +74,7 @@ def test_sshd_down_before_launch(ssh_hosts, ssh_options, client_key, python_path
         launcher.launch(cluster, harness_job(), store=store, options=ssh_options, run_id="down-1")
     assert "127.0.0.4" in str(err.value) and str(err.value).rstrip().endswith("again."), err.value
     assert store.list() == [] and not (tmp_path / "h2" / "runs" / "down-1").exists()
-    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
-    assert "down-1" not in ps
+    assert not [line for line in ps() if "down-1" in line]
     record("sshd down on one host before launch", refused_after_s=time.time() - started,
            error=str(err.value)[:160])
 

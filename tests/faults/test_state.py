@@ -7,14 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
 
 from backend import keeper_process, launcher
 from backend.errors import MultiHostError
-from backend.runs import Phase, RunState, RunStore, TaskState
+from backend.runs import Phase, RunState, RunStore
 from backend.spec import cluster_from_dict, cluster_to_dict
 from tests import sshd
 from tests.conftest import ROOT, processes_of, ssh_task, wait_for

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests import sshd
-from tests.conftest import HOME, ROOT, wait_for
+from tests.conftest import HOME, ROOT, ps, wait_for
 from tests.integration.test_cli import cli
 
 
@@ -112,7 +112,8 @@ def test_logs_follow_prints_new_lines_and_leaves_nothing_behind(ssh_files):
             return any("step 3 " in line for line in seen)
         wait_for(stepped, 180, "followed lines up to step 3", poll=0)
         assert any("step 2 " in line for line in seen)
-        assert _remote_tails(ssh_files)        # the check below can see the remote reader
+        # The check below can see the remote reader (it may start after the first lines came).
+        wait_for(lambda: _remote_tails(ssh_files), 30, "the remote `tail -F`")
         follow.send_signal(signal.SIGINT)   # Ctrl-C, as a user ends it
         assert follow.wait(30) == 130       # README: 130 means interrupted
         wait_for(lambda: not _remote_tails(ssh_files), 30, "the remote `tail -F` to end")
@@ -123,8 +124,7 @@ def test_logs_follow_prints_new_lines_and_leaves_nothing_behind(ssh_files):
 
 def _remote_tails(workdirs) -> list[str]:
     """`tail -F` processes reading a log under ``workdirs`` (the hosts are this machine)."""
-    out = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "tail" in line and "-F" in line and str(workdirs) in line]
+    return [line for line in ps() if "tail" in line and "-F" in line and str(workdirs) in line]
 
 
 def test_preflight_refuses_a_host_with_another_tensorflow(ssh_files, python_path):

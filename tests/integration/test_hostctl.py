@@ -19,7 +19,7 @@ from backend.errors import HostError
 from backend.harness import layout
 from backend.hosts.local import LocalTransport
 from backend.hosts.ssh import SSHTransport
-from tests.conftest import wait_for
+from tests.conftest import ps, wait_for
 
 HARNESS_DIR = Path(__file__).resolve().parents[2] / "backend" / "harness"
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"]
@@ -64,8 +64,7 @@ def test_start_status_logs_stop(local_host):
     after = remote.status(local_host, ["worker-0"])["worker-0"]
     assert after.state == "exited" and not alive(info.pid)
     # The environment reached the task, never an argv that ps would show.
-    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
-    assert "SECRET" not in ps
+    assert not [line for line in ps() if "SECRET" in line]
 
 
 def test_files_round_trip_in_chunks(local_host, tmp_path, monkeypatch):

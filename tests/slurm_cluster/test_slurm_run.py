@@ -14,7 +14,7 @@ from backend.harness import layout
 from backend.launcher import attach
 from backend.runs import RunStore
 from tests import sshd
-from tests.conftest import processes_of, wait_for
+from tests.conftest import processes_of, ps, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -151,7 +151,7 @@ def test_a_job_the_console_did_not_submit_is_attached_by_its_id(slurm_cluster, t
     assert len(task_lines(status)) == 1, status
     assert "started" in wait_for(lambda: cli("logs", run_id, runs=runs).stdout, 30, "the job's output")
     assert "no process left" in cli("stop", run_id, runs=runs).stdout
-    assert marker not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert not [line for line in ps() if marker in line]
     assert "JobState=CANCELLED" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
     refused = cli("attach-slurm", str(slurm_file(tmp_path, python_path)), "999999", runs=runs, check=False)
     assert refused.returncode != 0 and "does not know job 999999" in refused.stderr
