@@ -15,6 +15,7 @@ The whole session runs in a private HOME (``pytest_configure`` below): nothing t
 """
 from __future__ import annotations
 
+import fcntl
 import getpass
 import json
 import os
@@ -77,6 +78,22 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.slow)
         shared = [name for name in SHARED_SESSION_FIXTURES if name in used]
         item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.path.name))
+
+
+@pytest.fixture(autouse=True)
+def one_training_at_a_time(request, tmp_path_factory):
+    """Under pytest-xdist, `slow` tests (real TensorFlow training) take turns across processes.
+
+    Two trainings side by side on two cores do not take twice as long but four times (measured:
+    135 s alone, 584 s beside another), and their bounds were set for one; light tests still run
+    beside them. The lock file sits in the session's base folder, which every worker shares.
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER") or request.node.get_closest_marker("slow") is None:
+        yield
+        return
+    with open(tmp_path_factory.getbasetemp().parent / "training.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 # Fault scenarios write their measured figures here (tests/faults/conftest.py ``record``).
