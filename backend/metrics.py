@@ -196,10 +196,16 @@ class MetricsStore:
     def add_columns(self, cols: Mapping) -> int:
         """The fast path: ``task`` (a list of names), ``step`` and ``attempt`` (int64 arrays), and
         float64 arrays for time, loss, global_loss, step_time, examples_per_sec (NaN if absent),
-        one row per record in arrival order. Rows are grouped by task with numpy, not a loop."""
-        ids: dict[str, int] = {}
-        codes = np.fromiter((ids.setdefault(t, len(ids)) for t in cols["task"]), np.int64,
-                            len(cols["task"]))
+        one row per record in arrival order. Rows are grouped by task with numpy, not a loop.
+        A reader that has the task names dictionary-encoded already (pyarrow) may give
+        ``task`` as (names, int64 codes into them) instead of a list."""
+        if isinstance(cols["task"], tuple):
+            names, codes = cols["task"]
+            ids = {name: k for k, name in enumerate(names)}
+        else:
+            ids = {}
+            codes = np.fromiter((ids.setdefault(t, len(ids)) for t in cols["task"]), np.int64,
+                                len(cols["task"]))
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(ids) + 1))
         attempt = cols["attempt"]

@@ -1,7 +1,7 @@
 """Ingest 1,000,000 metric lines (64 workers x 15,625 steps) into the MetricsStore.
 
 Measurements:
-  store: raw metrics.jsonl lines -> parse_metric_lines -> add_columns, 100,000 lines a batch
+  store: raw metrics.jsonl lines -> parse_metric_block -> add_columns, 100,000 lines a batch
          (what RunMonitor does at each commit, and at start when it replays its mirror), once
          with pyarrow's JSON reader (the default for big batches) and once with the standard
          library only (json.loads of the batch joined into one array);
@@ -55,7 +55,7 @@ def bench_store(data: list[bytes], *, arrow: bool) -> None:
     store = MetricsStore()
     t0, c0 = time.perf_counter(), time.process_time()
     for i in range(0, len(data), 100_000):
-        store.add_columns(parse.parse_metric_lines(data[i:i + 100_000])[0])
+        store.add_columns(parse.parse_metric_block(b"".join(line + b"\n" for line in data[i:i + 100_000]))[0])
     took, cpu = time.perf_counter() - t0, time.process_time() - c0
     gc.collect()
     n = sum(len(store.series(t)) for t in store.tasks())

@@ -41,11 +41,22 @@ class Journal:
             out += [os.path.relpath(os.path.join(root, n), self.mirror) for n in names]
         return out
 
-    def metric_lines(self) -> Iterator[bytes]:
+    def metric_blocks(self, size: int = 32 << 20) -> Iterator[bytes]:
+        """The mirrored metric lines in blocks of about ``size`` bytes, each ending in a newline
+        (a torn last line, from a crash mid-write, gets one and is quarantined by the parser)."""
         path = os.path.join(self.mirror, METRICS)
-        if os.path.exists(path):
-            with open(path, "rb") as fh:
-                yield from fh
+        if not os.path.exists(path):
+            return
+        rest = b""
+        with open(path, "rb") as fh:
+            while data := fh.read(size):
+                data = rest + data
+                cut = data.rfind(b"\n") + 1
+                if cut:
+                    yield data[:cut]
+                rest = data[cut:]
+        if rest:
+            yield rest + b"\n"
 
     def recent_logs(self, n: int) -> dict[str, list[str]]:
         """The last ``n`` lines of each task's mirrored log (read from the end: logs get big)."""
@@ -58,11 +69,11 @@ class Journal:
             out[name[:-4]] = lines[-n:]
         return out
 
-    def commit(self, metric_lines: list[bytes], logs: dict[str, list[str]],
+    def commit(self, metric_blocks: list[bytes], logs: dict[str, list[str]],
                skipped: dict[str, int], offsets: dict) -> None:
         """Mirror first, then the offsets that say those lines are consumed (atomic rename)."""
-        if metric_lines:
-            self._append(METRICS, b"\n".join(metric_lines) + b"\n")
+        if metric_blocks:
+            self._append(METRICS, b"".join(metric_blocks))
         for task, lines in logs.items():
             self._append(f"logs/{task}.log", ("\n".join(lines) + "\n").encode())
         for name, count in skipped.items():

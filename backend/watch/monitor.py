@@ -18,7 +18,7 @@ from typing import Callable
 
 from backend.hosts.base import Transport
 from backend.watch.journal import Journal
-from backend.watch.lines import parse_metric_lines
+from backend.watch.lines import parse_metric_block
 
 AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
 # Agents copied to a chief before metrics travelled in blocks send one event per line.
@@ -32,7 +32,7 @@ GPU_SAMPLES = 1800   # an hour of the agent's 2 s samples per host
 
 class _Batch:
     def __init__(self) -> None:
-        self.metrics: list[bytes] = []
+        self.metrics: list[bytes] = []   # blocks of lines, each line ending in a newline
         self.logs: dict[str, list[str]] = {}
         self.skipped: dict[str, int] = {}
 
@@ -147,13 +147,8 @@ class RunMonitor:
 
     def _replay(self) -> None:
         """Rebuild the store and log tails from the mirror of an earlier console process."""
-        chunk: list[bytes] = []
-        for line in self._journal.metric_lines():
-            chunk.append(line.rstrip(b"\n"))
-            if len(chunk) >= 100_000:
-                self._ingest(chunk)
-                chunk = []
-        self._ingest(chunk)
+        for block in self._journal.metric_blocks():
+            self._ingest(block)
         with self._lock:
             for task, lines in self._journal.recent_logs(self._log_lines).items():
                 self._logs[task] = deque(lines, maxlen=self._log_lines)
@@ -198,7 +193,7 @@ class RunMonitor:
 
     def _on_line(self, line: bytes, batch: _Batch, source) -> _Batch:
         if line.startswith(_METRIC):
-            batch.metrics.append(line[len(_METRIC):].rstrip()[:-1])
+            batch.metrics.append(line[len(_METRIC):].rstrip()[:-1] + b"\n")
             return batch
         try:
             ev = json.loads(line)
@@ -206,7 +201,7 @@ class RunMonitor:
             return batch                     # not ours (a shell's banner): ignore
         kind = ev.get("type")
         if kind == "metrics":               # a block of raw lines follows: parsed at commit
-            batch.metrics += _block(ev, source)
+            batch.metrics.append(_block(ev, source))
         elif kind == "log":
             task = str(ev.get("task", ""))
             if task and "/" not in task and not task.startswith("."):
@@ -244,16 +239,16 @@ class RunMonitor:
                 self._logs.setdefault(task, deque(maxlen=self._log_lines)).extend(lines)
             self._status["last_event"] = time.time()
         if batch.metrics:
-            self._ingest(batch.metrics)
+            self._ingest(b"".join(batch.metrics))
 
-    def _ingest(self, lines: list[bytes]) -> None:
+    def _ingest(self, block: bytes) -> None:
         """Metric lines into the store; lines it cannot use are counted, never fatal: one bad
         line must not stop the monitor, nor a replay of the mirror that holds it."""
         try:
-            cols, bad = parse_metric_lines(lines)
+            cols, bad = parse_metric_block(block)
             self._store.add_columns(cols)
         except Exception as exc:  # noqa: BLE001 - quarantine the batch, keep watching
-            bad = len(lines)
+            bad = block.count(b"\n")
             self._set(last_error=f"metric lines quarantined: {type(exc).__name__}: {exc}"[:300])
         if bad:
             with self._lock:
@@ -264,14 +259,14 @@ class RunMonitor:
             self._status.update(fields)
 
 
-def _block(header: dict, source) -> list[bytes]:
+def _block(header: dict, source) -> bytes:
     """The metric lines of one ``metrics`` block: its header says how many lines and bytes
     follow. A block that does not match its header means the stream is corrupt: raise, so the
     session ends, its batch is dropped and the restarted agent sends it again."""
-    lines = source.read(int(header["bytes"])).split(b"\n")
-    if len(lines) != int(header["lines"]) + 1 or lines.pop():
+    block = source.read(int(header["bytes"]))
+    if block.count(b"\n") != int(header["lines"]) or not block.endswith(b"\n"):
         raise ValueError(f"a metrics block does not match its header {header}")
-    return lines
+    return block
 
 
 def _quietly(fn) -> None:

@@ -193,11 +193,11 @@ def test_odd_values_do_not_break_a_batch():
 
 def test_a_number_no_float_can_hold_is_quarantined_not_fatal():
     """A metrics line with a 400-digit loss once killed the monitor thread (and every replay)."""
-    from backend.watch.lines import parse_metric_lines
+    from backend.watch.lines import parse_metric_block
     store = MetricsStore()
     good = b'{"task": "worker-0", "step": 2, "loss": 0.5}'
     bad = b'{"task": "worker-0", "step": 1, "loss": ' + b"9" * 400 + b"}"
-    cols, rejected = parse_metric_lines([bad, good])
+    cols, rejected = parse_metric_block(bad + b"\n" + good + b"\n")
     assert rejected == 1
     store.add_columns(cols)
     assert list(store.series("worker-0").step) == [2]
