@@ -62,15 +62,29 @@ def one_round(page, url: str, runs: Path) -> float:
     from backend.launcher import attach
     from backend.runs import RunStore
     goto(page, url, "Launch")
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
     start(page)
+    clicked = time.perf_counter() - t0
     page.locator('[data-testid="stSidebarNav"]').get_by_text("Monitor", exact=True).click(timeout=300_000)
     two_curves(page)
     took = time.perf_counter() - t0
     for state in RunStore(runs).list():
         if state.live:
             attach(state.run_id, store=RunStore(runs)).stop(grace_s=5)
+    newest = max(RunStore(runs).list(), key=lambda s: s.created)
+    print(f"  where the time went: Start returned {clicked:.1f} s; " + _milestones(newest, wall0)
+          + f"; two curves drawn {took:.1f} s", flush=True)
     return took
+
+
+def _milestones(state, wall0: float) -> str:
+    """When the run was recorded, when the chief's first metrics row was written (its own clock),
+    each relative to the Start click."""
+    folder = Path(os.path.expanduser(state.chief.remote_run_dir if os.path.isabs(state.chief.remote_run_dir)
+                                     else f"~/{state.chief.remote_run_dir}"))
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()[:2]]
+    return (f"run recorded {state.created - wall0:.1f} s; "
+            f"first metrics row written {min(r['time'] for r in rows) - wall0:.1f} s")
 
 
 def main() -> None:
