@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import sys
+import threading
 
 from backend import launcher, tfconfig
 from backend.cli_checkpoints import EXIT_CODES, add_commands, print_json, print_table, status_json
@@ -104,13 +106,35 @@ def cmd_keep(a) -> int:
     return 0
 
 
+def _follow(run, name: str) -> int:
+    """Print the task's new lines until the stream ends or Ctrl-C.
+
+    The SSH read runs in a daemon thread. Ctrl-C then lands in this loop, never inside
+    paramiko's locks, where an interrupted wait could leave the stream unable to close and the
+    command hanging after Ctrl-C. Exiting closes the connection, and with it the remote ``tail``.
+    """
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        try:
+            for line in run.follow(name):
+                lines.put(line)
+        except Exception as err:  # noqa: BLE001 - handed to the main thread, which reports it
+            lines.put(err)
+        lines.put(None)
+    threading.Thread(target=pump, name="follow", daemon=True).start()
+    while (item := lines.get()) is not None:
+        if isinstance(item, Exception):
+            raise item
+        print(item, flush=True)
+    return 0
+
+
 def cmd_logs(a) -> int:
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
     names = [a.task] if a.task else [t.name for t in run.state.tasks]
     if a.follow:
-        for line in run.follow(names[0]):
-            print(line, flush=True)
-        return 0
+        return _follow(run, names[0])
     for name in names:
         if len(names) > 1:
             print(f"==> {name} <==")

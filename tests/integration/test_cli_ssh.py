@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 import yaml
@@ -105,12 +106,14 @@ def test_logs_follow_prints_new_lines_and_leaves_nothing_behind(ssh_files):
     follow = subprocess.Popen([sys.executable, "-m", "backend", "--runs", str(runs), *flags(ssh_files),
                                "logs", run_id, "--task", "worker-0", "--follow"],
                               stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    # Read every line as a terminal would: a pipe nobody drains fills up, and the CLI would then
+    # hang on its next print (and on its exit's flush) however it is interrupted.
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(follow.stdout), daemon=True)
+    reader.start()
     try:
-        seen = []
-        def stepped() -> bool:   # lines keep coming while it trains: steps 2 and 3 at least
-            seen.append(follow.stdout.readline())
-            return any("step 3 " in line for line in seen)
-        wait_for(stepped, 180, "followed lines up to step 3", poll=0)
+        # lines keep coming while it trains: steps 2 and 3 at least
+        wait_for(lambda: any("step 3 " in line for line in list(seen)), 180, "followed lines up to step 3")
         assert any("step 2 " in line for line in seen)
         # The check below can see the remote reader (it may start after the first lines came).
         wait_for(lambda: _remote_tails(ssh_files), 30, "the remote `tail -F`")
