@@ -38,6 +38,9 @@ from backend.runs import Phase, RunState, RunStore
 
 STOP_GRACE_S = 5.0      # survivors of a failed attempt are casualties: no need to wait long
 MAX_POLL_S = 10.0       # the slowest poll while a host does not answer
+# How long a failure that only shows casualties (peers whose collective aborted) waits for the
+# task that died first to show too, so the attempt's reason names the cause, not a casualty.
+CASUALTY_WAIT_S = 10.0
 FAILURE_LOG = "failure.log"
 
 
@@ -59,6 +62,7 @@ class Keeper:
         self.log = log or (lambda msg: print(time.strftime("%H:%M:%S"), msg, flush=True))
         self.progress = Progress(changed=time.time())
         self.unreachable_since: float | None = None
+        self.casualties_since: float | None = None
         self.delay = poll_s
 
     def run(self) -> Phase:
@@ -132,9 +136,22 @@ class Keeper:
             self.log(f"every host answers again after {time.time() - self.unreachable_since:.0f} s")
         self.unreachable_since, self.delay = None, self.poll_s
         if found.verdict == Verdict.FAILED:
-            return found.reason
+            return None if self._await_cause(found) else found.reason
+        self.casualties_since = None
         self._read_progress(run)
         return self._stalled(run)
+
+    def _await_cause(self, found: Conclusion) -> bool:
+        """True while a failure shows only casualties and the others may still show the cause."""
+        if not found.casualties_only:
+            self.casualties_since = None
+            return False
+        now = time.time()
+        if self.casualties_since is None:
+            self.casualties_since = now
+            self.log(f"{found.reason.split(':')[0]} lost its collective: waiting up to "
+                     f"{CASUALTY_WAIT_S:.0f} s for the task that failed first")
+        return now - self.casualties_since < CASUALTY_WAIT_S
 
     def _stalled(self, run: Run) -> str | None:
         limit = run.job.restart.stall_timeout_s

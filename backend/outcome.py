@@ -54,6 +54,10 @@ class Conclusion:
     reason: str = ""
     unreachable: tuple[str, ...] = ()   # task names whose host did not answer
     all_ended: bool = False             # no task is starting, running or unreachable
+    # Every failure seen so far is a peer that lost its collective while another task has not
+    # ended yet: the task that failed first may simply not be visible yet (its host answered
+    # first, or its supervisor has not recorded the exit), so the reason may name a casualty.
+    casualties_only: bool = False
 
 
 def conclude(statuses: list[TaskStatus]) -> Conclusion:
@@ -70,7 +74,8 @@ def conclude(statuses: list[TaskStatus]) -> Conclusion:
     ended = all(s.state in (TaskPhase.EXITED, TaskPhase.LOST) for s in statuses)
     bad = [s for s in statuses if s.failed]
     if bad:
-        return Conclusion(Verdict.FAILED, failure_reason(bad), unreachable, ended)
+        casualties = all(s.diagnosis == diagnose.PEER_DIED for s in bad) and not ended
+        return Conclusion(Verdict.FAILED, failure_reason(bad), unreachable, ended, casualties)
     if unreachable:
         return Conclusion(Verdict.UNKNOWN, "no answer from " + ", ".join(
             f"{s.name} ({s.host})" for s in statuses if s.state == TaskPhase.UNREACHABLE), unreachable)

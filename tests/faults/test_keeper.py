@@ -43,6 +43,30 @@ def test_a_stalled_run_is_restarted_then_failed(local_cluster, store, python_pat
     assert_nothing_left(run, store)
 
 
+def cause_after_casualty(flag) -> str:
+    """Once ``flag`` exists task 1 dies as a casualty does (its collective aborted) and task 0,
+    the cause, exits 7 two seconds later: the order a keeper may see a kill -9 over SSH in."""
+    return ("import json, os, sys, time\n"
+            f"while not os.path.exists({str(flag)!r}): time.sleep(0.05)\n"
+            "if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
+            "    sys.exit('tensorflow.python.framework.errors_impl.UnavailableError: "
+            "Collective ops is aborted by: peer down')\n"
+            "time.sleep(2)\nsys.exit(7)")
+
+
+@pytest.mark.slow
+def test_the_attempt_names_the_cause_even_when_a_casualty_shows_first(local_cluster, store,
+                                                                       python_path, tmp_path):
+    flag = tmp_path / "fail-now"
+    job = command_job(cause_after_casualty(flag), python_path, max_restarts=0)
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    flag.touch()
+    state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 60)
+    assert state.phase == "failed" and state.attempts[0].reason.startswith("worker-0 exited(7)"), state
+    assert "lost its collective" in (run.local_dir / keeper.KEEPER_LOG).read_text()
+    assert_nothing_left(run, store)
+
+
 def test_a_second_keeper_is_refused(local_cluster, store, python_path, tmp_path):
     import fcntl
     from backend.errors import RunError
@@ -68,6 +92,10 @@ def test_conclude_names_the_first_failure_not_the_casualty():
     assert fit.reason.startswith("worker-0 exited(1)") and diagnose.permanent(fit.reason)
     assert conclude([TaskStatus("chief-0", "h", "exited", 0),
                      TaskStatus("worker-0", "h", "exited", 0)]).verdict == Verdict.FINISHED
+    early = conclude([TaskStatus("chief-0", "h", "running"),
+                      TaskStatus("worker-0", "h", "exited", 1, diagnose.PEER_DIED)])
+    assert early.verdict == Verdict.FAILED and early.casualties_only   # the cause may show next
+    assert not found.casualties_only and not fit.casualties_only
 
 
 def test_an_unreachable_host_is_unknown_not_failed_unless_another_task_failed():
