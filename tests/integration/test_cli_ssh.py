@@ -105,7 +105,7 @@ def test_logs_follow_prints_new_lines_and_leaves_nothing_behind(ssh_files):
     run_id = cli(*flags(ssh_files), "launch", str(ssh_files / "cluster.yaml"), job, runs=runs).stdout.strip()
     follow = subprocess.Popen([sys.executable, "-m", "backend", "--runs", str(runs), *flags(ssh_files),
                                "logs", run_id, "--task", "worker-0", "--follow"],
-                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=_ctrl_c_as_at_a_terminal)
     # Read every line as a terminal would: a pipe nobody drains fills up, and the CLI would then
     # hang on its next print (and on its exit's flush) however it is interrupted.
     seen: list[str] = []
@@ -123,6 +123,13 @@ def test_logs_follow_prints_new_lines_and_leaves_nothing_behind(ssh_files):
     finally:
         follow.kill()
         assert "no process left" in cli(*flags(ssh_files), "stop", run_id, runs=runs).stdout
+
+
+def _ctrl_c_as_at_a_terminal() -> None:
+    """SIGINT at its default in the CLI, as in a terminal. A suite started in the background by a
+    non-interactive shell (`make test &`, some CI runners) inherits SIGINT ignored, and so would
+    the CLI: Python then installs no KeyboardInterrupt handler, and Ctrl-C could not end it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _remote_tails(workdirs) -> list[str]:
