@@ -28,6 +28,7 @@ DEFAULTS = {
     "resume_data": "skip",      # on resume: "skip" consumed batches, or "reseed" the data
     "stop_on_nan": False,       # stop every worker at the first NaN or Inf loss (harness/health.py)
     "bare": False,              # benchmark switch: no gather, metrics, checkpoints or logs
+    "pace_s": 0.0,              # sleep after each step: a long demo (or a test) leaves the cores to others
 }
 
 
@@ -89,6 +90,8 @@ def settle_params(module, overrides: list[str]) -> dict:
             raise JobError(f"{key} must be >= 1, got {params[key]}")
     if not float(params["startup_timeout_s"]) > 0:
         raise JobError(f"startup_timeout_s must be > 0, got {params['startup_timeout_s']}")
+    if not float(params["pace_s"]) >= 0:
+        raise JobError(f"pace_s must be >= 0 seconds, got {params['pace_s']}")
     if params["resume_data"] not in ("skip", "reseed"):
         raise JobError(f"resume_data must be skip or reseed, got {params['resume_data']}")
     # The job reads its own parameters (model width, learning rate...) from here.

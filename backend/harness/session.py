@@ -30,6 +30,7 @@ class Session:
         self.spe = int(params["steps_per_epoch"])
         self.total = int(params["epochs"]) * self.spe
         self.gbs = int(params["global_batch_size"])
+        self.pace = float(params["pace_s"])
         self.losses_since_sync: list = []
         self.versions = health.write_versions(self.run_dir, self.task)
         self.health = health.Watch(self.run_dir, is_chief=cluster.is_chief, stop=bool(params["stop_on_nan"]))
@@ -132,6 +133,8 @@ class Session:
                     if not self.bare:
                         self.losses_since_sync.append(out)
                 bound.step_done()
+                if self.pace:
+                    time.sleep(self.pace)
                 if t_clock is None and self._scheduled(step):
                     # Both step functions are traced by now: steps/s excludes compile time, the
                     # same way with and without instrumentation (bench/harness_overhead.py).

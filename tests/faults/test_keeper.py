@@ -117,7 +117,7 @@ def test_a_restored_run_is_kept_again(local_cluster, store):
     first = wait_for(lambda: checkpoints.list_checkpoints(run), 120, "a first checkpoint")[0]["step"]
     old_keeper = keeper.keeper_pid(run.local_dir)
     checkpoints.restore(run, first)
-    new_keeper = wait_for(lambda: keeper.keeper_pid(run.local_dir), 20, "a keeper for the restored run")
+    new_keeper = wait_for(lambda: keeper.keeper_pid(run.local_dir), 60, "a keeper for the restored run")
     assert new_keeper != old_keeper
     state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 240)
     assert state.phase == "finished" and state.attempts[-1].resume_step == first, state

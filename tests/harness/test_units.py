@@ -128,6 +128,9 @@ def test_job_params_layering(tmp_path):
     assert params["global_batch_size"] == 64 and params["collective_timeout_s"] == 60
     with pytest.raises(jobs.JobError):
         jobs.settle_params(module, ["epochs=many"])
+    assert params["pace_s"] == 0.0 and jobs.settle_params(module, ["pace_s=0.02"])["pace_s"] == 0.02
+    with pytest.raises(jobs.JobError, match="pace_s must be >= 0"):
+        jobs.settle_params(module, ["pace_s=-1"])
 
 
 def test_job_missing_functions_is_a_clear_error(tmp_path):

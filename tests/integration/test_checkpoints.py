@@ -71,7 +71,10 @@ def test_export_latest_and_restore_oldest_while_checkpoints_rotate(ssh_cluster, 
     from tests.conftest import wait_for
     job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
                          "params": {"epochs": 1, "steps_per_epoch": 1_000_000, "checkpoint_every": 50,
-                                    "log_every": 10, "keep_checkpoints": 3}})
+                                    "log_every": 10, "keep_checkpoints": 3,
+                                    # 20 ms asleep per step leaves the cores to the exports and
+                                    # restores (115 -> 93 s here), and still a checkpoint a second
+                                    "pace_s": 0.02}})
     run = launcher.launch(ssh_cluster, job, store=RunStore(tmp_path / "runs"), options=ssh_options,
                           preflight=launcher.Preflight.SKIP)
     try:
