@@ -21,7 +21,8 @@ COLUMNS = ("role", "host", "transport", "tf_port", "ssh_port", "user", "identity
 INT_COLUMNS = ("tf_port", "ssh_port")
 PROBLEM = "problem"     # read-only column of the table: what is wrong with that row, "" when fine
 _ROW = re.compile(r"^tasks\[(\d+)\]")
-JOB_PARAMS = ("epochs", "steps_per_epoch", "global_batch_size", "checkpoint_every", "log_every")
+JOB_PARAMS = ("epochs", "steps_per_epoch", "global_batch_size", "checkpoint_every", "log_every", "pace_s")
+FLOAT_PARAMS = ("pace_s",)   # seconds; every other form parameter is a whole number
 JOB_SOURCES = ("Example", "Module path", "Command")
 RESTART_MODES = ("never", "on_failure")
 
@@ -197,8 +198,12 @@ def launch_form(job: dict, example_names: tuple[str, ...] = ()) -> dict:
         form.update(job_source="Command", job_command=shlex.join(job.get("command") or []))
     elif example_names and form["job_example"] not in example_names:
         form.update(job_source="Module path", job_module=job.get("module") or "")
-    form.update({f"param_{name}": int(params.get(name, HARNESS_DEFAULTS[name])) for name in JOB_PARAMS})
+    form.update({f"param_{name}": _param(name, params.get(name, HARNESS_DEFAULTS[name])) for name in JOB_PARAMS})
     return form
+
+
+def _param(name: str, value):
+    return float(value) if name in FLOAT_PARAMS else int(value)
 
 
 def build_job(*, source: str, module: str = "", command: str = "", params: dict | None = None,
@@ -213,7 +218,7 @@ def build_job(*, source: str, module: str = "", command: str = "", params: dict 
                 "restart": restart}
     else:
         data = {"kind": "harness", "module": module.strip(), "restart": restart,
-                "params": {k: int(v) for k, v in (params or {}).items() if v is not None}}
+                "params": {k: _param(k, v) for k, v in (params or {}).items() if v is not None}}
         if not data["module"]:
             raise SpecErrors([SpecError("module", "no job module given",
                                         "Pick an example or type the path of a job .py file.")])

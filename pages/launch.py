@@ -48,6 +48,11 @@ params = {}
 if source != "Command":
     cols = st.columns(len(forms.JOB_PARAMS))
     for col, name in zip(cols, forms.JOB_PARAMS):
+        if name in forms.FLOAT_PARAMS:
+            params[name] = col.number_input(name, min_value=0.0, value=form[f"param_{name}"], step=0.01,
+                                            help="seconds each worker sleeps after every step",
+                                            **state.kept(f"param_{name}"))
+            continue
         low = 0 if name == "checkpoint_every" else 1
         params[name] = col.number_input(name, min_value=low, value=form[f"param_{name}"], step=1,
                                         **state.kept(f"param_{name}"))

@@ -84,7 +84,8 @@ def _start_on_aliases(page, ssh_console: SSHConsole) -> str:
     web.wait_text(page, LAUNCH_CLUSTER, 60)
     # Long enough to save, export and restart the console while it trains (stopped by the test);
     # checkpoints only at epoch ends, so the one Save now makes is not rotated away first.
-    web.set_params(page, {"epochs": 3, "steps_per_epoch": 20000, "checkpoint_every": 0})
+    # 20 ms asleep per step leaves the cores to the export, the console's restart and the browser.
+    web.set_params(page, {"epochs": 3, "steps_per_epoch": 20000, "checkpoint_every": 0, "pace_s": 0.02})
     web.start(page)
     web.shot(page, "launch")
     return RunStore(ssh_console.runs).list()[0].run_id

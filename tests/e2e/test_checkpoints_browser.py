@@ -53,8 +53,9 @@ def test_export_latest_and_restore_oldest_three_times_each(server):  # noqa: F81
     url, _ = server
     with sync_playwright() as p:
         browser, page = web.open_console(p, url, height=1400)
-        # A checkpoint every 50 steps (about one a second here), five kept: the list rotates.
-        web.set_params(page, {"epochs": 1, "steps_per_epoch": 1000000, "checkpoint_every": 50})
+        # A checkpoint every 50 steps (about one a second here), five kept: the list rotates. 20 ms
+        # asleep per step leaves the cores to the exports and restores the test makes.
+        web.set_params(page, {"epochs": 1, "steps_per_epoch": 1000000, "checkpoint_every": 50, "pace_s": 0.02})
         web.start(page)
         run_id = re.search(r"Run (\S+) started", web.wait_text(page, r"Run \S+ started", 30)).group(1)
 

@@ -24,3 +24,12 @@ def test_a_module_of_the_operators_own_is_shown_by_its_path():
 def test_a_command_job_is_shown_quoted_as_typed():
     form = launch_form({"kind": "command", "command": ["python", "train.py", "--name", "two words"]}, EXAMPLES)
     assert (form["job_source"], form["job_command"]) == ("Command", "python train.py --name 'two words'")
+
+
+def test_pace_is_seconds_and_the_other_params_whole_numbers(tmp_path):
+    from console.forms import build_job
+    form = launch_form({"kind": "harness", "module": "synthetic.py", "params": {"pace_s": 0.02}}, EXAMPLES)
+    assert form["param_pace_s"] == 0.02 and form["param_epochs"] == 3
+    (tmp_path / "job.py").write_text("")
+    job = build_job(source="module", module=str(tmp_path / "job.py"), params={"pace_s": 0.05, "epochs": 2.0})
+    assert job.params == {"pace_s": 0.05, "epochs": 2}
