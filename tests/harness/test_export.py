@@ -80,7 +80,8 @@ def test_export_latest_holds_its_checkpoint_while_retention_rotates(launcher, tm
     run = str(tmp_path / "run")
     folder = os.path.join(run, "checkpoints")
     launcher.start(run, n=2, params=("epochs=1", "steps_per_epoch=1000000", "log_every=5",
-                                     "checkpoint_every=5", "keep_checkpoints=1", "checkpoint_grace_s=0"))
+                                     "checkpoint_every=5", "keep_checkpoints=1", "checkpoint_grace_s=0",
+                                     "pace_s=0.02"))   # a save every 0.1 s or so: the cores go to the export
     wait_for(lambda: ckpt_steps(folder), 180, "a first checkpoint")
     out = export(run, "--formats", "keras", "--name", "rotating")
     assert out.returncode == 0, out.stderr[-3000:]

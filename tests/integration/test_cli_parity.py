@@ -39,7 +39,7 @@ def test_preflight_json(files):  # noqa: F811
 def test_checkpoints_save_export_restore_from_the_cli(files):  # noqa: F811
     job = {"kind": "harness", "module": SYNTHETIC, "env": TF_ENV,
            "params": {"epochs": 1, "steps_per_epoch": 100000, "checkpoint_every": 0, "log_every": 5,
-                      "global_batch_size": 32}}
+                      "global_batch_size": 32, "pace_s": 0.02}}   # leaves the cores to export and restore
     (files / "train.yaml").write_text(yaml.safe_dump(job))
     runs = files / "runs"
     run_id = cli("launch", str(files / "cluster.yaml"), str(files / "train.yaml"), runs=runs).stdout.strip()
