@@ -43,7 +43,7 @@ run: $(VENV)/.runtime
 	$(PY) -m console --address 127.0.0.1 --port $(PORT)
 
 test: $(VENV)/.dev system-deps
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
 bench: $(VENV)/.dev system-deps
 	$(PY) bench/run_all.py
