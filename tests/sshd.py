@@ -11,6 +11,7 @@ sshd runs as. The hosts share that home, as cluster nodes sharing an NFS home do
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -137,10 +138,42 @@ def wait_for_path(path: Path, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def free_port(address: str = "127.0.0.1") -> int:
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(address: str, port: int) -> bool:
     with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as servers bind: TIME_WAIT is free
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+_handed_out: set[int] = set()
+
+
+def free_port(address: str = "127.0.0.1", span: int = 1) -> int:
+    """The first of ``span`` consecutive ports that nothing holds, none handed out before.
+
+    Picked below the kernel's ephemeral range: a port from that range (what binding port 0 gives)
+    can be taken by any outgoing connection between this check and the server's own bind. ci14
+    saw a Slurm task's gRPC server find its port held through three attempts in a minute.
+    """
+    low = _ephemeral_low()
+    for _ in range(1000):
+        first = random.randrange(10000, low - span)
+        ports = range(first, first + span)
+        if _handed_out.isdisjoint(ports) and all(
+                _bindable(address, p) and _bindable("0.0.0.0", p) for p in ports):
+            _handed_out.update(ports)
+            return first
+    raise RuntimeError(f"no {span} free consecutive ports between 10000 and {low}")
 
 
 def keygen(path: Path) -> None:

@@ -5,6 +5,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
+from tests.sshd import free_port
 
 TIMEOUT = 120   # a Start runs the preflight (imports TensorFlow) and launches two processes
 
@@ -52,11 +53,6 @@ def errors(at: AppTest) -> list[str]:
     return [e.value for e in at.error]
 
 
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def local_rows() -> list[dict]:

@@ -44,7 +44,7 @@ def test_form_values_round_trip_and_name_bad_fields():
 @pytest.mark.slow
 def test_a_two_task_job_started_from_the_console_reaches_monitor(page, runs_dir, slurm_cluster, tmp_path):
     values = slurm_values(partition="debug", time_limit="10", workdir=str(tmp_path / "shared"),
-                          tf_port=sshd.free_port())
+                          tf_port=sshd.free_port(span=2))
     at = page("launch", cluster_kind="Slurm", slurm_values=values)
     assert any("Slurm, 2 task(s)" in c.value for c in at.caption), [c.value for c in at.caption]
     at.number_input(key="param_epochs").set_value(1)

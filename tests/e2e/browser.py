@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 
 from backend.runs import RunStore
 from tests.conftest import ROOT, require
+from tests.sshd import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -27,12 +27,6 @@ OUT = ROOT / "test-output" / "e2e"
 DOCS = ROOT / "docs" / "screenshots"
 CHARTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(el =>
     (el._fullData || el.data || []).map(t => ({name: t.name, y: Array.from(t.y || [])})))"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 STREAMLIT = ["-m", "streamlit", "run", "console/app.py", "--server.address", "127.0.0.1",

@@ -20,7 +20,7 @@ def test_a_task_killed_with_sigkill_is_resubmitted_from_the_newest_checkpoint(sl
     store = RunStore(tmp_path / "runs")
     cluster = slurm_from_dict({"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
                                "tasks_per_node": 2, "time_limit": "10", "python": python_path,
-                               "workdir": str(tmp_path / "shared"), "tf_port": sshd.free_port()})
+                               "workdir": str(tmp_path / "shared"), "tf_port": sshd.free_port(span=2)})
     run = launcher.launch(cluster, harness_job(max_restarts=2), store=store)
     wait_for(lambda: any(r["step"] > PARAMS["checkpoint_every"] for r in metrics(run)), 300,
              "training past the first checkpoint")

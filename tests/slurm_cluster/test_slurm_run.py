@@ -32,7 +32,7 @@ def slurm_file(folder: Path, python: str, **fields) -> Path:
     """A cluster file for the test cluster: the console runs on its login node (local)."""
     data = {"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
             "nodes": 1, "tasks_per_node": 2, "cpus_per_task": 1, "time_limit": "10",
-            "python": python, "workdir": str(folder / "shared"), "tf_port": sshd.free_port(), **fields}
+            "python": python, "workdir": str(folder / "shared"), "tf_port": sshd.free_port(span=2), **fields}
     path = folder / "slurm-cluster.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
