@@ -4,9 +4,9 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PORT    ?= 8501
-# Test processes (pytest-xdist). One by default: two (TEST_WORKERS=2) took 1759-1914 s instead of
-# about 2315 s, but each of three runs had failures that one process never showed (docs/testing.md).
-TEST_WORKERS ?= 0
+# Test processes (pytest-xdist). Two by default: light tests run beside the training ones, which
+# take turns (docs/testing.md). TEST_WORKERS=0 runs everything in this one process.
+TEST_WORKERS ?= 2
 
 .PHONY: run test system-deps bench clean help
 
