@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,7 +27,7 @@ def keeper_pid(local_dir: Path) -> int | None:
     """The pid of the run's live keeper, or None. A recycled pid of another program is not it."""
     try:
         pid = int((local_dir / KEEPER_PID).read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = _cmdline(pid)
     except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
         return None
     if b"keep" not in cmdline or local_dir.name.encode() not in cmdline:
@@ -37,6 +38,18 @@ def keeper_pid(local_dir: Path) -> int | None:
     except (FileNotFoundError, IndexError):
         return None
     return pid
+
+
+def _cmdline(pid: int, wait_s: float = 1.0) -> list[bytes]:
+    """A process's arguments. Popen returns once exec has begun, but the kernel fills in the new
+    program's arguments a moment later: read right after start_keeper (a loaded machine made it
+    a test failure), cmdline is empty for a while, so an empty one is read again, within a bound."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if raw or time.monotonic() > deadline:
+            return raw.split(b"\0")
+        time.sleep(0.01)
 
 
 def start_keeper(run_id: str, runs_root: Path, options: SSHOptions, *, poll_s: float = POLL_S) -> int:

@@ -86,9 +86,12 @@ def one_training_at_a_time(request, tmp_path_factory):
 
     Two trainings side by side on two cores do not take twice as long but four times (measured:
     135 s alone, 584 s beside another), and their bounds were set for one; light tests still run
-    beside them. The lock file sits in the session's base folder, which every worker shares.
+    beside them, and so do `waits` tests (slow, but waiting on a clock with nothing to train).
+    The lock file sits in the session's base folder, which every worker shares.
     """
-    if not os.environ.get("PYTEST_XDIST_WORKER") or request.node.get_closest_marker("slow") is None:
+    node = request.node
+    if (not os.environ.get("PYTEST_XDIST_WORKER") or node.get_closest_marker("slow") is None
+            or node.get_closest_marker("waits") is not None):
         yield
         return
     with open(tmp_path_factory.getbasetemp().parent / "training.lock", "w") as lock:

@@ -16,6 +16,7 @@ def fail_when(flag) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.waits   # command jobs: nothing trains
 def test_user_stop_wins_over_a_pending_restart(local_cluster, store, python_path, tmp_path):
     flag = tmp_path / "fail-now"
     job = command_job(fail_when(flag), python_path, max_restarts=3, backoff_s=8)
@@ -33,6 +34,7 @@ def test_user_stop_wins_over_a_pending_restart(local_cluster, store, python_path
 
 
 @pytest.mark.slow
+@pytest.mark.waits   # command jobs: nothing trains
 def test_a_stalled_run_is_restarted_then_failed(local_cluster, store, python_path):
     job = command_job(HANG, python_path, max_restarts=1, backoff_s=0.2, stall_timeout_s=3)
     run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
@@ -55,6 +57,7 @@ def cause_after_casualty(flag) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.waits   # command jobs: nothing trains
 def test_the_attempt_names_the_cause_even_when_a_casualty_shows_first(local_cluster, store,
                                                                        python_path, tmp_path):
     flag = tmp_path / "fail-now"

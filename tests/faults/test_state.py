@@ -53,6 +53,7 @@ def _cli(*args, runs) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.waits   # command jobs: nothing trains
 def test_a_run_nobody_watches_is_settled_by_the_next_reader(local_cluster, tmp_path, python_path):
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster_to_dict(local_cluster)))
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(
@@ -73,6 +74,7 @@ def test_a_run_nobody_watches_is_settled_by_the_next_reader(local_cluster, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.waits   # command jobs: nothing trains
 def test_a_keeper_killed_with_sigkill_is_restarted_by_status(local_cluster, tmp_path, python_path):
     store = RunStore(tmp_path / "runs")
     job = command_job("import time; time.sleep(12)", python_path, max_restarts=1)
@@ -90,6 +92,7 @@ def test_a_keeper_killed_with_sigkill_is_restarted_by_status(local_cluster, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.waits   # command jobs: nothing trains
 def test_a_reused_run_id_never_meets_the_old_runs_files(local_cluster, tmp_path, python_path):
     job = command_job("print('hello')", python_path)
     job = job.__class__(**{**job.__dict__, "restart": job.restart.__class__()})   # restart: never
@@ -109,6 +112,7 @@ def test_a_reused_run_id_never_meets_the_old_runs_files(local_cluster, tmp_path,
 
 
 @pytest.mark.slow
+@pytest.mark.waits   # command jobs: nothing trains
 def test_stop_that_cannot_reach_a_host_leaves_the_run_stopping_until_it_can(
         client_key, python_path, tmp_path):
     """A worker host's sshd goes away: stop names it, the run stays `stopping` (Stop stays offered)
@@ -173,6 +177,7 @@ ABORT_ONE = ("import os, time\n"
 
 
 @pytest.mark.slow
+@pytest.mark.waits   # command jobs: nothing trains
 def test_a_worker_that_aborts_ends_the_run_failed_and_its_peer_is_stopped(local_cluster, tmp_path, python_path):
     """A worker killed by SIGABRT (exit -6) while its peer still runs: the next reader records
     `failed` naming it, and stops the peer (it could only hang on its next collective)."""
@@ -186,3 +191,29 @@ def test_a_worker_that_aborts_ends_the_run_failed_and_its_peer_is_stopped(local_
     state = store.load(run.run_id)
     assert state.phase == Phase.FAILED and state.attempts[-1].reason.startswith("worker-1 exited(-6)"), state
     assert_nothing_left(run, store)
+
+
+def test_a_keeper_is_found_the_moment_it_has_started(tmp_path):
+    """Popen returns while the new program's arguments are not yet in /proc/PID/cmdline (180 of
+    200 reads right after Popen were empty on a busy machine): a reader must not then take the
+    keeper for dead, or `status` would start a second one. Read here right after Popen, where
+    the gap is widest (keeper_pid itself reads after the pid file is written)."""
+    local_dir = tmp_path / "run-1"
+    local_dir.mkdir()
+    busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(os.cpu_count() or 2)]
+    try:   # a busy machine, as in CI: one spinning process per core
+        for _ in range(20):
+            proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)", "keep", local_dir.name],
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                assert b"keep" in keeper_process._cmdline(proc.pid)
+                (local_dir / keeper_process.KEEPER_PID).write_text(f"{proc.pid}\n")
+                assert keeper_process.keeper_pid(local_dir) == proc.pid
+            finally:
+                proc.kill()
+                proc.wait()
+    finally:
+        for spinner in busy:
+            spinner.kill()
+            spinner.wait()
+    assert keeper_process.keeper_pid(local_dir) is None   # and a dead one is not found

@@ -114,6 +114,7 @@ def test_a_job_pending_for_resources_shows_why_and_stop_leaves_no_process(slurm_
     assert f"run {training}: stopped" in status, status
 
 
+@pytest.mark.waits   # a sleeper job and Slurm's minute: nothing to take turns for
 def test_a_job_over_its_time_limit_is_shown_as_timeout(slurm_cluster, tmp_path, python_path):
     runs = tmp_path / "runs"
     # Slurm counts time limits in whole minutes and checks them about every 30 s.
