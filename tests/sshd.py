@@ -145,7 +145,8 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def _bindable(address: str, port: int) -> bool:
+def port_free(port: int, address: str = "") -> bool:
+    """Whether a server could bind ``port`` now; "" is every interface, as TensorFlow's binds."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as servers bind: TIME_WAIT is free
         try:
@@ -170,7 +171,7 @@ def free_port(address: str = "127.0.0.1", span: int = 1) -> int:
         first = random.randrange(10000, low - span)
         ports = range(first, first + span)
         if _handed_out.isdisjoint(ports) and all(
-                _bindable(address, p) and _bindable("0.0.0.0", p) for p in ports):
+                port_free(p, address) and port_free(p) for p in ports):
             _handed_out.update(ports)
             return first
     raise RuntimeError(f"no {span} free consecutive ports between 10000 and {low}")

@@ -53,8 +53,6 @@ def errors(at: AppTest) -> list[str]:
     return [e.value for e in at.error]
 
 
-
-
 def local_rows() -> list[dict]:
     """The default two local workers, on free ports (other suites may hold the default ones)."""
     import sys

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from backend import keeper
 from backend.runs import RunStore
 from backend.spec import job_from_dict
 from tests.conftest import FAULT_RESULTS, processes_of, wait_for
+from tests.sshd import port_free
 
 ROOT = Path(__file__).resolve().parents[2]
 SYNTHETIC = str(ROOT / "examples" / "synthetic.py")
@@ -82,17 +82,6 @@ def kill_task(run, name: str) -> float:
 
 def _local(path: str) -> str:
     return path if os.path.isabs(path) else os.path.expanduser(f"~/{path}")
-
-
-def port_free(port: int) -> bool:
-    # TensorFlow's server listens on every interface, so test the same bind (as preflight does).
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("", port))
-        except OSError:
-            return False
-    return True
 
 
 def assert_nothing_left(run, store) -> None:
