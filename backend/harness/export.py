@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import ckpt_index  # noqa: E402
 import jobs  # noqa: E402
+import tfload  # noqa: E402
 import layout  # noqa: E402
 import retention  # noqa: E402
 
@@ -86,6 +87,7 @@ def _next_good(complete: list, step: int) -> str:
 def load_job(run_dir: str, job_path: str, overrides: list):
     """The job with the parameters the run trained with (RUN/train.json), so that a job whose
     model depends on a parameter is rebuilt with the same shapes."""
+    tfload.load()   # before the job's own `import keras`
     job = jobs.load_job(job_path)
     try:
         with open(os.path.join(run_dir, "train.json")) as fh:

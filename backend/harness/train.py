@@ -16,8 +16,9 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, when imported too
 
-import jobs  # noqa: E402  (stdlib only: a bad job or --param fails before TF loads)
+import jobs  # noqa: E402  (stdlib only)
 import stackdump  # noqa: E402  (stdlib only)
+import tfload  # noqa: E402  (stdlib only)
 
 
 def parse_args(argv):
@@ -44,9 +45,10 @@ def main(argv=None) -> int:
     # First thing: a worker hung anywhere (even in cluster start-up) can show its stack.
     stackdump.install(args.run_dir, os.environ.get("TFCONSOLE_TASK") or "worker-0")
     try:
+        tfload.load()   # TensorFlow loads here, before the job's own `import keras` would
         job = jobs.load_job(args.job)
         params = jobs.settle_params(job, args.param)
-        import loop  # TensorFlow loads here
+        import loop
         cluster = loop.cluster_from_env()
         task = cluster.task
         print(f"[{task}] harness start run={args.run_id} attempt={args.attempt} "
