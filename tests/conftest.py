@@ -80,23 +80,42 @@ def pytest_collection_modifyitems(config, items) -> None:
         item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.path.name))
 
 
+class TrainingTurn:
+    """A `slow` test's turn at the cores (see ``training_turn``); ``end()`` gives it up early."""
+
+    def __init__(self, lock=None):
+        self._lock = lock
+
+    def end(self) -> None:
+        """The rest of this test waits on a clock (a stall or collective timeout) with nothing
+        left to train: the next training test may start beside it."""
+        if self._lock is not None and not self._lock.closed:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+
+
 @pytest.fixture(autouse=True)
-def one_training_at_a_time(request, tmp_path_factory):
+def training_turn(request, tmp_path_factory):
     """Under pytest-xdist, `slow` tests (real TensorFlow training) take turns across processes.
 
     Two trainings side by side on two cores do not take twice as long but four times (measured:
     135 s alone, 584 s beside another), and their bounds were set for one; light tests still run
     beside them, and so do `waits` tests (slow, but waiting on a clock with nothing to train).
+    A test that trains, then only waits, asks for this fixture and calls ``end()`` in between.
     The lock file sits in the session's base folder, which every worker shares.
     """
     node = request.node
     if (not os.environ.get("PYTEST_XDIST_WORKER") or node.get_closest_marker("slow") is None
             or node.get_closest_marker("waits") is not None):
-        yield
+        yield TrainingTurn()
         return
-    with open(tmp_path_factory.getbasetemp().parent / "training.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    lock = open(tmp_path_factory.getbasetemp().parent / "training.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    turn = TrainingTurn(lock)
+    try:
+        yield turn
+    finally:
+        turn.end()
 
 
 # Fault scenarios write their measured figures here (tests/faults/conftest.py ``record``).

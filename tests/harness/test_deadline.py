@@ -30,7 +30,7 @@ def test_thread_count_stays_flat_over_thousands_of_steps(launcher, tmp_path):
         assert after < before + 50, (early, late, cluster.tails())
 
 
-def test_a_peer_that_stops_answering_ends_the_waiting_worker_with_its_stacks(launcher, tmp_path):
+def test_a_peer_that_stops_answering_ends_the_waiting_worker_with_its_stacks(launcher, tmp_path, training_turn):
     """worker-1 hangs in its input pipeline while its process lives on: its heartbeats go on, so
     TensorFlow reports nothing (a stopped or killed peer is caught by them instead); only the bound
     ends worker-0's wait in the collective."""
@@ -40,6 +40,7 @@ def test_a_peer_that_stops_answering_ends_the_waiting_worker_with_its_stacks(lau
     cluster = launcher.start(run, n=2, job=str(job), params=["epochs=1", "steps_per_epoch=100000",
                                                              "log_every=5", "collective_timeout_s=10"])
     wait_for(lambda: any(m["step"] >= 30 for m in read_metrics(run)), 180, "step 30")
+    training_turn.end()   # what is left is the 10 s wait in the collective: nothing trains
     codes = cluster.wait(timeout=10 + 1 + 60)   # + slack for a loaded 2-core machine
     assert codes == [1, 1], cluster.tails()
     waiting, hung = cluster.log(0), cluster.log(1)

@@ -67,7 +67,8 @@ def test_save_export_restore(ssh_cluster, ssh_options, tmp_path):
 @pytest.mark.slow
 def test_export_latest_and_restore_oldest_while_checkpoints_rotate(ssh_cluster, ssh_options, tmp_path):
     """A run that checkpoints about every second and keeps three: Export "latest" and Restore of
-    the oldest listed step each succeed three times in a row, and each uses the step it named."""
+    the oldest listed step each succeed twice in a row, and each uses the step it named (the
+    browser test, tests/e2e/test_checkpoints_browser.py, does each three times from the page)."""
     from tests.conftest import wait_for
     job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
                          "params": {"epochs": 1, "steps_per_epoch": 1_000_000, "checkpoint_every": 50,
@@ -79,14 +80,14 @@ def test_export_latest_and_restore_oldest_while_checkpoints_rotate(ssh_cluster, 
                           preflight=launcher.Preflight.SKIP)
     try:
         wait_for(lambda: len(checkpoints.list_checkpoints(run)) >= 3, 180, "three checkpoints")
-        for i in range(3):
+        for i in range(2):
             named = []
             result = checkpoints.export(run, name=f"latest-{i}", formats=("keras",), on_step=named.append)
             assert result["match"] is True and [result["step"]] == named
-        assert [e["name"] for e in checkpoints.list_exports(run)] == ["latest-0", "latest-1", "latest-2"]
+        assert [e["name"] for e in checkpoints.list_exports(run)] == ["latest-0", "latest-1"]
 
         restored = []
-        for _ in range(3):
+        for _ in range(2):
             wait_for(lambda: len(checkpoints.list_checkpoints(run)) >= 3, 180, "three checkpoints")
             listed = [c["step"] for c in checkpoints.list_checkpoints(run)]
             oldest, newest = listed[0], listed[-1]

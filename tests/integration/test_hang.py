@@ -103,7 +103,7 @@ def test_stall_note_names_the_worker_that_stopped_advancing():
 
 
 @pytest.mark.slow
-def test_a_hung_worker_shows_where_and_the_keeper_keeps_its_stack(local_cluster, store, tmp_path):
+def test_a_hung_worker_shows_where_and_the_keeper_keeps_its_stack(local_cluster, store, tmp_path, training_turn):
     module = tmp_path / "hanging_job.py"
     module.write_text(HANGING_JOB)
     job = harness_job(str(module), max_restarts=0, stall_timeout_s=30, log_every=5, checkpoint_every=0,
@@ -117,6 +117,7 @@ def test_a_hung_worker_shows_where_and_the_keeper_keeps_its_stack(local_cluster,
     chief, worker = cli.stdout.split("==> worker-1 on ")
     assert "==> worker-0 on " in chief and "most recent call first" in chief and "_maybe_hang" not in chief
     assert "_maybe_hang" in worker   # worker-1's stack shows the job's own function it hangs in
+    training_turn.end()   # both workers now wait (one hung, one in the collective) for the stall timeout
     state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 240)
     assert state.phase == "failed" and "stalled" in state.attempts[0].reason
     kept = run.local_dir / "stacks" / "stall-attempt-1"
