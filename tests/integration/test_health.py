@@ -17,7 +17,9 @@ from tests.conftest import processes_of, wait_for
 from tests.faults.conftest import TF_ENV, store  # noqa: F401
 from tests.integration.test_hang import TINY_MODEL
 
-# Labels turn NaN from global batch 20 on: the loss is finite, then NaN on every worker.
+# Labels turn NaN from global batch 200 on: the loss is finite, then NaN on every worker. With
+# 20 ms asleep per step that is 4 s or more after step 1, so the workers are still running when
+# launch's start check (3 s) looks; a run that ends before it is refused by launch instead.
 NAN_JOB = '''
 import keras
 import tensorflow as tf
@@ -29,7 +31,7 @@ def make_dataset(input_context, batch_size, seed):
     def batch(i):
         x = tf.random.stateless_normal([batch_size, 4], seed=tf.stack([tf.cast(seed, tf.int64), i]))
         y = tf.reduce_sum(x, axis=1, keepdims=True)
-        return x, tf.where(i >= 20, tf.fill(tf.shape(y), float("nan")), y)
+        return x, tf.where(i >= 200, tf.fill(tf.shape(y), float("nan")), y)
     return tf.data.Dataset.range(2 ** 62).map(batch)
 ''' + "\n\n" + TINY_MODEL
 
@@ -51,14 +53,14 @@ def test_nan_loss_is_flagged_with_versions_and_stops_the_run(local_cluster, stor
     job = job_from_dict({"kind": "harness", "module": str(module), "env": TF_ENV,
                          "params": {"epochs": 1, "steps_per_epoch": 400, "log_every": 5,
                                     "checkpoint_every": 0, "global_batch_size": 16,
-                                    "stop_on_nan": True}})
+                                    "stop_on_nan": True, "pace_s": 0.02}})
     run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
     metrics = MetricsStore()
     monitor = run.monitor(metrics).start()
     try:
         wait_for(lambda: metrics.nonfinite, 240, "the monitor to flag the NaN loss")
         assert set(metrics.nonfinite) == {"worker-0", "worker-1"}
-        assert all(step >= 20 for step, _ in metrics.nonfinite.values())
+        assert all(step >= 200 for step, _ in metrics.nonfinite.values())
         assert len(metrics.series("worker-0")) >= 4   # finite points came first
     finally:
         monitor.stop()
