@@ -80,42 +80,74 @@ def pytest_collection_modifyitems(config, items) -> None:
         item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.path.name))
 
 
-class TrainingTurn:
-    """A `slow` test's turn at the cores (see ``training_turn``); ``end()`` gives it up early."""
+# Fixtures that train while they are set up: a test using one takes its turn before its setup.
+TRAINING_SETUP_FIXTURES = {"trained_run", "finished_run", "on_finished", "two_ssh_runs"}
+_TURN = pytest.StashKey["TrainingTurn"]()
 
-    def __init__(self, lock=None):
-        self._lock = lock
+
+class TrainingTurn:
+    """A `slow` test's turn at the cores, under pytest-xdist.
+
+    Two trainings side by side on two cores do not take twice as long but four times (measured:
+    135 s alone, 584 s beside another), and their bounds were set for one; so `slow` tests take
+    turns across processes through a lock file in the session's base folder, which every worker
+    shares. Light tests run beside them, and so do `waits` tests (slow, but waiting on a clock
+    with nothing to train). A turn begins when the test body starts (its fixtures, a console or
+    an sshd, are set up beside another test's training), or before setup when a fixture trains
+    (``TRAINING_SETUP_FIXTURES``), and lasts through teardown, which stops what the test started.
+    """
+
+    def __init__(self, path=None):
+        self._path, self._lock = path, None
+
+    def begin(self) -> None:
+        if self._path is not None and self._lock is None:
+            self._lock = open(self._path, "w")
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
 
     def end(self) -> None:
-        """The rest of this test waits on a clock (a stall or collective timeout) with nothing
-        left to train: the next training test may start beside it."""
+        """Give the turn up now. A test that trains and then only waits on a clock (a stall or
+        collective timeout) calls this in between: the next training test may start beside it."""
         if self._lock is not None and not self._lock.closed:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._lock.close()
+        self._path = None
 
 
-@pytest.fixture(autouse=True)
-def training_turn(request, tmp_path_factory):
-    """Under pytest-xdist, `slow` tests (real TensorFlow training) take turns across processes.
+def _turn(item) -> TrainingTurn:
+    if _TURN not in item.stash:
+        takes_turns = (os.environ.get("PYTEST_XDIST_WORKER") and item.get_closest_marker("slow") is not None
+                       and item.get_closest_marker("waits") is None)
+        path = item.config._tmp_path_factory.getbasetemp().parent / "training.lock"
+        item.stash[_TURN] = TrainingTurn(path if takes_turns else None)
+    return item.stash[_TURN]
 
-    Two trainings side by side on two cores do not take twice as long but four times (measured:
-    135 s alone, 584 s beside another), and their bounds were set for one; light tests still run
-    beside them, and so do `waits` tests (slow, but waiting on a clock with nothing to train).
-    A test that trains, then only waits, asks for this fixture and calls ``end()`` in between.
-    The lock file sits in the session's base folder, which every worker shares.
-    """
-    node = request.node
-    if (not os.environ.get("PYTEST_XDIST_WORKER") or node.get_closest_marker("slow") is None
-            or node.get_closest_marker("waits") is not None):
-        yield TrainingTurn()
-        return
-    lock = open(tmp_path_factory.getbasetemp().parent / "training.lock", "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    turn = TrainingTurn(lock)
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    if TRAINING_SETUP_FIXTURES & set(getattr(item, "fixturenames", ())):
+        _turn(item).begin()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    _turn(item).begin()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
     try:
-        yield turn
+        return (yield)
     finally:
-        turn.end()
+        _turn(item).end()
+
+
+@pytest.fixture
+def training_turn(request) -> TrainingTurn:
+    """This test's turn (see ``TrainingTurn``), for a test that ends it early."""
+    return _turn(request.node)
 
 
 # Fault scenarios write their measured figures here (tests/faults/conftest.py ``record``).

@@ -116,7 +116,8 @@ def test_with_the_token_off_every_page_says_so(tmp_path, monkeypatch):
 
 
 def _live_run(runs):
-    """A real two-worker run, long enough to stay live for the whole test (stopped by web.console())."""
+    """A real two-worker run, long enough to stay live for the whole test (stopped by web.console());
+    20 ms asleep per step leave the cores to the console and the browser under test."""
     from backend.launcher import Preflight, launch
     from backend.runs import RunStore
     from backend.spec import job_from_dict
@@ -126,7 +127,7 @@ def _live_run(runs):
     cluster, _ = check_rows(local_rows())
     job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
                          "params": {"epochs": 1, "steps_per_epoch": 100_000, "checkpoint_every": 50,
-                                    "log_every": 5}})
+                                    "log_every": 5, "pace_s": 0.02}})
     return launch(cluster, job, store=RunStore(runs), preflight=Preflight.SKIP)
 
 
