@@ -249,13 +249,14 @@ class MetricsStore:
             return self._global.cols.view("step"), self._global.cols.view("loss")
 
     def downsampled(self, task: str, field: str = "loss", n: int = 2000, *,
-                    smoothing: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, values) with at most about ``n`` points; smoothing is applied before."""
+                    smoothing: float = 0.0, thin=None) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) with at most about ``n`` points; smoothing is applied before.
+        ``thin(x, y, n)`` picks the points (default: ``downsample``)."""
         s = self.series(task)
         y = getattr(s, field)
         if smoothing:
             y = ema(y, smoothing)
-        return downsample(s.step, y, n)
+        return (thin or downsample)(s.step, y, n)
 
     def stragglers(self, window: int = 200) -> dict[str, float]:
         """Per task: median step time over its last ``window`` points / the pooled median."""

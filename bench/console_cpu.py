@@ -6,7 +6,9 @@ opens Monitor, waits for the loss chart, then reads the Streamlit process's own 
 after it is stopped (an ended run should cost nothing). The watch agent is a child process here
 (the local transport) but runs on the chief's host in a real cluster: its CPU is shown apart.
 
-    python bench/console_cpu.py [--seconds 60]
+It also counts the websocket bytes the browser receives while the run is live.
+
+    python bench/console_cpu.py [--seconds 60] [--log-every 10] [--tree OTHER_CHECKOUT]
 """
 from __future__ import annotations
 
@@ -47,15 +49,16 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def serve(runs: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    """The console as `streamlit run` starts it, and the URL that carries its login token."""
+def serve(runs: Path, log: Path, tree: Path = ROOT) -> tuple[subprocess.Popen, str]:
+    """The console as `streamlit run` starts it (from ``tree``: another checkout, to compare),
+    and the URL that carries its login token."""
     from console import auth
     token = auth.new_token(auth.token_path(runs))
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "console/app.py", "--server.address", "127.0.0.1",
          "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=dict(os.environ, TFCONSOLE_RUNS=str(runs)), stdout=open(log, "wb"),
+        cwd=tree, env=dict(os.environ, TFCONSOLE_RUNS=str(runs)), stdout=open(log, "wb"),
         stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -87,15 +90,18 @@ def measure(pid: int, seconds: float) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--log-every", type=int, default=10, help="steps between metrics rows")
+    ap.add_argument("--tree", type=Path, default=ROOT,
+                    help="the checkout whose console is served (e.g. a worktree of an older commit)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="console-cpu-"))
-    proc, url = serve(tmp / "runs", tmp / "streamlit.log")
+    proc, url = serve(tmp / "runs", tmp / "streamlit.log", args.tree)
     cluster = cluster_from_dict({"tasks": [
         {"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": free_port(),
          "python": sys.executable, "workdir": str(tmp / "host")} for _ in range(2)]})
     job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
                          "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
-                         "params": {"epochs": 1, "steps_per_epoch": 10 ** 6, "log_every": 10}})
+                         "params": {"epochs": 1, "steps_per_epoch": 10 ** 6, "log_every": args.log_every}})
     store = RunStore(tmp / "runs")
     run = launcher.launch(cluster, job, store=store, preflight=launcher.Preflight.SKIP)
     from playwright.sync_api import sync_playwright
@@ -103,14 +109,20 @@ def main() -> None:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             page = browser.new_page()
+            received = []   # websocket bytes from the console: what travels to the browser
+            page.on("websocket", lambda ws: ws.on("framereceived", lambda p: received.append(len(p))))
             goto(page, url, "Monitor")
             page.locator(".js-plotly-plot").first.wait_for(timeout=300_000)
             page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .scatterlayer, "
                                    ".js-plotly-plot .gl-container').length > 0", timeout=300_000)
             time.sleep(10)   # past start-up: the steady state
             print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+            got = sum(received)
             live, agent = measure(proc.pid, args.seconds)
-            print(f"live run, Monitor open: console {live:.1f}% of a core; watch agent {agent:.1f}%")
+            rate = (sum(received) - got) / args.seconds / 1024
+            print(f"live run, Monitor open: console {live:.1f}% of a core; watch agent {agent:.1f}%; "
+                  f"to the browser {rate:.1f} KiB/s; points per loss line at the end "
+                  f"{_points(page)}")
             launcher.attach(run.run_id, store=store).stop(grace_s=5)
             time.sleep(15)   # the page notices the end
             ended, agent = measure(proc.pid, args.seconds)
@@ -122,6 +134,11 @@ def main() -> None:
             launcher.attach(run.run_id, store=store).stop(grace_s=5)
         proc.terminate()
         proc.wait(10)
+
+
+def _points(page) -> int:
+    return page.evaluate("() => Math.max(0, ...Array.from(document.querySelectorAll('.js-plotly-plot'))"
+                         ".slice(0, 1).flatMap(el => (el.data || []).map(t => t.x.length)))")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ Traces are given as plain dicts: plotly validates them once in ``go.Figure`` rat
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -18,29 +18,34 @@ from backend.metrics import MetricsStore, downsample, ema
 UIREVISION = "training-console"
 PALETTE = qualitative.Plotly + qualitative.D3 + qualitative.Dark24 + qualitative.Light24
 GLOBAL_COLOR = "#111111"
+# How a line is cut to at most about n points: MinMaxLTTB by default; Monitor's live charts use
+# chart_feed.stable_thin, whose points stay put as a line grows (only new points travel).
+Thin = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 
-def loss_figure(store: MetricsStore, smoothing: float = 0.0, max_points: int = 2000) -> go.Figure:
+def loss_figure(store: MetricsStore, smoothing: float = 0.0, max_points: int = 2000, *,
+                thin: Thin = downsample) -> go.Figure:
     """Each worker's own loss, thin, plus the global mean loss, thick, on top."""
     traces = []
     for i, task in enumerate(store.tasks()):
-        x, y = store.downsampled(task, "loss", max_points, smoothing=smoothing)
+        x, y = store.downsampled(task, "loss", max_points, smoothing=smoothing, thin=thin)
         traces.append(_line(task, x, y, _color(i), width=1.2, group="workers"))
     gx, gy = store.global_loss()
     if len(gx):
         gy = ema(gy, smoothing) if smoothing else gy
-        gx, gy = downsample(gx, gy, max_points)
+        gx, gy = thin(gx, gy, max_points)
         traces.append(_line("global (mean of workers)", gx, gy, GLOBAL_COLOR, width=3.5))
     return _figure(traces, title="Loss", y_title="loss")
 
 
-def step_time_figure(store: MetricsStore, max_points: int = 2000) -> go.Figure:
+def step_time_figure(store: MetricsStore, max_points: int = 2000, *,
+                     thin: Thin = downsample) -> go.Figure:
     """Seconds per step for each worker; the slowest (by median) is drawn thick and named."""
     ratios = store.stragglers()
     slowest = max(ratios, key=ratios.get) if len(ratios) > 1 else None
     traces = []
     for i, task in enumerate(store.tasks()):
-        x, y = store.downsampled(task, "step_time", max_points)
+        x, y = store.downsampled(task, "step_time", max_points, thin=thin)
         name, width, opacity = task, 1.2, 0.6
         if task == slowest:
             name, width, opacity = f"{task} (slowest, x{ratios[task]:.2f} median)", 3.0, 1.0
@@ -52,11 +57,12 @@ def step_time_figure(store: MetricsStore, max_points: int = 2000) -> go.Figure:
     return fig
 
 
-def throughput_figure(store: MetricsStore, max_points: int = 2000) -> go.Figure:
+def throughput_figure(store: MetricsStore, max_points: int = 2000, *,
+                      thin: Thin = downsample) -> go.Figure:
     """Examples per second for each worker."""
     traces = []
     for i, task in enumerate(store.tasks()):
-        x, y = store.downsampled(task, "examples_per_sec", max_points)
+        x, y = store.downsampled(task, "examples_per_sec", max_points, thin=thin)
         traces.append(_line(task, x, y, _color(i), width=1.2))
     return _figure(traces, title="Throughput", y_title="examples per second")
 
@@ -112,7 +118,7 @@ def gpu_figure(samples: dict[str, list], field: str = "util", *, title: str = "G
     traces = [_line(name, np.array(x), np.array(y, dtype=np.float64), _color(i), width=1.5)
               for i, (name, (x, y)) in enumerate(sorted(lines.items()))]
     fig = _figure(traces, title=title, y_title=y_title)
-    fig.update_layout(xaxis_title_text="time")
+    fig.update_layout(xaxis_title_text="time", xaxis_type="date")   # live charts send epoch ms
     for trace in fig.data:
         trace.hovertemplate = f"{trace.name}<br>%{{x}}<br>%{{y:.4g}}<extra></extra>"
     return fig

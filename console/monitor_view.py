@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from backend import health, stacks
 from console import figures
+from console.chart_feed import stable_thin
 from console.live import LiveRun, Progress, progress, step_times
 
 ERROR_LINE = re.compile(r"Traceback|Error\b|Exception\b|HARNESS FAILED|\bFATAL\b|\bCRITICAL\b|"
@@ -35,9 +36,9 @@ def snapshot(live: LiveRun, smoothing: float = 0.0) -> Snapshot:
     store = live.metrics
     steps, times = step_times(store)
     return Snapshot(progress=progress(steps, times, live.train_info() if len(steps) else None),
-                    loss=figures.loss_figure(store, smoothing=smoothing),
-                    step_time=figures.step_time_figure(store),
-                    throughput=figures.throughput_figure(store),
+                    loss=figures.loss_figure(store, smoothing=smoothing, thin=stable_thin),
+                    step_time=figures.step_time_figure(store, thin=stable_thin),
+                    throughput=figures.throughput_figure(store, thin=stable_thin),
                     monitor=live.monitor.status() if live.monitor else {},
                     tasks=[t.name for t in live.run.state.tasks])
 

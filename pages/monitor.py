@@ -4,6 +4,7 @@ import time
 import streamlit as st
 
 from console import actions, auth, figures, monitor_view, state, widgets
+from console.live_chart import live_chart
 
 auth.guard()   # nothing on this page for a session without the login token
 state.init()
@@ -43,16 +44,20 @@ def live_panel() -> None:
     stall = monitor_view.stall_warning(live, now=time.time())
     if stall:
         st.warning(stall)
-    st.plotly_chart(snap.loss, key="loss_chart", width="stretch")
+    live_chart(snap.loss, key="loss_chart")
     a, b = st.columns(2)
-    a.plotly_chart(snap.step_time, key="step_time_chart", width="stretch")
-    b.plotly_chart(snap.throughput, key="throughput_chart", width="stretch")
+    with a:
+        live_chart(snap.step_time, key="step_time_chart", height=380)
+    with b:
+        live_chart(snap.throughput, key="throughput_chart", height=380)
     gpu = live.monitor.gpu() if live.monitor else {}
     if gpu:   # only where the chief's host has GPUs (nvidia-smi answers)
         g1, g2 = st.columns(2)
-        g1.plotly_chart(figures.gpu_figure(gpu), key="gpu_util_chart", width="stretch")
-        g2.plotly_chart(figures.gpu_figure(gpu, "mem_used_mib", title="GPU memory used", y_title="MiB"),
-                        key="gpu_mem_chart", width="stretch")
+        with g1:
+            live_chart(figures.gpu_figure(gpu), key="gpu_util_chart", height=380)
+        with g2:
+            live_chart(figures.gpu_figure(gpu, "mem_used_mib", title="GPU memory used", y_title="MiB"),
+                       key="gpu_mem_chart", height=380)
     widgets.status_table(live, key="monitor_status")
     widgets.attempts_table(live)
     if WAITING and snap.progress.step is not None:

@@ -36,6 +36,22 @@ def test_history_of_a_finished_run(on_finished):
     assert len(snap.step_time.data) == 2 and len(snap.throughput.data) == 2
     at.run()                                    # a rerun draws the charts from the filled store
     assert not at.exception
+    loss = _chart_messages(at)["loss_chart"]
+    assert loss["op"] == "full"
+    drawn = {t["name"]: t["y"] for t in loss["data"]}
+    assert drawn["worker-0"] == list(live.metrics.series("worker-0").loss)
+    at.run()                                    # nothing new: no point travels again
+    assert _chart_messages(at)["loss_chart"] == {"op": "same", "seq": loss["seq"], "layout": loss["layout"]}
+
+
+def _chart_messages(at) -> dict:
+    """Chart key -> the message its live chart element carries to the browser."""
+    import json
+    out = {}
+    for el in at.get("bidi_component"):
+        if el.proto.component_name == "tfconsole_live_chart":
+            out[el.proto.id.rsplit("-", 1)[-1]] = json.loads(el.proto.json)["message"]
+    return out
 
 
 def test_stop_on_a_finished_run_is_an_error(on_finished):

@@ -27,6 +27,12 @@ OUT = ROOT / "test-output" / "e2e"
 DOCS = ROOT / "docs" / "screenshots"
 CHARTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(el =>
     (el._fullData || el.data || []).map(t => ({name: t.name, y: Array.from(t.y || [])})))"""
+# What each of Monitor's live charts has received (console/static/live_chart.js counts it) and
+# how many points it holds now.
+FEED_JS = """() => Array.from(document.querySelectorAll('.tfconsole-chart')).map(el => ({
+    whole: Number(el.dataset.whole || 0), last: el.dataset.lastOp || '',
+    received: Number(el.dataset.points || 0),
+    held: (el.data || []).reduce((n, t) => n + t.x.length, 0)}))"""
 
 
 STREAMLIT = ["-m", "streamlit", "run", "console/app.py", "--server.address", "127.0.0.1",
@@ -153,6 +159,18 @@ def goto(page, title: str) -> None:
     # Generous: a page busy drawing live charts on a loaded 2-core machine answers clicks late.
     page.locator('[data-testid="stSidebarNav"]').get_by_text(title, exact=True).click(timeout=180_000)
     page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
+
+
+def loss_feed_grows(page, timeout_s: float = 120) -> tuple[dict, dict]:
+    """The loss chart's counts now, and once it holds more points (Monitor must be open)."""
+    before = page.evaluate(FEED_JS)[0]
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        page.wait_for_timeout(500)
+        after = page.evaluate(FEED_JS)[0]
+        if after["held"] > before["held"]:
+            return before, after
+    fail(page, f"the loss chart got no new points in {timeout_s:.0f} s: {before}")
 
 
 def falling_workers(page) -> list[dict] | None:

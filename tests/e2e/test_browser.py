@@ -108,7 +108,8 @@ def _save_and_export(page) -> int:
 @pytest.mark.slow   # trains with real TensorFlow workers
 def test_console_over_ssh_aliases_survives_a_restart(ssh_console):
     """The whole console over real sshd hosts named by ~/.ssh/config aliases: import the cluster
-    YAML, Start, watch both losses fall, Save now, Export while it trains; then kill the console
+    YAML, Start, watch both losses fall (the loss chart receiving only its new points), Save now,
+    Export while it trains, back to Monitor (its new chart gets every point); then kill the console
     and start a new one while the run trains: a new browser session shows the live run on its
     hosts with Stop on Launch and Monitor, and its curves go on; Stop on Monitor, and no process
     of the run is left on the hosts."""
@@ -121,7 +122,13 @@ def test_console_over_ssh_aliases_survives_a_restart(ssh_console):
         web.goto(page, "Monitor")
         _curves_reach(page, 0, 180)
         web.shot(page, "monitor")
+        # Only new points travel: the chart grows by exactly what it receives, never sent whole again.
+        before, after = web.loss_feed_grows(page)
+        assert after["whole"] == before["whole"] and after["last"] == "delta", (before, after)
+        assert after["received"] - before["received"] == after["held"] - before["held"], (before, after)
         saved = _save_and_export(page)
+        web.goto(page, "Monitor")   # a new chart on the page: it asks for, and draws, every point
+        _curves_reach(page, saved, 180)
 
         # The console dies and a new one starts while the run trains; a new browser session.
         page.goto(ssh_console.restart())
