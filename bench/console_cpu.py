@@ -6,7 +6,7 @@ opens Monitor, waits for the loss chart, then reads the Streamlit process's own 
 after it is stopped (an ended run should cost nothing). The watch agent is a child process here
 (the local transport) but runs on the chief's host in a real cluster: its CPU is shown apart.
 
-It also counts the websocket bytes the browser receives while the run is live.
+It also counts the bytes the console sends the browser while the run is live.
 
     python bench/console_cpu.py [--seconds 60] [--log-every 10] [--tree OTHER_CHECKOUT]
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -109,20 +110,20 @@ def main() -> None:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             page = browser.new_page()
-            received = []   # websocket bytes from the console: what travels to the browser
-            page.on("websocket", lambda ws: ws.on("framereceived", lambda p: received.append(len(p))))
             goto(page, url, "Monitor")
             page.locator(".js-plotly-plot").first.wait_for(timeout=300_000)
             page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .scatterlayer, "
                                    ".js-plotly-plot .gl-container').length > 0", timeout=300_000)
             time.sleep(10)   # past start-up: the steady state
             print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-            got = sum(received)
+            port = int(url.split("?")[0].rstrip("/").rsplit(":", 1)[1])
+            sent = bytes_sent(port)
             live, agent = measure(proc.pid, args.seconds)
-            rate = (sum(received) - got) / args.seconds / 1024
+            rate = (bytes_sent(port) - sent) / args.seconds / 1024
             print(f"live run, Monitor open: console {live:.1f}% of a core; watch agent {agent:.1f}%; "
                   f"to the browser {rate:.1f} KiB/s; points per loss line at the end "
-                  f"{_points(page)}")
+                  f"{_points(page)}; live charts (messages, whole figures, points received) "
+                  f"{page.evaluate(FEED_JS)}")
             launcher.attach(run.run_id, store=store).stop(grace_s=5)
             time.sleep(15)   # the page notices the end
             ended, agent = measure(proc.pid, args.seconds)
@@ -136,9 +137,22 @@ def main() -> None:
         proc.wait(10)
 
 
+FEED_JS = ("() => Array.from(document.querySelectorAll('.tfconsole-chart'))"
+           ".map(el => [Number(el.dataset.messages || 0), Number(el.dataset.whole || 0), Number(el.dataset.points || 0)])")
+
+
+def bytes_sent(port: int) -> int:
+    """Bytes the console has sent on its open connections (the browser's websocket): TCP's own
+    count, from ``ss``. Playwright does not see Streamlit's websocket frames."""
+    out = subprocess.run(["ss", "-tinH", "state", "established", f"( sport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    return sum(int(m) for m in re.findall(r"bytes_sent:(\d+)", out))
+
+
 def _points(page) -> int:
+    """Points of the longest line in the loss chart (the first chart on the page)."""
     return page.evaluate("() => Math.max(0, ...Array.from(document.querySelectorAll('.js-plotly-plot'))"
-                         ".slice(0, 1).flatMap(el => (el.data || []).map(t => t.x.length)))")
+                         ".slice(0, 1).flatMap(el => (el._fullData || el.data || []).map(t => (t.x || []).length)))")
 
 
 if __name__ == "__main__":

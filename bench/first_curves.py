@@ -6,7 +6,7 @@ the two workers. The floor, measured in the same round: two bare TensorFlow proc
 (``examples/tf_config_script.py``, started together with their TF_CONFIG) until both print
 step 1. Medians of ``--rounds``.
 
-    python bench/first_curves.py [--rounds 3]
+    python bench/first_curves.py [--rounds 3] [--tree OTHER_CHECKOUT]
 """
 from __future__ import annotations
 
@@ -90,9 +90,11 @@ def _milestones(state, wall0: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tree", type=Path, default=ROOT,
+                    help="the checkout whose console is served (e.g. a worktree of an older commit)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="first-curves-"))
-    proc, url = serve(tmp / "runs", tmp / "streamlit.log")
+    proc, url = serve(tmp / "runs", tmp / "streamlit.log", args.tree)
     from playwright.sync_api import sync_playwright
     starts, floors = [], []
     try:

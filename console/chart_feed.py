@@ -3,9 +3,9 @@
 Monitor redraws its charts every 2 s. Sent whole, a figure re-sends every point of every line on
 each tick; fed through ``ChartFeed`` the browser receives the figure once, then per line only the
 points past what it already holds (the first ``drop`` of its points go, as a rolling window
-moves on; ``keep`` of the rest stay; ``x``/``y`` are appended). Any change a browser cannot get by appending (a new line, a restyled line, a restored run's rewound
-steps, new smoothing) is found the same way: the points that differ are sent again, and a figure
-whose lines themselves changed is sent whole.
+moves on; ``keep`` of the rest stay; ``x``/``y`` are appended). Any change a browser cannot get by appending (a restored run's rewound steps, new smoothing) is
+found the same way: the points that differ are sent again. A restyled line (the slowest worker
+named) gets its new style with its new points; a figure with other lines is sent whole.
 
 For appending to work on long runs, lines are thinned here with *stable* buckets
 (``stable_thin``): bucket edges sit at fixed multiples of a power-of-two stride in step units,
@@ -107,17 +107,21 @@ class ChartFeed:
         lines = _lines(list(figure.get("data", ())))
         layout = figure.get("layout", {})
         held = self.held
-        if held is None or [h.style for h in held] != [n.style for n in lines]:
+        if held is None or [sorted(h.style) for h in held] != [sorted(n.style) for n in lines]:
             return self._send(lines, {"op": FULL, "layout": layout, "data": [
                 {**n.style, "x": _json(n.x), "y": _json(n.y)} for n in lines]})
         drops = [_dropped(h.x, n.x) for h, n in zip(held, lines)]
         keeps = [common_prefix(h.x[d:], h.y[d:], n.x, n.y) for d, h, n in zip(drops, held, lines)]
-        if all(d == 0 and k == len(h.x) == len(n.x) for d, k, h, n in zip(drops, keeps, held, lines)):
+        restyled = [h.style != n.style for h, n in zip(held, lines)]
+        if not any(restyled) and all(d == 0 and k == len(h.x) == len(n.x)
+                                     for d, k, h, n in zip(drops, keeps, held, lines)):
             self.sent_points = 0
             return {"op": SAME, "seq": self.seq, "layout": layout}
+        # A line restyled (the step-time chart's slowest worker changes) keeps its points.
         return self._send(lines, {"op": DELTA, "base": self.seq, "layout": layout, "traces": [
-            {"drop": d, "keep": k, "x": _json(n.x[k:]), "y": _json(n.y[k:])}
-            for d, k, n in zip(drops, keeps, lines)]})
+            {"drop": d, "keep": k, "x": _json(n.x[k:]), "y": _json(n.y[k:]),
+             **({"style": n.style} if r else {})}
+            for d, k, n, r in zip(drops, keeps, lines, restyled)]})
 
     def _send(self, lines: list[_Line], message: dict) -> dict:
         self.seq += 1

@@ -49,7 +49,7 @@ function apply(P, el, msg, ask) {
   held.data = held.data.map((trace, i) => {
     const d = msg.traces[i];
     const end = d.drop + d.keep;
-    return Object.assign({}, trace, {x: trace.x.slice(d.drop, end).concat(d.x),
+    return Object.assign({}, trace, d.style || {}, {x: trace.x.slice(d.drop, end).concat(d.x),
                                      y: trace.y.slice(d.drop, end).concat(d.y)});
   });
   held.seq = msg.seq;
@@ -66,6 +66,7 @@ export default function (component) {
     parentElement.appendChild(el);
   }
   el.style.height = `${data.height}px`;
+  el.dataset.messages = String(Number(el.dataset.messages || 0) + 1);
   // Messages are applied one after another, the first once plotly.js has loaded.
   el.__queue = (el.__queue || Promise.resolve())
     .then(() => plotly())

@@ -40,6 +40,7 @@ class Browser:
         if msg["op"] != DELTA or self.seq != msg["base"]:
             return False
         for trace, d in zip(self.data, msg["traces"]):
+            trace.update(d.get("style", {}))
             end = d["drop"] + d["keep"]
             trace["x"] = trace["x"][d["drop"]:end] + d["x"]
             trace["y"] = trace["y"][d["drop"]:end] + d["y"]
@@ -92,6 +93,22 @@ def test_a_rewound_run_and_new_smoothing_resend_what_changed():
     rewound = _figure(store, smoothing=0.6)
     assert browser.apply(feed.update(rewound)) and browser.lines() == _expected(rewound)
     assert browser.lines()["worker-0"][0][-1] == 40 and len(browser.lines()["worker-0"][0]) == 41
+
+
+def test_a_restyled_line_keeps_its_points():
+    """The step-time chart names and thickens the slowest worker, who changes now and then."""
+    def fig(slowest: int, n: int) -> dict:
+        return {"data": [{"name": f"w{i}" + (" (slowest)" if i == slowest else ""),
+                          "line": {"width": 3.0 if i == slowest else 1.2},
+                          "x": np.arange(n), "y": np.ones(n) * i} for i in range(2)], "layout": {}}
+    feed, browser = ChartFeed(), Browser()
+    browser.apply(feed.update(fig(0, 50)))
+    msg = feed.update(fig(1, 52))
+    assert msg["op"] == DELTA and feed.sent_points == 4
+    assert [t.get("style", {}).get("name") for t in msg["traces"]] == ["w0", "w1 (slowest)"]
+    assert browser.apply(msg) and browser.lines() == {"w0": (list(range(52)), [0.0] * 52),
+                                                      "w1 (slowest)": (list(range(52)), [1.0] * 52)}
+    assert browser.data[1]["line"] == {"width": 3.0}
 
 
 def test_a_new_line_sends_the_figure_whole():
