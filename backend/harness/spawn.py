@@ -130,8 +130,14 @@ def status_one(run: str, task: str) -> dict:
         return {**info, "state": "exited", "exit_code": int(exit_text.strip() or -1)}
     if not info:
         return {"state": "starting"}
-    alive = bool(group_members(info["pgid"]))
-    return {**info, "state": "running" if alive else "lost"}
+    if group_members(info["pgid"]):
+        return {**info, "state": "running"}
+    # The supervisor writes the exit code, then leaves the group: if it did so since the first
+    # read, the code is there now (a task that ended well is not "lost").
+    exit_text = _read(layout.task_file(run, task, "exit"))
+    if exit_text is not None:
+        return {**info, "state": "exited", "exit_code": int(exit_text.strip() or -1)}
+    return {**info, "state": "lost"}
 
 
 def stop(run: str, tasks: list[str], grace_s: float) -> dict:

@@ -170,3 +170,27 @@ def test_tensorflow_loads_without_kerass_sklearn_wrappers_and_sklearn_stays_impo
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == ["['keras', 'tensorflow']", "(1797, 64)"], out.stdout
+
+
+def test_a_task_that_ends_between_two_reads_is_exited_not_lost(tmp_path, monkeypatch):
+    """The supervisor writes the task's exit code, then leaves its process group. A status read
+    that saw no exit file, then an empty group, must look again: the run ended well (a CLI
+    `launch --wait` once reported such a finished run as failed, "worker-0 lost")."""
+    monkeypatch.syspath_prepend(HARNESS)   # on a host the harness modules import as siblings
+    import layout
+    import spawn
+    run = str(tmp_path)
+    os.makedirs(os.path.join(run, layout.TASKS))
+    with open(layout.task_file(run, "worker-0", "json"), "w") as f:
+        json.dump({"pid": 2 ** 22 + 1, "pgid": 2 ** 22 + 1}, f)
+
+    def supervisor_finishes_meanwhile(pgid):
+        with open(layout.task_file(run, "worker-0", "exit"), "w") as f:
+            f.write("0\n")
+        return []
+    monkeypatch.setattr(spawn, "group_members", supervisor_finishes_meanwhile)
+    assert spawn.status_one(run, "worker-0")["state"] == "exited"
+    assert spawn.status_one(run, "worker-0")["exit_code"] == 0
+    os.remove(layout.task_file(run, "worker-0", "exit"))
+    monkeypatch.setattr(spawn, "group_members", lambda pgid: [])
+    assert spawn.status_one(run, "worker-0")["state"] == "lost"   # gone with no code: lost
