@@ -13,6 +13,7 @@ served by Streamlit's static file serving (``server.enableStaticServing`` in
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -47,12 +48,26 @@ def ensure_plotly_js() -> Path:
     return dst
 
 
-ensure_plotly_js()
+@functools.cache
+def plotly_js_problem() -> str:
+    """Why the charts cannot load plotly.js ("" when they can); checked once per console."""
+    try:
+        ensure_plotly_js()
+        return ""
+    except OSError as err:   # a read-only checkout, a full disk: said where the charts would be
+        return (f"Charts unavailable: plotly.js could not be copied into {STATIC} ({err}). "
+                "Make that folder writable, then restart the console.")
+
+
 _COMPONENT = st.components.v2.component("tfconsole_live_chart", js=JS, isolate_styles=False)
 
 
-def live_chart(figure: go.Figure, *, key: str, height: int = 450) -> dict:
+def live_chart(figure: go.Figure, *, key: str, height: int = 450) -> dict | None:
     """Draw ``figure`` under ``key``, sending this browser only what it lacks; the message sent."""
+    problem = plotly_js_problem()
+    if problem:
+        st.error(problem)
+        return None
     feed: ChartFeed = st.session_state.setdefault(f"{key}__feed", ChartFeed())
     state = st.session_state.get(key) or {}
     layout = figure.layout.to_plotly_json()

@@ -1,6 +1,8 @@
 """Live charts send each browser only the new points (console/chart_feed.py)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -184,3 +186,25 @@ def test_stable_thin_leaves_a_gap_for_a_bucket_of_nan():
 def test_stable_thin_stays_within_its_budget(n):
     xs, ys = stable_thin(np.arange(n), np.zeros(n), 2000)
     assert len(xs) == len(ys) <= 2000 and xs[0] == 0 and xs[-1] == n - 1
+
+
+def test_a_static_folder_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
+    from console import live_chart
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setattr(live_chart, "STATIC", blocker / "static")
+    live_chart.plotly_js_problem.cache_clear()
+    try:
+        problem = live_chart.plotly_js_problem()
+    finally:
+        live_chart.plotly_js_problem.cache_clear()
+    assert problem.startswith("Charts unavailable: plotly.js could not be copied into")
+    assert problem.endswith("Make that folder writable, then restart the console.")
+
+
+def test_plotly_js_is_served_from_the_installed_plotly():
+    import plotly
+    from console import live_chart
+    served = live_chart.ensure_plotly_js()
+    source = os.path.join(os.path.dirname(plotly.__file__), "package_data", "plotly.min.js")
+    assert served.read_bytes() == open(source, "rb").read()
