@@ -60,6 +60,8 @@ def live_panel() -> None:
                        key="gpu_mem_chart", height=380)
     widgets.status_table(live, key="monitor_status")
     widgets.attempts_table(live)
+    if EVERY and not live.run.state.live:
+        st.rerun(scope="app")   # the run ended while the page was open: its header and Stop too
     if WAITING and snap.progress.step is not None:
         st.rerun(scope="app")   # the first points are drawn: back to the 2 s pace
 

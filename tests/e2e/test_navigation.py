@@ -29,6 +29,9 @@ def test_start_then_monitor_at_once_shows_the_run_and_it_ends_finished(server):
         store = RunStore(runs)
         state = wait_for(lambda: (s := store.load(run_id)) and not s.live and s, 240, "the run to end")
         assert state.phase == Phase.FINISHED and len(state.attempts) == 1, state
+        # The page left open says so too, its header included (not only its live panel).
+        web.wait_text(page, rf"^Run {re.escape(run_id)} — finished", 60)
+        web.wait_text(page, r"This run is finished: there is nothing left to stop", 60)
         page.goto(url)          # a new session (a bare reload would need the login token again)
         web.wait_text(page, rf"Run {re.escape(run_id)} — finished", 60)
         assert [s.run_id for s in store.list()] == [run_id]      # one run, recorded once
