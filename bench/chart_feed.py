@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from backend.metrics import MetricsStore  # noqa: E402
 from console import figures  # noqa: E402
-from console.chart_feed import FULL, ChartFeed, stable_thin  # noqa: E402
+from console.chart_feed import FULL, ChartFeed, plain, stable_thin  # noqa: E402
 
 BUILDERS = (figures.loss_figure, figures.step_time_figure, figures.throughput_figure)
 
@@ -45,12 +45,6 @@ def add_tick(store: MetricsStore, workers: int, first_step: int, rows: int, rng)
                         "loss": float(v), "step_time": float(t), "examples_per_sec": 32 / float(t),
                         **({"global_loss": float(v)} if w == 0 else {})}
                        for s, v, t in zip(steps, loss, step_time))
-
-
-def as_dict(fig) -> dict:
-    layout = fig.layout.to_plotly_json()
-    layout.pop("template", None)
-    return {"data": [t.to_plotly_json() for t in fig.data], "layout": layout}
 
 
 def apply(held: list | None, msg: dict) -> list:
@@ -83,7 +77,7 @@ def main() -> None:
         sent, figs, messages = 0, [], []
         for i, build in enumerate(BUILDERS):
             figs.append(build(store, thin=stable_thin))
-            messages.append(feeds[i].update(as_dict(figs[-1])))
+            messages.append(feeds[i].update(plain(figs[-1])))
             sent += len(json.dumps(messages[-1]))
         t2 = time.perf_counter()
         for i, (fig, msg) in enumerate(zip(figs, messages)):   # outside the timing

@@ -3,9 +3,10 @@
 Monitor redraws its charts every 2 s. Sent whole, a figure re-sends every point of every line on
 each tick; fed through ``ChartFeed`` the browser receives the figure once, then per line only the
 points past what it already holds (the first ``drop`` of its points go, as a rolling window
-moves on; ``keep`` of the rest stay; ``x``/``y`` are appended). Any change a browser cannot get by appending (a restored run's rewound steps, new smoothing) is
-found the same way: the points that differ are sent again. A restyled line (the slowest worker
-named) gets its new style with its new points; a figure with other lines is sent whole.
+moves on; ``keep`` of the rest stay; ``x``/``y`` are appended). Any change a browser cannot get
+by appending (a restored run's rewound steps, new smoothing) is found the same way: the points
+that differ are sent again. A restyled line (the slowest worker named) gets its new style with
+its new points; a figure with other lines is sent whole.
 
 For appending to work on long runs, lines are thinned here with *stable* buckets
 (``stable_thin``): bucket edges sit at fixed multiples of a power-of-two stride in step units,
@@ -16,7 +17,7 @@ Pure: no Streamlit here (``console.live_chart`` mounts the browser side).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,6 +46,14 @@ def stable_thin(x: np.ndarray, y: np.ndarray, max_points: int = 2000) -> tuple[n
     xs[0::2], xs[1::2] = x[starts], x[ends]
     ys[0::2], ys[1::2] = lo, hi
     return xs, ys
+
+
+def plain(figure) -> dict:
+    """A plotly figure as ``update`` takes it: traces and layout with numpy arrays kept, and no
+    template (the browser draws plotly.js's plain look; the template is most of the bytes)."""
+    layout = figure.layout.to_plotly_json()
+    layout.pop("template", None)
+    return {"data": [t.to_plotly_json() for t in figure.data], "layout": layout}
 
 
 @dataclass
@@ -98,7 +107,7 @@ class ChartFeed:
     seq: int = 0
     held: list[_Line] | None = None
     resync_seen: object = None
-    sent_points: int = field(default=0)    # points in the last message (for tests and benchmarks)
+    sent_points: int = 0    # points in the last message (for tests and benchmarks)
 
     def update(self, figure: dict, *, resync: object = None) -> dict:
         """The message for ``figure`` (a plotly figure as a dict: ``data`` and ``layout``)."""

@@ -22,7 +22,7 @@ import plotly
 import plotly.graph_objects as go
 import streamlit as st
 
-from console.chart_feed import ChartFeed
+from console.chart_feed import ChartFeed, plain
 
 STATIC = Path(__file__).resolve().parent / "static"   # next to app.py: Streamlit serves it
 PLOTLY_JS = "plotly.min.js"
@@ -70,10 +70,7 @@ def live_chart(figure: go.Figure, *, key: str, height: int = 450) -> dict | None
         return None
     feed: ChartFeed = st.session_state.setdefault(f"{key}__feed", ChartFeed())
     state = st.session_state.get(key) or {}
-    layout = figure.layout.to_plotly_json()
-    layout.pop("template", None)   # plotly.js's plain look; the template is most of the bytes
-    message = feed.update({"data": [t.to_plotly_json() for t in figure.data], "layout": layout},
-                          resync=state.get("resync"))
+    message = feed.update(plain(figure), resync=state.get("resync"))
     _COMPONENT(key=key, data={"message": message, "height": height}, height=height,
                on_resync_change=lambda: None)
     return message

@@ -122,22 +122,25 @@ def _read(path: str) -> str | None:
         return None
 
 
+def _exit_code(run: str, task: str) -> int | None:
+    text = _read(layout.task_file(run, task, "exit"))
+    return None if text is None else int(text.strip() or -1)
+
+
 def status_one(run: str, task: str) -> dict:
-    exit_text = _read(layout.task_file(run, task, "exit"))
+    code = _exit_code(run, task)
     info_text = _read(layout.task_file(run, task, "json"))
     info = json.loads(info_text) if info_text else {}
-    if exit_text is not None:
-        return {**info, "state": "exited", "exit_code": int(exit_text.strip() or -1)}
-    if not info:
+    if code is None and not info:
         return {"state": "starting"}
-    if group_members(info["pgid"]):
+    if code is None and group_members(info["pgid"]):
         return {**info, "state": "running"}
     # The supervisor writes the exit code, then leaves the group: if it did so since the first
     # read, the code is there now (a task that ended well is not "lost").
-    exit_text = _read(layout.task_file(run, task, "exit"))
-    if exit_text is not None:
-        return {**info, "state": "exited", "exit_code": int(exit_text.strip() or -1)}
-    return {**info, "state": "lost"}
+    code = _exit_code(run, task) if code is None else code
+    if code is None:
+        return {**info, "state": "lost"}
+    return {**info, "state": "exited", "exit_code": code}
 
 
 def stop(run: str, tasks: list[str], grace_s: float) -> dict:
