@@ -188,19 +188,25 @@ def gate() -> bool:
     return _check() is not None
 
 
+def holds_token() -> bool:
+    """Whether this session may act now: the token is off, or the session holds the current one.
+    Draws nothing; for widget callbacks, which Streamlit runs before the page's ``guard()``."""
+    try:
+        if access() is Access.NONE:
+            return True
+        token = _server_token()        # under the lock: a missing file is made (and printed) once
+    except ConsoleError:
+        return False
+    return matches(st.session_state.get(SESSION_KEY), token)
+
+
 def still_allowed() -> None:
     """The first call of every self-refreshing fragment (see ``fragment``). A fragment's rerun runs
     only its own function, not the page's ``guard()``, so a session whose token was revoked (the
     file deleted or replaced) would go on drawing logs and curves. Such a session reruns the whole
-    app at once instead: its gate drops the old token and shows the refusal and nothing else."""
-    try:
-        if access() is Access.NONE:
-            return
-        token = _server_token()        # under the lock: a missing file is made (and printed) once
-    except ConsoleError:
-        st.rerun(scope="app")          # the gate shows the error
-    if not matches(st.session_state.get(SESSION_KEY), token):
-        st.rerun(scope="app")          # the gate drops the old token, and the page list with it
+    app at once instead: its gate drops the old token and shows the refusal (or the error)."""
+    if not holds_token():
+        st.rerun(scope="app")
 
 
 def fragment(*, run_every: float | None):

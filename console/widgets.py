@@ -51,26 +51,41 @@ def attempts_table(live) -> None:
 
 
 def stop_controls(live, *, key: str) -> None:
-    """A Stop button that asks before it stops; the stop then runs in the background."""
-    from console import state
+    """A Stop button that asks before it stops; the stop then runs in the background.
+
+    The buttons act in ``on_click`` callbacks, not in ``if st.button(...)``: Streamlit calls a
+    callback as soon as the click reaches the server, whichever run comes next. Read as a return
+    value, a click that lands while the page's live panels rerun on their timers could be taken
+    by a panel-only run and lost (seen once in CI: the confirm stayed up and the run trained on).
+    Callbacks run before the page's ``guard()``, so the one that stops checks the token itself.
+    """
     ss = st.session_state
-    flag = f"{key}_confirm"
-    if st.button("Stop run", key=f"{key}_stop", disabled=live is None):
-        ss[flag] = True
-    if ss.get(flag):
+    flag, failed = f"{key}_confirm", f"{key}_stop_error"
+    st.button("Stop run", key=f"{key}_stop", disabled=live is None, on_click=_ask_to_stop, args=(flag,))
+    if ss.get(failed):
+        st.error(ss.pop(failed))
+    if live is not None and ss.get(flag):
         st.warning(f"Stop run {live.run_id}? Every task gets TERM, then KILL after 10 s.")
         yes, no = st.columns(2)
-        if yes.button("Yes, stop it", key=f"{key}_yes", type="primary"):
-            ss[flag] = False
-            try:
-                live_mod.begin_stop(live, state.registry().actions)
-                ss.action_run_id = live.run_id
-                st.rerun()
-            except ConsoleError as err:
-                st.error(str(err))
-        if no.button("Cancel", key=f"{key}_no"):
-            ss[flag] = False
-            st.rerun()
+        yes.button("Yes, stop it", key=f"{key}_yes", type="primary", on_click=_stop, args=(live, flag, failed))
+        no.button("Cancel", key=f"{key}_no", on_click=ss.__setitem__, args=(flag, False))
+
+
+def _ask_to_stop(flag: str) -> None:
+    st.session_state[flag] = True
+
+
+def _stop(live, flag: str, failed: str) -> None:
+    from console import state
+    ss = st.session_state
+    ss[flag] = False
+    if not auth.holds_token():   # callbacks run before the page's guard(), which then refuses
+        return
+    try:
+        live_mod.begin_stop(live, state.registry().actions)
+        ss.action_run_id = live.run_id
+    except ConsoleError as err:
+        ss[failed] = str(err)
 
 
 def action_panel(action, *, key: str) -> None:

@@ -33,6 +33,7 @@ from tests import netns, sshd
 from tests.ssh_home import OperatorSSH
 
 ROOT = Path(__file__).resolve().parents[1]
+TIMELINE = ROOT / "test-output" / "timeline.jsonl"   # a line per test (pytest_runtest_protocol)
 
 
 def truthy(value: str | None) -> bool:
@@ -55,6 +56,8 @@ def pytest_configure(config) -> None:
         os.environ.pop(var, None)
     os.environ["HOME"] = str(HOME)
     os.environ["TFCONSOLE_RUNS"] = str(HOME / "runs")
+    if not hasattr(config, "workerinput"):   # the controller: a new timeline for this session
+        TIMELINE.unlink(missing_ok=True)
 
 
 # Fixtures that start real TensorFlow training (the harness's launcher, a shared finished run, a
@@ -121,6 +124,32 @@ def _turn(item) -> TrainingTurn:
         path = item.config._tmp_path_factory.getbasetemp().parent / "training.lock"
         item.stash[_TURN] = TrainingTurn(path if takes_turns else None)
     return item.stash[_TURN]
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """The machine's (busy, total) CPU ticks since boot, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]   # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """One line per test in test-output/timeline.jsonl: which process ran it, from when to when,
+    and how busy the whole machine's CPUs were meanwhile; it shows what ran beside a test that
+    took far longer in a full run than alone (`python tests/timeline.py` reads it)."""
+    began, (busy0, total0) = time.time(), _cpu_ticks()
+    try:
+        return (yield)
+    finally:
+        busy1, total1 = _cpu_ticks()
+        line = {"test": item.nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                "start": round(began, 2), "end": round(time.time(), 2),
+                "slow": item.get_closest_marker("slow") is not None,
+                "cpu_busy": round((busy1 - busy0) / max(1, total1 - total0), 3)}
+        TIMELINE.parent.mkdir(parents=True, exist_ok=True)
+        with open(TIMELINE, "a") as fh:
+            fh.write(json.dumps(line) + "\n")
 
 
 @pytest.hookimpl(wrapper=True)

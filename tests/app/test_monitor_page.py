@@ -63,6 +63,21 @@ def test_stop_on_a_finished_run_is_an_error(on_finished):
     assert any("not live" in m for m in errors(at)), errors(at)
 
 
+def test_a_stop_clicked_after_the_token_is_revoked_does_nothing(on_finished):
+    """Stop acts in a button callback, which Streamlit runs before the page's token check: the
+    callback checks the token itself, so a revoked session's click reaches no run."""
+    from console import auth
+    open_page, run_id = on_finished
+    at = open_page("monitor")
+    at.button(key="monitor_stop").click().run()
+    auth.token_path().unlink()                  # the owner revokes every URL handed out so far
+    at.button(key="monitor_yes").click().run()
+    assert not at.exception
+    assert [t.value for t in at.title] == ["Login token needed"]
+    # Reaching the run would have left its answer ("not live": the run has finished) for the page.
+    assert "monitor_stop_error" not in at.session_state
+
+
 def test_log_filter_and_highlight():
     lines = ["I0000 00:00 noise", "step 10 loss 0.5", "Traceback (most recent call last):",
              "ValueError: bad <input>"]
