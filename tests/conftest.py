@@ -102,11 +102,14 @@ class TrainingTurn:
 
     def __init__(self, path=None):
         self._path, self._lock = path, None
+        self.waited = 0.0   # seconds spent waiting for the turn (test-output/timeline.jsonl)
 
     def begin(self) -> None:
         if self._path is not None and self._lock is None:
             self._lock = open(self._path, "w")
+            began = time.time()
             fcntl.flock(self._lock, fcntl.LOCK_EX)
+            self.waited = time.time() - began
 
     def end(self) -> None:
         """Give the turn up now. A test that trains and then only waits on a clock (a stall or
@@ -146,6 +149,8 @@ def pytest_runtest_protocol(item, nextitem):
         line = {"test": item.nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
                 "start": round(began, 2), "end": round(time.time(), 2),
                 "slow": item.get_closest_marker("slow") is not None,
+                "waits": item.get_closest_marker("waits") is not None,
+                "turn_wait": round(item.stash[_TURN].waited, 2) if _TURN in item.stash else 0.0,
                 "cpu_busy": round((busy1 - busy0) / max(1, total1 - total0), 3)}
         TIMELINE.parent.mkdir(parents=True, exist_ok=True)
         with open(TIMELINE, "a") as fh:

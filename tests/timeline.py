@@ -20,8 +20,12 @@ def main() -> None:
     rows = [json.loads(line) for line in Path(args.file).read_text().splitlines() if line.strip()]
     t0 = min(r["start"] for r in rows)
     span = max(r["end"] for r in rows) - t0
+    for r in rows:   # from when the test had its turn at the cores (older files lack turn_wait)
+        r["start"] += r.get("turn_wait", 0.0)
     slow = sum(r["end"] - r["start"] for r in rows if r["slow"])
-    print(f"{len(rows)} tests over {span:.0f} s; slow tests' own time summed: {slow:.0f} s")
+    waited = sum(r.get("turn_wait", 0.0) for r in rows)
+    print(f"{len(rows)} tests over {span:.0f} s; slow tests' own time summed: {slow:.0f} s "
+          f"(after {waited:.0f} s of waiting for turns)")
     for r in sorted(rows, key=lambda r: r["start"] - r["end"])[:args.top]:
         beside = [o for o in rows if o["worker"] != r["worker"]
                   and o["start"] < r["end"] and o["end"] > r["start"]]
