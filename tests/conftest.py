@@ -73,46 +73,14 @@ SLOW_FIXTURES = {"launcher", "trained_run", "finished_run", "on_finished", "two_
 SHARED_SESSION_FIXTURES = ("slurm_session", "trained_run", "finished_run")
 
 
-# Groups holding a test that takes training turns are named with this prefix, so that the
-# scheduler below (which sees only test ids) can tell them from the rest.
-TURNS = "turns-"
-
-
 @pytest.hookimpl(tryfirst=True)   # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
-    groups = {}
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         if SLOW_FIXTURES & used:
             item.add_marker(pytest.mark.slow)
         shared = [name for name in SHARED_SESSION_FIXTURES if name in used]
-        groups[item] = shared[0] if shared else item.path.name
-    training = {groups[item] for item in items if _takes_turns(item)}
-    for item, group in groups.items():
-        item.add_marker(pytest.mark.xdist_group(TURNS + group if group in training else group))
-
-
-def _takes_turns(item) -> bool:
-    return item.get_closest_marker("slow") is not None and item.get_closest_marker("waits") is None
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """xdist's loadgroup, except that the first process takes the groups that train and the
-    others take the rest first. Under plain loadgroup both processes often held a training test
-    at once, and one of them sat waiting for its turn (466 s summed in one run) with light tests
-    queued behind it; the suite's length is the chain of training turns (docs/testing.md)."""
-    from xdist.scheduler import LoadGroupScheduling
-
-    class TrainingFirst(LoadGroupScheduling):
-        def _assign_work_unit(self, node) -> None:
-            trains = node is self.nodes[0]
-            for scope in self.workqueue:
-                if scope.startswith(TURNS) == trains:   # the first group this process prefers
-                    self.workqueue.move_to_end(scope, last=False)
-                    break
-            super()._assign_work_unit(node)
-
-    return TrainingFirst(config, log)
+        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.path.name))
 
 
 # Fixtures that train while they are set up: a test using one takes its turn before its setup.
@@ -154,7 +122,8 @@ class TrainingTurn:
 
 def _turn(item) -> TrainingTurn:
     if _TURN not in item.stash:
-        takes_turns = os.environ.get("PYTEST_XDIST_WORKER") and _takes_turns(item)
+        takes_turns = (os.environ.get("PYTEST_XDIST_WORKER") and item.get_closest_marker("slow") is not None
+                       and item.get_closest_marker("waits") is None)
         path = item.config._tmp_path_factory.getbasetemp().parent / "training.lock"
         item.stash[_TURN] = TrainingTurn(path if takes_turns else None)
     return item.stash[_TURN]
