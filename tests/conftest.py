@@ -194,6 +194,15 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
     base = config._tmp_path_factory.getbasetemp()
     files = sorted(base.glob(FAULT_RESULTS)) + sorted(base.glob(f"*/{FAULT_RESULTS}"))
     results = {name: figures for f in files for name, figures in json.loads(f.read_text()).items()}
+    if TIMELINE.exists():
+        from tests import timeline
+        rows = timeline.load(TIMELINE)
+        if rows:   # --durations counts a wait for a training turn as the test's own time
+            terminalreporter.section("longest tests, net of waiting for a training turn "
+                                     "(python tests/timeline.py)")
+            terminalreporter.write_line(timeline.headline(rows))
+            for line in timeline.longest(rows, 8):
+                terminalreporter.write_line(line)
     if results:
         terminalreporter.section("fault scenarios (measured; also in "
                                  + ", ".join(str(f) for f in files) + ")")
