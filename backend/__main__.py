@@ -101,7 +101,7 @@ def cmd_keep(a) -> int:
     from dataclasses import asdict
     from backend.keeper import Keeper
     options = SSHOptions(**{**asdict(_options(a)), **json.loads(a.ssh_options or "{}")})
-    phase = Keeper(a.run, store=RunStore(a.runs), options=options, poll_s=a.poll).run()
+    phase = Keeper(a.run, store=RunStore(a.runs), options=options, poll_s=a.poll).run(take_over=a.take_over)
     print(f"run {a.run}: {phase}")
     return 0
 
@@ -246,6 +246,8 @@ def parser() -> argparse.ArgumentParser:
     s = add("keep", cmd_keep, "watch a run and restart it on failure (launch starts this detached)")
     s.add_argument("run"); s.add_argument("--poll", type=float, default=1.0, help="seconds between checks")
     s.add_argument("--ssh-options", help="SSHOptions as JSON (launch passes its own)")
+    s.add_argument("--take-over", action="store_true",
+                   help="if the run has a keeper, wait for it to exit and then keep the run (restore passes this)")
     s = add("attach-slurm", cmd_attach_slurm, "follow a Slurm job the console did not submit: status, logs, stop")
     s.add_argument("cluster", help="a cluster file with kind: slurm (its login host)")
     s.add_argument("job_id", help="the job id squeue shows")

@@ -231,12 +231,11 @@ def wait_resumed(run: Run, wait_s: float) -> dict[str, int]:
         time.sleep(0.5)
 
 
-def _rekeep(run: Run, wait_s: float = 10.0) -> None:
-    """The stop above ended the run's keeper; a restored run is kept again like a launched one."""
-    deadline = time.time() + wait_s
-    while keeper_process.keeper_pid(run.local_dir) and time.time() < deadline:
-        time.sleep(0.1)
-    keeper_process.start_keeper(run.run_id, run.store.root, run.pool.options)
+def _rekeep(run: Run) -> None:
+    """A restored run is kept again like a launched one. The stop above ends the old keeper when
+    it next polls, but under load it may poll only after the new attempt began, and then keep
+    that one: the new keeper waits for it to exit, so the run always has exactly one keeper."""
+    keeper_process.start_keeper(run.run_id, run.store.root, run.pool.options, take_over=True)
 
 
 def common_checkpoint(run: Run) -> int | None:

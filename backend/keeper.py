@@ -23,6 +23,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 from backend import diagnose, remote, stacks
 from backend.attempts import begin_attempt
@@ -65,21 +66,29 @@ class Keeper:
         self.casualties_since: float | None = None
         self.delay = poll_s
 
-    def run(self) -> Phase:
+    def run(self, *, take_over: bool = False) -> Phase:
+        """Keep the run until it ends. ``take_over``: a keeper still holds the run (a restore's stop
+        has not reached it yet, or it went on to keep the new attempt): wait for it to exit, then
+        keep the run, instead of refusing."""
         local_dir = self.store.path(self.run_id)
         with open(local_dir / KEEPER_LOCK, "a") as lock:
             try:  # one keeper per run: two would restart the same failure twice
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise RunError(f"run {self.run_id} already has a keeper (pid {keeper_pid(local_dir)})",
-                               "Nothing to do: that keeper is watching the run.") from None
-            (local_dir / KEEPER_PID).write_text(f"{os.getpid()}\n")
+                if not take_over:
+                    raise RunError(f"run {self.run_id} already has a keeper (pid {keeper_pid(local_dir)})",
+                                   "Nothing to do: that keeper is watching the run.") from None
+                self.log(f"run {self.run_id} still has its keeper from before the restore: "
+                         "waiting for it to exit, then keeping the run")
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            mine = f"{os.getpid()}\n"
+            (local_dir / KEEPER_PID).write_text(mine)
             self.log(f"keeping run {self.run_id} (pid {os.getpid()})")
             try:
                 return self._loop()
             finally:
                 self.pool.close()
-                (local_dir / KEEPER_PID).unlink(missing_ok=True)
+                _forget_pid(local_dir / KEEPER_PID, mine)
 
     def _loop(self) -> Phase:
         while True:
@@ -271,3 +280,13 @@ def traceback_tail(log: str, max_lines: int = 60) -> str:
     start = log.rfind("Traceback (most recent call last)")
     lines = (log[start:] if start >= 0 else log).splitlines()
     return "\n".join(lines[-max_lines:]) + "\n"
+
+
+def _forget_pid(path: Path, mine: str) -> None:
+    """Remove the pid file if it still names this keeper: a keeper started to take over after
+    a restore has written its own there, and it must stay findable while it waits."""
+    try:
+        if path.read_text() == mine:
+            path.unlink()
+    except FileNotFoundError:
+        pass

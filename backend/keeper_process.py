@@ -52,11 +52,14 @@ def _cmdline(pid: int, wait_s: float = 1.0) -> list[bytes]:
         time.sleep(0.01)
 
 
-def start_keeper(run_id: str, runs_root: Path, options: SSHOptions, *, poll_s: float = POLL_S) -> int:
-    """Start the keeper detached (own session, output to keeper.log); return its pid."""
+def start_keeper(run_id: str, runs_root: Path, options: SSHOptions, *, poll_s: float = POLL_S,
+                 take_over: bool = False) -> int:
+    """Start the keeper detached (own session, output to keeper.log); return its pid.
+    ``take_over``: it waits for a keeper still running to exit, then keeps the run (restore)."""
     local_dir = runs_root / run_id
     argv = [sys.executable, "-m", "backend", "--runs", str(runs_root.resolve()), "keep",
             run_id, "--ssh-options", json.dumps(asdict(options)), "--poll", str(poll_s)]
+    argv += ["--take-over"] if take_over else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
     with open(local_dir / KEEPER_LOG, "ab") as log:

@@ -1,6 +1,8 @@
 """The keeper's rules, with plain command jobs (no TensorFlow): quick and exact."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from backend import keeper, launcher
@@ -115,7 +117,9 @@ def test_a_restored_run_is_kept_again(local_cluster, store):
     from backend import checkpoints
     from tests.conftest import wait_for
     from tests.faults.conftest import harness_job
-    run = launcher.launch(local_cluster, harness_job(steps_per_epoch=600), store=store,
+    # Paced (20 ms a step): the restored attempt still trains when restore returns, however
+    # long that took on a loaded machine (a full-speed one had finished and its keeper gone).
+    run = launcher.launch(local_cluster, harness_job(steps_per_epoch=600, pace_s=0.02), store=store,
                           preflight=launcher.Preflight.SKIP)
     first = wait_for(lambda: checkpoints.list_checkpoints(run), 120, "a first checkpoint")[0]["step"]
     old_keeper = keeper.keeper_pid(run.local_dir)
@@ -124,7 +128,48 @@ def test_a_restored_run_is_kept_again(local_cluster, store):
     assert new_keeper != old_keeper
     state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 240)
     assert state.phase == "finished" and state.attempts[-1].resume_step == first, state
+    assert f"keeping run {run.run_id} (pid {new_keeper})" in (run.local_dir / keeper.KEEPER_LOG).read_text()
     assert_nothing_left(run, store)
+
+
+def _waits_for_flock(pid: int) -> bool:
+    """Whether process ``pid`` is blocked waiting for a flock (a "->" line in /proc/locks)."""
+    return any(line.split()[1] == "->" and line.split()[5] == str(pid)
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_a_keeper_started_by_a_restore_waits_for_the_old_one_then_keeps_the_run(local_cluster, store):
+    """Under load the old keeper can miss the restore's stop and go on keeping the new attempt.
+    The keeper restore starts must then wait for it, not exit with "already has a keeper" and
+    leave keeper.pid naming a dead process (seen in a three-process test run)."""
+    import contextlib
+    import fcntl
+    import os
+    import signal
+    from backend.hosts.ssh import SSHOptions
+    from backend.keeper_process import KEEPER_LOCK, KEEPER_PID, start_keeper
+    from backend.runs import Phase, RunState
+    from backend.spec import cluster_to_dict
+    from tests.conftest import wait_for
+    store.reserve("restored")
+    store.save(RunState("restored", 0.0, cluster_to_dict(local_cluster), {"kind": "command", "command": ["x"]},
+                        [], phase=Phase.FINISHED))
+    folder = store.path("restored")
+    with open(folder / KEEPER_LOCK, "a") as old_keeper:   # the keeper from before the restore
+        fcntl.flock(old_keeper, fcntl.LOCK_EX)
+        pid = start_keeper("restored", store.root, SSHOptions(), take_over=True)
+        try:
+            wait_for(lambda: _waits_for_flock(pid), 60, "the new keeper waiting for the old one's lock")
+            assert keeper.keeper_pid(folder) == pid   # a status read meanwhile finds a keeper
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):   # nothing left behind, even on failure
+                os.kill(pid, signal.SIGKILL)
+            raise
+    wait_for(lambda: keeper.keeper_pid(folder) is None, 60, "the new keeper to keep the run and exit")
+    log = (folder / keeper.KEEPER_LOG).read_text()
+    assert f"keeping run restored (pid {pid})" in log and "run restored: finished" in log, log
+    assert "already has a keeper" not in log and "Traceback" not in log, log
+    assert not (folder / KEEPER_PID).exists()
 
 
 def test_a_keeper_whose_run_folder_was_deleted_exits(store):
