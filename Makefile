@@ -4,9 +4,10 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PORT    ?= 8501
-# Test processes (pytest-xdist). Two by default: light tests run beside the training ones, which
-# take turns (docs/testing.md). TEST_WORKERS=0 runs everything in this one process.
-TEST_WORKERS ?= 2
+# Test processes (pytest-xdist). Three by default: at most two of them train at once, and the
+# third runs light and clock-bound tests meanwhile (docs/testing.md). TEST_WORKERS=0 runs
+# everything in this one process.
+TEST_WORKERS ?= 3
 
 .PHONY: run test system-deps bench clean help
 

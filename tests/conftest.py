@@ -88,28 +88,48 @@ TRAINING_SETUP_FIXTURES = {"trained_run", "finished_run", "on_finished", "two_ss
 _TURN = pytest.StashKey["TrainingTurn"]()
 
 
-class TrainingTurn:
-    """A `slow` test's turn at the cores, under pytest-xdist.
+# How many tests may train at once. Measured on 2 cores (2026-11-25, docs/testing.md): two
+# tests side by side took 33.0 s where one after the other took 43.5 s; with a third process
+# free to take light tests and clock-bound ones meanwhile, `make test` took 626-660 s where one
+# training at a time took 797-805 s.
+TRAINING_SLOTS = 2
 
-    Two trainings side by side on two cores do not take twice as long but four times (measured:
-    135 s alone, 584 s beside another), and their bounds were set for one; so `slow` tests take
-    turns across processes through a lock file in the session's base folder, which every worker
-    shares. Light tests run beside them, and so do `waits` tests (slow, but waiting on a clock
-    with nothing to train). A turn begins when the test body starts (its fixtures, a console or
-    an sshd, are set up beside another test's training), or before setup when a fixture trains
+
+class TrainingTurn:
+    """A `slow` test's turn at the cores, under pytest-xdist: one of ``TRAINING_SLOTS`` lock files
+    in the session's base folder, which every worker shares.
+
+    Light tests run beside every turn, and so do `waits` tests (slow, but waiting on a clock with
+    nothing to train). A turn begins when the test body starts (its fixtures, a console or an
+    sshd, are set up beside other tests' training), or before setup when a fixture trains
     (``TRAINING_SETUP_FIXTURES``), and lasts through teardown, which stops what the test started.
+    Without a bound, three trainings on two cores took 2-3x as long each (the sshd outage test
+    97 s instead of 36 s) and the cores sat at 97 % busy, where waits and start-up checks meet
+    their bounds.
     """
 
-    def __init__(self, path=None):
-        self._path, self._lock = path, None
+    def __init__(self, folder: Path | None = None):
+        self._folder, self._lock = folder, None
         self.waited = 0.0   # seconds spent waiting for the turn (test-output/timeline.jsonl)
 
     def begin(self) -> None:
-        if self._path is not None and self._lock is None:
-            self._lock = open(self._path, "w")
-            began = time.time()
-            fcntl.flock(self._lock, fcntl.LOCK_EX)
-            self.waited = time.time() - began
+        """Take a free slot, polling until one is (flock cannot wait on the first of several)."""
+        if self._folder is None or self._lock is not None:
+            return
+        began = time.time()
+        while self._lock is None:
+            for slot in range(TRAINING_SLOTS):
+                fh = open(self._folder / f"training-{slot}.lock", "w")
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    fh.close()
+                    continue
+                self._lock = fh
+                break
+            else:
+                time.sleep(0.2)
+        self.waited = time.time() - began
 
     def end(self) -> None:
         """Give the turn up now. A test that trains and then only waits on a clock (a stall or
@@ -117,15 +137,15 @@ class TrainingTurn:
         if self._lock is not None and not self._lock.closed:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._lock.close()
-        self._path = None
+        self._folder = None
 
 
 def _turn(item) -> TrainingTurn:
     if _TURN not in item.stash:
         takes_turns = (os.environ.get("PYTEST_XDIST_WORKER") and item.get_closest_marker("slow") is not None
                        and item.get_closest_marker("waits") is None)
-        path = item.config._tmp_path_factory.getbasetemp().parent / "training.lock"
-        item.stash[_TURN] = TrainingTurn(path if takes_turns else None)
+        folder = item.config._tmp_path_factory.getbasetemp().parent
+        item.stash[_TURN] = TrainingTurn(folder if takes_turns else None)
     return item.stash[_TURN]
 
 
