@@ -90,7 +90,7 @@ _TURN = pytest.StashKey["TrainingTurn"]()
 
 # How many tests may train at once. Measured on 2 cores (2026-11-25, docs/testing.md): two
 # paced trainings side by side took 33.0 s where one after the other took 43.5 s; on three
-# processes with two slots, `make test` took 664-668 s where one training at a time (two
+# processes with two slots, `make test` took 663-668 s where one training at a time (two
 # processes) took 797-805 s.
 TRAINING_SLOTS = 2
 
