@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from tests import netns, sshd
+from tests import netns, sshd, timeline
 from tests.ssh_home import OperatorSSH
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMELINE = ROOT / "test-output" / "timeline.jsonl"   # a line per test (pytest_runtest_protocol)
+TIMELINE = timeline.DEFAULT   # a line per test (pytest_runtest_protocol)
 
 
 def truthy(value: str | None) -> bool:
@@ -117,19 +117,20 @@ class TrainingTurn:
         if self._folder is None or self._lock is not None:
             return
         began = time.time()
-        while self._lock is None:
-            for slot in range(TRAINING_SLOTS):
-                fh = open(self._folder / f"training-{slot}.lock", "w")
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    fh.close()
-                    continue
-                self._lock = fh
-                break
-            else:
-                time.sleep(0.2)
-        self.waited = time.time() - began
+        while (lock := self._free_slot()) is None:
+            time.sleep(0.2)
+        self._lock, self.waited = lock, time.time() - began
+
+    def _free_slot(self):
+        """A slot's lock file, locked, or None while every slot is taken."""
+        for slot in range(TRAINING_SLOTS):
+            fh = open(self._folder / f"training-{slot}.lock", "w")
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fh
+            except BlockingIOError:
+                fh.close()
+        return None
 
     def end(self) -> None:
         """Give the turn up now. A test that trains and then only waits on a clock (a stall or
@@ -215,7 +216,6 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
     files = sorted(base.glob(FAULT_RESULTS)) + sorted(base.glob(f"*/{FAULT_RESULTS}"))
     results = {name: figures for f in files for name, figures in json.loads(f.read_text()).items()}
     if TIMELINE.exists():
-        from tests import timeline
         rows = timeline.load(TIMELINE)
         if rows:   # --durations counts a wait for a training turn as the test's own time
             terminalreporter.section("longest tests, net of waiting for a training turn "

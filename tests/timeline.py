@@ -1,8 +1,8 @@
 """Read test-output/timeline.jsonl (written by tests/conftest.py): the tests that held the cores
-longest, net of waiting for their training turn, and what the other process ran meanwhile.
+longest, net of waiting for their training turn, and what the other processes ran meanwhile.
 
 pytest's own ``--durations`` counts a test's wait for its turn as its time: a test that ran
-for 10 s after waiting 58 s for the other process's training is listed at 68 s.
+for 10 s after waiting 58 s for another process's training is listed at 68 s.
 
     python tests/timeline.py [--top 15] [FILE]
 """
