@@ -206,6 +206,18 @@ def _param(name: str, value):
     return float(value) if name in FLOAT_PARAMS else int(value)
 
 
+def _split_command(command: str) -> list[str]:
+    """The Command field as argv, split like a shell would; a quote left open is the user's typo,
+    named as such (shlex's bare ValueError would reach the page as a traceback)."""
+    if not command.strip():
+        return []
+    try:
+        return shlex.split(command)
+    except ValueError as err:
+        raise SpecErrors([SpecError("Command", f"cannot split the command: {err}",
+                                    "Close the quote, or escape a literal quote as \\' or \\\".")]) from None
+
+
 def build_job(*, source: str, module: str = "", command: str = "", params: dict | None = None,
               restart_mode: str = "never", max_restarts: int = 3, base_dir: Path | None = None) -> JobSpec:
     """A JobSpec from the launch form; raises SpecErrors (e.g. "no file at ...") for bad input.
@@ -214,8 +226,7 @@ def build_job(*, source: str, module: str = "", command: str = "", params: dict 
     """
     restart = {"mode": restart_mode, "max_restarts": int(max_restarts)}
     if source == "command":
-        data = {"kind": "command", "command": shlex.split(command) if command.strip() else [],
-                "restart": restart}
+        data = {"kind": "command", "command": _split_command(command), "restart": restart}
     else:
         data = {"kind": "harness", "module": module.strip(), "restart": restart,
                 "params": {k: _param(k, v) for k, v in (params or {}).items() if v is not None}}

@@ -76,3 +76,14 @@ def test_form_values_survive_a_page_switch(runs_dir):
     assert at.number_input(key="param_log_every").value == 4
     assert at.selectbox(key="restart_mode").value == "on_failure"
     assert at.number_input(key="max_restarts").value == 5
+
+
+def test_unbalanced_quote_in_command_is_a_field_error(page, runs_dir):
+    """shlex.split raised ValueError out of the page: Streamlit's traceback instead of a message."""
+    at = page("launch")
+    at.radio(key="job_source").set_value("Command").run()
+    at.text_input(key="job_command").input("python train.py --name 'unclosed")
+    at.button(key="start_button").click().run()
+    assert not at.exception
+    assert any(m.startswith("Command:") and "quote" in m for m in errors(at)), errors(at)
+    assert RunStore(runs_dir).list() == []
