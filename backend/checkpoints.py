@@ -193,7 +193,10 @@ def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RE
     try:
         if hold.step != step:
             raise ArtifactError(f"the hold is on step {hold.step}, not {step}", "Pick the step again.")
-        chosen = {c["step"]: c for c in list_checkpoints(run)}[step]
+        chosen = {c["step"]: c for c in list_checkpoints(run)}.get(step)
+        if chosen is None:   # the hold expired and retention took the step (was a raw KeyError)
+            raise ArtifactError(f"step {step} is no longer on the chief: its hold expired",
+                                "Pick the checkpoint again, then press Restore.")
         if run.state.live:
             run.stop(reason=f"restore from step {step}")
         attempt = run.state.attempt + 1

@@ -24,4 +24,6 @@ if auth.gate():   # st.navigation runs this script on every rerun: nothing below
         st.Page(str(PAGES / "cluster.py"), title="Cluster", icon=":material/hub:", url_path="cluster"),
         st.Page(str(PAGES / "runs.py"), title="Runs", icon=":material/history:", url_path="runs"),
     ])
+    if nav.url_path != "checkpoints":
+        state.release_pending_restore()   # the operator left a Restore unanswered: no hold leaks
     nav.run()

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 
-from backend.errors import ConsoleError
+from backend.checkpoints import CHOICE_TTL_S, Hold
+from backend.errors import ArtifactError, ConsoleError
 from backend.hosts.ssh import SSHOptions
 from backend.runs import RunStore, default_root
 from backend.spec import DEFAULT_PORTS, cluster_to_dict, default_cluster, default_job, job_to_dict
@@ -33,11 +36,12 @@ DEFAULTS = {
     "cluster_version": lambda: 0,        # bumped to give the table editor fresh rows
     "launch_form": lambda: first_launch_form(),   # widget key -> value
     "run_id": lambda: None,              # the current run
+    "chosen_run_id": lambda: None,       # the run picked on the Runs page: it stays current
     "action_run_id": lambda: None,       # the run of this session's last Start or Stop
     "preflight": lambda: None,           # [row dict] of the last preflight
     "host_key": lambda: None,            # {"host", "port", "fingerprint", "key_type"} to confirm
     "confirm_stop": lambda: False,
-    "confirm_restore": lambda: None,
+    "confirm_restore": lambda: None,     # a PendingRestore while Restore waits for Yes
     "last_export": lambda: None,
     "ssh_aliases": lambda: [],
     "cluster_kind": lambda: slurm_form.KINDS[0],   # "SSH hosts" (the table) or "Slurm" (the form)
@@ -132,7 +136,8 @@ def current_run():
     states = run_store().list()
     live = [s for s in states if s.live]
     mine = next((s for s in states if s.run_id == run_id), None)
-    if mine is None or (not mine.live and live and live[0].created > mine.created):
+    chosen = mine is not None and run_id == st.session_state.chosen_run_id
+    if mine is None or (not chosen and not mine.live and live and live[0].created > mine.created):
         pick = (live or states or [None])[0]
         if pick is None:
             return None
@@ -143,6 +148,76 @@ def current_run():
         st.error(str(err))
         st.session_state.run_id = None
         return None
+
+
+def choose_run(run_id: str):
+    """The operator's pick on the Runs page: it stays the current run for this session, even an
+    ended run while a newer one is live (else its Monitor and Checkpoints could not be reached).
+    A Start in this session makes its new run current again (``run_id`` changes)."""
+    init()
+    st.session_state.run_id = st.session_state.chosen_run_id = run_id
+    return current_run()
+
+
+# ---- a restore waiting for its confirmation -------------------------------------------------
+
+EXPIRY_MARGIN_S = 30.0   # a restore reads and moves checkpoints before its hold is taken over
+
+
+@dataclass(frozen=True)
+class PendingRestore:
+    """The step held for a restore between the Restore press and Yes: which run, since when."""
+    run_id: str
+    hold: Hold
+    at: float   # when the hold was taken (this machine's clock: only the elapsed time counts)
+
+    @property
+    def step(self) -> int:
+        return self.hold.step
+
+    def expired(self, now: float | None = None) -> bool:
+        """The chief drops the hold after CHOICE_TTL_S; with the margin, before that happens."""
+        return (now if now is not None else time.time()) - self.at >= CHOICE_TTL_S - EXPIRY_MARGIN_S
+
+
+def hold_for_restore(live, step) -> PendingRestore:
+    """Release the hold of an earlier Restore press (a second press must not leak it), then hold
+    ``step`` until the operator confirms."""
+    from console import actions
+    release_pending_restore()
+    hold = actions.hold_for_restore(live, step)
+    pending = st.session_state.confirm_restore = PendingRestore(live.run_id, hold, time.time())
+    return pending
+
+
+def take_pending_restore() -> PendingRestore:
+    """The confirmed restore's hold, handed over to the restore (the session no longer holds it).
+    An expired hold is released and refused with what to do next: the step may be gone."""
+    pending = st.session_state.confirm_restore
+    if pending is None:
+        raise ArtifactError("no step is held for a restore", "Pick the checkpoint again, then press Restore.")
+    if pending.expired():
+        release_pending_restore()
+        raise ArtifactError(f"the hold on step {pending.step} expired (a choice is held for "
+                            f"{CHOICE_TTL_S / 60:.0f} min) and retention may have removed it",
+                            "Pick the checkpoint again, then press Restore.")
+    st.session_state.confirm_restore = None
+    return pending
+
+
+def release_pending_restore() -> None:
+    """Give retention back the step a Restore press held: on Cancel, a second press, or when
+    the operator leaves the Checkpoints page without answering."""
+    init()
+    pending = st.session_state.confirm_restore
+    st.session_state.confirm_restore = None
+    if not isinstance(pending, PendingRestore):
+        return
+    from console import actions
+    try:
+        actions.release_hold(registry().get(pending.run_id), pending.hold)
+    except ConsoleError:
+        pass   # the run is gone: its hold expires by itself (CHOICE_TTL_S)
 
 
 def current_action():

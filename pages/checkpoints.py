@@ -38,6 +38,17 @@ def submit(begin, *args) -> None:
         st.error(str(err))
 
 
+def keras_bytes(result: dict) -> bytes:
+    """The export's model.keras, copied over SSH once per export and kept in the session (one
+    export at a time): the page reruns every few seconds and on every click."""
+    key = (live.run_id, result.get("name"), result.get("step"))
+    kept = ss.get("keras_download")
+    if kept is None or kept[0] != key:
+        ss.keras_download = None   # the bytes of an older export go before the new ones come
+        ss.keras_download = (key, actions.fetch_keras(live, result))
+    return ss.keras_download[1]
+
+
 @auth.fragment(run_every=2)
 def listing() -> None:
     try:
@@ -89,7 +100,7 @@ if result and result.get("run_id") == live.run_id:
     st.json({k: result.get(k) for k in ("name", "step", "match", "paths", "sizes", "diffs")}, expanded=False)
     if "keras" in result.get("formats", []):
         try:
-            data = actions.fetch_keras(live, result)
+            data = keras_bytes(result)
             st.download_button("Download model.keras", data, f"{result['name']}.keras",
                                "application/octet-stream", key="download_keras")
         except ConsoleError as err:
@@ -100,19 +111,23 @@ st.caption("Restore stops the run if it is live and relaunches every worker from
            "as a new attempt of the same run. Newer checkpoints are moved aside (kept, not used).")
 if st.button("Restore", key="restore_button", disabled=busy):
     try:   # the hold starts here: the step cannot vanish while you confirm
-        ss.confirm_restore = actions.hold_for_restore(live, ss.get("restore_step"))
+        state.hold_for_restore(live, ss.get("restore_step"))
     except ConsoleError as err:
         st.error(str(err))
-hold = ss.confirm_restore
-if hold is not None:
-    st.warning(f"Relaunch run {live.run_id} from step {hold.step}? (Step {hold.step} is held until then.)")
+pending = ss.confirm_restore
+if pending is not None and pending.run_id != live.run_id:
+    state.release_pending_restore()   # held on another run, before the current run changed
+    pending = None
+if pending is not None:
+    st.warning(f"Relaunch run {live.run_id} from step {pending.step}? (Step {pending.step} is held until then.)")
     y, n = st.columns(2)
     if y.button("Yes, restore", key="restore_yes", type="primary"):
-        ss.confirm_restore = None
-        submit(actions.begin_restore, hold)
+        try:
+            submit(actions.begin_restore, state.take_pending_restore().hold)
+        except ConsoleError as err:
+            st.error(str(err))
     if n.button("Cancel", key="restore_no"):
-        ss.confirm_restore = None
-        actions.release_hold(live, hold)
+        state.release_pending_restore()
         st.rerun()
 
 with st.expander("Checkpoints moved aside by restores"):

@@ -98,3 +98,96 @@ def test_step_options_keep_the_chosen_step():
     assert step_options([20, 30, 40], 10) == [40, 30, 20, 10]
     assert step_options([20, 30, 40], 30) == [40, 30, 20]
     assert step_options([20, 30], None) == [30, 20]
+
+
+def _release_all(run_id: str) -> None:
+    """Leave no hold behind for the other tests on the shared finished run, even on failure."""
+    import os
+    from backend import checkpoints
+    from backend.launcher import attach
+    from backend.runs import RunStore
+    run = attach(run_id, store=RunStore())
+    directory = checkpoints.checkpoint_dir(run, run.state.chief.name)
+    local = os.path.join(os.path.expanduser("~"), directory)   # a local run: relative to HOME
+    for name in os.listdir(os.path.join(local, "holds")):   # retention.HOLDS: <id>.json each
+        if name.endswith(".json"):
+            checkpoints.release(run, checkpoints.Hold(run.state.chief.name, 0, name[:-5], "restore"))
+
+
+def test_a_second_restore_press_releases_the_first_hold(on_finished):
+    open_page, run_id = on_finished
+    at = open_page("checkpoints")
+    try:
+        at.selectbox(key="restore_step").set_value(20).run()
+        at.button(key="restore_button").click().run()
+        assert held(run_id)[20] == ["restore"]
+        at.selectbox(key="restore_step").set_value(40).run()
+        at.button(key="restore_button").click().run()
+        assert not at.exception and not errors(at), errors(at)
+        assert any(f"Relaunch run {run_id} from step 40?" in w.value for w in at.warning)
+        assert held(run_id)[20] == [] and held(run_id)[40] == ["restore"]   # the first press's hold is gone
+        at.button(key="restore_no").click().run()
+        assert held(run_id)[40] == []
+    finally:
+        _release_all(run_id)
+
+
+def test_an_expired_restore_hold_says_to_pick_again(on_finished, monkeypatch):
+    """Yes after the hold expired: our error with the next step, not a KeyError in the panel."""
+    import dataclasses
+    from backend.checkpoints import CHOICE_TTL_S
+    from console import actions
+    submitted = []
+    monkeypatch.setattr(actions, "begin_restore", lambda *a: submitted.append(a))   # never relaunch
+    open_page, run_id = on_finished
+    at = open_page("checkpoints")
+    try:
+        at.selectbox(key="restore_step").set_value(20).run()
+        at.button(key="restore_button").click().run()
+        pending = at.session_state["confirm_restore"]
+        at.session_state["confirm_restore"] = dataclasses.replace(pending, at=pending.at - CHOICE_TTL_S)
+        at.button(key="restore_yes").click().run()
+        assert not at.exception
+        assert any("hold on step 20 expired" in m and "Pick the checkpoint again" in m for m in errors(at)), errors(at)
+        assert submitted == []
+        assert at.session_state["confirm_restore"] is None
+        assert held(run_id)[20] == []
+    finally:
+        _release_all(run_id)
+
+
+def test_leaving_the_page_releases_an_unanswered_restore_hold(on_finished):
+    from streamlit.testing.v1 import AppTest
+    from tests.app.conftest import as_owner
+    from tests.conftest import ROOT
+    open_page, run_id = on_finished
+    at = open_page("checkpoints")
+    try:
+        at.selectbox(key="restore_step").set_value(20).run()
+        at.button(key="restore_button").click().run()
+        assert held(run_id)[20] == ["restore"]
+        app = as_owner(AppTest.from_file(str(ROOT / "console" / "app.py"), default_timeout=60))
+        app.session_state["confirm_restore"] = at.session_state["confirm_restore"]
+        app.run()                                              # the Launch page: the operator left
+        assert not app.exception
+        assert held(run_id)[20] == []
+        assert app.session_state["confirm_restore"] is None
+    finally:
+        _release_all(run_id)
+
+
+def test_model_keras_is_fetched_once_per_export(on_finished, monkeypatch):
+    from console import actions
+    fetched = []
+    monkeypatch.setattr(actions, "fetch_keras", lambda live, result: fetched.append(result["name"]) or b"model")
+    open_page, run_id = on_finished
+    export = {"run_id": run_id, "name": "e1", "step": 30, "formats": ["keras"], "match": True}
+    at = open_page("checkpoints", last_export=export)
+    at.run()
+    at.run()                                                    # reruns: a click, the timer
+    assert not at.exception and not errors(at), errors(at)
+    assert [b.proto.label for b in at.get("download_button")] == ["Download model.keras"]
+    assert fetched == ["e1"]
+    at.session_state["last_export"] = {**export, "name": "e2"}    # a new export is fetched anew
+    at.run()
+    assert fetched == ["e1", "e2"]
