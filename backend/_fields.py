@@ -9,6 +9,7 @@ import ipaddress
 import math
 import os
 import re
+import reprlib
 import shlex
 from enum import Enum
 from pathlib import Path, PurePosixPath
@@ -41,10 +42,18 @@ _SECONDS_PARAMS = {"checkpoint_grace_s": (0.0, True, 30), "startup_timeout_s": (
                    "collective_timeout_s": (0.0, True, 60)}   # 0: no bound on a step
 
 
+# reprlib stops after a few items and levels, so a message about a huge or deeply shared value
+# (a YAML alias expanded a million times) costs microseconds, not the full repr's minutes.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 64, 64, 64
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = _SHORT.maxfrozenset = 6
+
+
 def _show(value: object) -> str:
-    """A short repr for messages; never raises (huge ints refuse str() in Python 3.11+)."""
+    """A short repr for messages, at most 60 characters; never raises (huge ints refuse str()
+    in Python 3.11+) and never walks more than a few items of a container."""
     try:
-        text = repr(value)
+        text = repr(value[:61]) if isinstance(value, str) else _SHORT.repr(value)
     except Exception:  # noqa: BLE001 - a message helper must not fail
         return f"a {type(value).__name__}"
     return text if len(text) <= 60 else text[:57] + "..."
@@ -347,18 +356,85 @@ def _plain(value: object) -> object:
     return value
 
 
+# Bounds on a YAML file (a cluster or job spec is a few KiB): hostile files are refused before
+# they cost time or memory. Aliases share one parsed node, so a 400-byte file of nested anchors
+# ("billion laughs") expands to 9**9 values only when walked; counting nodes with each alias
+# expanded catches it first. Depth: PyYAML composes nodes recursively (RecursionError past ~300).
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_DEPTH = 50
+MAX_YAML_NODES = 100_000
+_YAML_FIX = "A cluster or job file is a few lines of plain YAML: remove what makes it this large."
+
+
+class _YamlBound(Exception):
+    """A bound of the loader was broken; the message says which."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with a nesting depth and an expanded node count bound."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _YamlBound(f"is nested deeper than {MAX_YAML_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self):
+        node = super().compose_document()
+        _expanded_size(node, {}, set())
+        return node
+
+
+def _expanded_size(node: yaml.Node, sizes: dict, open_: set) -> int:
+    """Nodes under ``node`` with every alias expanded; each node counted once, then remembered."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        raise _YamlBound("has an alias that contains itself")
+    open_.add(key)
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(item, sizes, open_) for item in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, sizes, open_) + _expanded_size(v, sizes, open_) for k, v in node.value)
+    open_.discard(key)
+    if size > MAX_YAML_NODES:
+        raise _YamlBound(f"expands to more than {MAX_YAML_NODES} nodes (aliases included)")
+    sizes[key] = size
+    return size
+
+
+def load_yaml_text(text: str | bytes, source: str) -> object:
+    """Parse one YAML document within the bounds above; SpecError naming ``source`` otherwise."""
+    if len(text) > MAX_YAML_BYTES:
+        raise SpecError("file", f"{source} is larger than {MAX_YAML_BYTES >> 20} MiB", _YAML_FIX)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    except _YamlBound as err:
+        raise SpecError("file", f"{source} {err}", _YAML_FIX) from None
+    except Exception as err:  # noqa: BLE001 - yaml also raises ValueError on hostile text
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SpecError("file", f"{source} is not valid YAML: {first}",
+                        "Fix the YAML at the line shown.") from None
+
+
 def _read_yaml(path: str | Path) -> object:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_YAML_BYTES + 1)   # never more than the bound into memory
+        text = raw.decode("utf-8") if len(raw) <= MAX_YAML_BYTES else raw
     except (OSError, ValueError) as err:  # ValueError: bad UTF-8 or a NUL in the path
         raise SpecError("file", f"cannot read {path}: {getattr(err, 'strerror', None) or err}",
                         "Check the path and that the file is UTF-8 text.") from None
-    try:
-        return yaml.safe_load(text)
-    except Exception as err:  # noqa: BLE001 - yaml also raises ValueError/RecursionError on hostile text
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise SpecError("file", f"{path} is not valid YAML: {first}",
-                        "Fix the YAML at the line shown.") from None
+    return load_yaml_text(text, str(path))
 
 
 def _write_yaml(data: dict, path: str | Path) -> None:

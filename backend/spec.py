@@ -62,6 +62,7 @@ from backend._fields import (  # noqa: F401  (parsers shared by the field tables
     _parse_fields,
     _plain,
     _read_yaml,
+    load_yaml_text,
     _write_yaml,
     _hostfile_slots,
     _ssh_config_aliases,

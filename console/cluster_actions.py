@@ -9,7 +9,7 @@ import streamlit as st
 import yaml
 
 from backend import tfconfig
-from backend.errors import ConsoleError, SpecError
+from backend.errors import ConsoleError
 from backend.hosts.pool import Pool
 from backend.hosts.known_hosts import OnChange, Verdict
 from backend.hosts.resolve import tf_addresses
@@ -17,7 +17,7 @@ from backend.hosts.ssh import SSHOptions
 from backend.hosts.trust import fetch_host_key, trust_host_key
 from backend.preflight import run_preflight
 from backend.spec import (ClusterSpec, TransportKind, cluster_from_dict, cluster_to_dict, import_hostfile,
-                          import_ssh_config, save_cluster)
+                          import_ssh_config, load_yaml_text, save_cluster)
 from console import forms
 
 
@@ -27,14 +27,10 @@ def _rows(cluster: ClusterSpec) -> list[dict]:
     return forms.cluster_rows(cluster_to_dict(cluster))
 
 
-def import_yaml(raw: bytes) -> list[dict]:
-    """Table rows from an uploaded cluster YAML; raises SpecError / SpecErrors for bad content."""
-    try:
-        data = yaml.safe_load(raw.decode("utf-8", "replace"))
-    except yaml.YAMLError as err:
-        raise SpecError("file", f"not valid YAML: {str(err).splitlines()[0]}",
-                        "Fix the YAML at the line shown.") from None
-    return _rows(cluster_from_dict(data))
+def import_yaml(raw: bytes, name: str = "the uploaded file") -> list[dict]:
+    """Table rows from an uploaded cluster YAML; raises SpecError / SpecErrors for bad content
+    (the backend's loader bounds size, depth and aliases, as for a file launched from the CLI)."""
+    return _rows(cluster_from_dict(load_yaml_text(raw, name)))
 
 
 def import_hosts(text: str, tf_port: int) -> list[dict]:

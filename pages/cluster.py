@@ -40,7 +40,7 @@ with st.expander("Import tasks", expanded=False):
     with yaml_tab:
         upload = st.file_uploader("Cluster YAML", type=["yaml", "yml"], key="yaml_upload")
         if upload is not None and st.button("Load this YAML", key="yaml_load"):
-            _import(lambda: cluster_actions.import_yaml(upload.getvalue()))
+            _import(lambda: cluster_actions.import_yaml(upload.getvalue(), upload.name))
     with hostfile_tab:
         text = st.text_area("Hostfile (host slots=N per line)", key="hostfile_text",
                             placeholder="node1 slots=2\nnode2 slots=2")

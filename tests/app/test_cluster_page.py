@@ -123,3 +123,19 @@ def test_bad_hostfile_line_is_an_error(page):
     at.button(key="hostfile_import").click().run()
     assert not at.exception
     assert any("line 1" in m for m in errors(at))
+
+
+def test_hostile_yaml_upload_is_an_error_not_an_exception(page):
+    """Deep nesting raised RecursionError out of the page; nested anchors ran for minutes."""
+    from tests.unit.test_yaml_bounds import laughs
+    at = page("cluster")
+    at.file_uploader(key="yaml_upload").set_value(("deep.yaml", b"tasks: " + b"[" * 20_000, "application/yaml"))
+    at.run()
+    at.button(key="yaml_load").click().run()
+    assert not at.exception, at.exception
+    assert any("deep.yaml is nested deeper than 50 levels" in m for m in errors(at)), errors(at)
+    at.file_uploader(key="yaml_upload").set_value(("laughs.yaml", laughs().encode(), "application/yaml"))
+    at.run()
+    at.button(key="yaml_load").click().run()
+    assert not at.exception, at.exception
+    assert any("laughs.yaml expands to more than 100000 nodes" in m for m in errors(at)), errors(at)
