@@ -23,9 +23,8 @@ ids = [s.run_id for s in states]
 current = ss.run_id if ss.run_id in ids else ids[0]
 pick = st.selectbox("Run", ids, index=ids.index(current), key="runs_pick")
 if st.button("Make it the current run", key="runs_select", disabled=pick == ss.run_id):
-    ss.run_id = pick
-    live = state.current_run()
-    if live is not None:
+    live = state.choose_run(pick)   # it stays current, even while a newer run is live
+    if live is not None and live.run_id == pick:
         st.success(f"Run {pick} is now the current run ({live.run.state.phase}); "
                    "the Monitor and Checkpoints pages show it.")
 

@@ -32,3 +32,30 @@ def test_metrics_read_back_from_the_local_mirror(tmp_path):
     store = runs_view.load_metrics(tmp_path)
     assert store.tasks() == ["worker-0", "worker-1"]
     assert list(store.global_loss()[0]) == [1, 2, 3]
+
+
+def _saved_run(run_id: str, created: float, phase) -> None:
+    """A run record only (no process): enough for the Runs page and ``current_run``."""
+    import sys
+    from backend.runs import Attempt, RunState, RunStore, TaskState
+    from backend.spec import cluster_to_dict, default_cluster
+    store = RunStore()
+    store.reserve(run_id)
+    store.save(RunState(run_id, created, cluster_to_dict(default_cluster(sys.executable)),
+                        {"kind": "command", "command": ["true"]},
+                        [TaskState("chief-0", 0, "localhost", f"tfconsole/{run_id}")],
+                        [Attempt(1, created)], phase=phase))
+
+
+def test_an_older_run_made_current_stays_current_while_a_newer_one_is_live(page):
+    from backend.runs import Phase
+    _saved_run("old-run", 1000.0, Phase.FINISHED)
+    _saved_run("new-run", 2000.0, Phase.RUNNING)
+    at = page("runs")
+    at.selectbox(key="runs_pick").set_value("old-run").run()
+    at.button(key="runs_select").click().run()
+    assert not at.exception
+    assert any("Run old-run is now the current run (finished)" in s.value for s in at.success)
+    at.run()                                                    # any later rerun, any page
+    assert at.session_state["run_id"] == "old-run"
+    assert any("Current run: old-run." in c.value for c in at.caption)
