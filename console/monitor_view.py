@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import plotly.graph_objects as go
 
 from backend import health, stacks
+from backend.spec import RestartMode
 from console import figures
 from console.chart_feed import stable_thin
 from console.live import LiveRun, Progress, progress, step_times
@@ -39,7 +40,8 @@ def snapshot(live: LiveRun, smoothing: float = 0.0) -> Snapshot:
                     loss=figures.loss_figure(store, smoothing=smoothing, thin=stable_thin),
                     step_time=figures.step_time_figure(store, thin=stable_thin),
                     throughput=figures.throughput_figure(store, thin=stable_thin),
-                    monitor=live.monitor.status() if live.monitor else {},
+                    monitor=(dict(live.monitor.status(), store_warning=store.warning())
+                             if live.monitor else {}),
                     tasks=[t.name for t in live.run.state.tasks])
 
 
@@ -57,6 +59,8 @@ def watch_line(status: dict, *, now: float) -> str:
         parts.append(str(status["last_error"]))
     if status.get("quarantined"):
         parts.append(f"{status['quarantined']} malformed metric line(s) set aside")
+    if status.get("store_warning"):
+        parts.append(str(status["store_warning"]))
     return " — ".join(parts)
 
 
@@ -84,13 +88,28 @@ def log_html(lines: list[str]) -> str:
             f'padding:8px;border-radius:6px;white-space:pre-wrap">{body or "(no lines)"}</pre>')
 
 
+WARN_AFTER_S = 60.0   # no step for this long is worth a line, whatever the stall timeout
+
+
 def stall_warning(live: LiveRun, *, now: float) -> str:
-    """Names the worker whose step stopped advancing, well before the stall timeout acts."""
+    """Names the worker whose step stopped advancing, and says truly what happens next: only a
+    kept run (``restart: on_failure``, its keeper) with a stall timeout above 0 is stopped."""
     if not live.run.state.live:
         return ""
-    limit = live.run.job.restart.stall_timeout_s
-    return stacks.stall_note(stacks.progress(live.metrics), now=now, stall_timeout_s=limit,
-                             warn_after_s=min(60.0, limit / 2))
+    restart = live.run.job.restart
+    limit = restart.stall_timeout_s
+    if restart.mode == RestartMode.ON_FAILURE and limit > 0:
+        return stacks.stall_note(stacks.progress(live.metrics), now=now, stall_timeout_s=limit,
+                                 warn_after_s=min(WARN_AFTER_S, limit / 2))
+    behind = stacks.stalled(stacks.progress(live.metrics))
+    idle = now - max(w.last_time for w in behind) if behind else 0.0
+    if not behind or idle < WARN_AFTER_S:
+        return ""
+    why = ("the stall timeout is off (stall_timeout_s: 0)" if limit <= 0
+           else "restart: never, so no stall timeout acts")
+    return (f"No step since {idle:.0f} s: {', '.join(w.task for w in behind)} stopped at step "
+            f"{behind[0].last_step}; {why}: nothing will stop it. Press Dump stacks to see where "
+            "each worker is, or Stop to end the run.")
 
 
 def stacks_text(found: list) -> dict[str, str]:
