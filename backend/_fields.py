@@ -176,10 +176,12 @@ def _command_name(value: object, where: str) -> str:
 
 
 def _workdir(value: object, where: str) -> str:
-    fix = "Use a folder path relative to the remote home (or absolute), with no '..' and no newline."
+    fix = ("Use a folder path relative to the remote home (or absolute), like tfconsole or /data/tf: "
+           "no '..', no spaces or control characters, not starting with '-'.")
     text = _text(value, where, fix)
-    if any(c in text for c in "\0\n\r") or len(text) > 4096:
-        raise SpecError(where, f"{_show(value)} has a newline or NUL character", fix)
+    if any(c.isspace() or not c.isprintable() for c in text) or len(text) > 4096:
+        # Whitespace would split Slurm's #SBATCH --output line (sbatch reads it word by word).
+        raise SpecError(where, f"{_show(value)} has whitespace or a control character", fix)
     # Relative paths already mean "under the home folder"; keeping "~" would need a shell to expand it.
     if text in ("~", "~/"):
         text = "."
@@ -187,6 +189,9 @@ def _workdir(value: object, where: str) -> str:
         text = text[2:].lstrip("/") or "."
     elif text.startswith("~"):
         raise SpecError(where, f"{_show(value)} names another user's home", fix)
+    if text.startswith("-"):
+        # The run folder is an argument of python, mkdir, tar and srun: "-c..." would be code.
+        raise SpecError(where, f"{_show(value)} starts with '-', which commands read as an option", fix)
     if ".." in PurePosixPath(text).parts:
         raise SpecError(where, f"{_show(value)} has a '..' component", fix)
     return text

@@ -382,3 +382,20 @@ def test_default_job(tmp_path):
     assert job.kind is JobKind.HARNESS and job.module == str(tmp_path / "synthetic.py")
     assert job.params == {"epochs": 3, "steps_per_epoch": 100}
 
+
+
+@pytest.mark.parametrize("value", ["-cimport os;os.system('id > /tmp/x')#", "-x", "my runs", "runs\tx", "a\x1bb",
+                                   "~/-c"])
+def test_workdir_that_could_be_an_option_or_split_is_refused(value):
+    """Issue 27: a leading '-' made the run folder a Python option (code ran on the host);
+    whitespace split the Slurm #SBATCH --output line."""
+    err = bad("workdir", value)
+    assert str(err).startswith("tasks[0].workdir: ") and "Use a folder path" in str(err), str(err)
+
+
+def test_slurm_workdir_is_checked_the_same_way():
+    from backend.slurm.spec import slurm_from_dict
+    with pytest.raises(SpecErrors) as err:
+        slurm_from_dict({"kind": "slurm", "host": "login1", "workdir": "shared runs"})
+    assert [e.field for e in err.value.errors] == ["workdir"]
+    assert "whitespace" in str(err.value), str(err.value)
