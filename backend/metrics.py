@@ -10,6 +10,9 @@ global-loss series (3 columns, 24 bytes a step, same cap). With the default cap 
 Snapshots are free: appends only write past every length handed out, and truncation or thinning
 builds new arrays, so ``series()`` returns read-only views that never change under the reader.
 
+Names: at most MAX_TASKS distinct task names of at most MAX_TASK_NAME characters; lines past
+them are dropped and counted (``warning()``).
+
 Records arrive per (task, attempt) in step order (the chief writes them so). A record at or below
 the latest step of its (task, attempt) is a replay and is dropped; a record of a newer attempt (the
 job restarted from a checkpoint) cuts that task's series back to before its step, so the curve
@@ -27,6 +30,11 @@ import numpy as np
 FIELDS = ("step", "time", "loss", "step_time", "examples_per_sec")
 _FLOATS = FIELDS[1:]
 DEFAULT_MAX_POINTS = 500_000
+# A job names its tasks; each new name costs a series (about 40 KiB even when empty), so a job
+# that writes a new name per line could fill the console's memory (issue 27). Past these, the
+# lines are dropped and counted, and ``warning()`` says so.
+MAX_TASKS = 1024
+MAX_TASK_NAME = 128
 
 
 @dataclass(frozen=True)
@@ -182,6 +190,8 @@ class MetricsStore:
         self.rejected = 0       # records without a task name or an integer step
         self.version = 0        # bumps on every change: a cheap "redraw needed?" check
         self.nonfinite: dict[str, tuple[int, float]] = {}   # task -> first NaN/Inf loss (step, value)
+        self.dropped_names = 0  # lines of task names past the first MAX_TASKS
+        self.dropped_long = 0   # lines whose task name is longer than MAX_TASK_NAME
 
     def add(self, record: Mapping) -> int:
         return self.add_many((record,))
@@ -210,20 +220,52 @@ class MetricsStore:
         bounds = np.searchsorted(codes[order], np.arange(len(ids) + 1))
         attempt = cols["attempt"]
         kept = 0
+        accepted = np.ones(len(codes), bool)
         with self._lock:
             for name, k in ids.items():
                 rows = order[bounds[k]:bounds[k + 1]]
-                t = self._tasks.get(name)
+                t = self._task(name, len(rows))
                 if t is None:
-                    t = self._tasks[name] = _Task(FIELDS, self._cap)
+                    accepted[rows] = False
+                    continue
                 kept += t.add(attempt[rows], {f: cols[f][rows] for f in FIELDS})
                 self._check_finite(name, cols["step"][rows], cols["loss"][rows])
-            g = np.flatnonzero(~np.isnan(cols["global_loss"]))
+            g = np.flatnonzero(~np.isnan(cols["global_loss"]) & accepted)
             self._global.add(attempt[g], {"step": cols["step"][g], "time": cols["time"][g],
                                           "loss": cols["global_loss"][g]})
             if kept:
                 self.version += 1
         return kept
+
+    def _task(self, name: str, lines: int) -> _Task | None:
+        """The series for ``name``, made when there is room; None (lines counted) when not."""
+        t = self._tasks.get(name)
+        if t is not None:
+            return t
+        if len(name) > MAX_TASK_NAME:
+            self.dropped_long += lines
+        elif len(self._tasks) >= MAX_TASKS:
+            self.dropped_names += lines
+        else:
+            t = self._tasks[name] = _Task(FIELDS, self._cap)
+            return t
+        self.version += 1   # the warning changed: redraw
+        return None
+
+    def warning(self) -> str:
+        """What the store refused to keep, for the Monitor page; "" when nothing."""
+        with self._lock:
+            notes = []
+            if self.dropped_names:
+                notes.append(f"{self.dropped_names} metric line(s) of task names past the first "
+                             f"{MAX_TASKS} dropped")
+            if self.dropped_long:
+                notes.append(f"{self.dropped_long} metric line(s) with a task name over "
+                             f"{MAX_TASK_NAME} characters dropped")
+        if not notes:
+            return ""
+        return ("; ".join(notes) + " (each task name costs memory in the console). Write one "
+                "task name per worker, such as the harness's chief-0, worker-1.")
 
     def _check_finite(self, task: str, steps: np.ndarray, loss: np.ndarray) -> None:
         """Keep a task's first non-finite loss: the console flags it at once."""

@@ -22,6 +22,7 @@ from backend.outcome import TaskStatus
 from backend.run import Run
 from backend.metrics import MetricsStore
 from backend.runs import RunStore
+from backend.watch.agent import cut_line
 
 CAUGHT_UP_S = 3.0     # the agent's heartbeat comes every 2 s: this long with no event = caught up
 STATUS_EVERY_S = 2.0   # a status check starts one small process per host: not every rerun
@@ -149,9 +150,11 @@ class LiveRun:
 
 
 def _last_lines(path, n: int) -> list[str]:
+    """The last ``n`` lines, each cut as the watch agent cuts them (the page redraws them every
+    2 s: 1 MB lines kept the console busy, issue 27)."""
     with open(path, "rb") as fh:   # from the end: logs get big
         fh.seek(max(0, fh.seek(0, 2) - n * 512))
-        return fh.read().decode("utf-8", "replace").splitlines()[-n:]
+        return [cut_line(line) for line in fh.read().decode("utf-8", "replace").splitlines()[-n:]]
 
 
 def require_live(run: Run, action: str) -> None:

@@ -8,7 +8,9 @@ Events, one JSON object per line:
   metrics    {"type":"metrics","lines":N,"bytes":B}   then B raw bytes: N {...} lines of
                                                        metrics.jsonl, verbatim, each ending in
                                                        a newline (the reader parses them strictly)
-  log        {"type":"log","task":T,"line":L}          one complete line of logs/T.log
+  log        {"type":"log","task":T,"line":L}          one complete line of logs/T.log, its first
+                                                       LOG_LINE_MAX bytes and "... [cut N bytes]"
+                                                       where it is longer
   skipped    {"type":"skipped","file":F,"count":N}     N lines of F dropped in this batch
                                                        (not framed as {...}, or longer than 1 MB)
   checkpoint {"type":"checkpoint","step":S,"meta":{}}  once .index and .meta.json both exist
@@ -41,6 +43,10 @@ import time
 MAX_LINE = 1 << 20          # a longer line is skipped and counted, never held in memory
 CHUNK = MAX_LINE + 1        # a chunk with no newline therefore always means "too long"
 BATCH_BYTES = 8 << 20       # per file per batch: a long backlog streams out in steps, not RAM
+# A log line is sent cut to this many bytes: a progress bar written to a file or a printed tensor
+# makes 1 MB lines, and 400 of them held 600-900 MiB in the console (issue 27). Metric lines are
+# never cut (they are JSON): a longer one is parsed, or quarantined, whole.
+LOG_LINE_MAX = 4096
 HEARTBEAT_S = 2.0
 GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 RESCAN_S = 1.0              # full rescan even without events: events can be missed (overflow)
@@ -210,7 +216,7 @@ class Agent:
         tail = self._tail(rel)
         before = (tail.inode, tail.offset)
         for line in tail.read():
-            text = line.decode("utf-8", "replace").rstrip("\r")
+            text = cut_line(line.rstrip(b"\r"))
             events.append(_enc({"type": "log", "task": task, "line": text}))
         return self._skipped(rel, tail, 0, events) or before != (tail.inode, tail.offset)
 
@@ -262,6 +268,15 @@ class Agent:
                 continue   # empty while being written
             self.seen_exit.add(task)
             events.append(_enc({"type": "task_exit", "task": task, "exit_code": code}))
+
+
+def cut_line(line: bytes | str, limit: int = LOG_LINE_MAX) -> str:
+    """``line`` as text, its first ``limit`` bytes and a marker saying how many more were cut."""
+    data = line.encode("utf-8", "replace") if isinstance(line, str) else line
+    if len(data) <= limit:
+        return line if isinstance(line, str) else data.decode("utf-8", "replace")
+    # "ignore": a multi-byte character split at the cut is dropped, not shown as a stray glyph
+    return f"{data[:limit].decode('utf-8', 'ignore')} ... [cut {len(data) - limit} bytes]"
 
 
 def _framed(lines: list[bytes]) -> tuple[bytes, int]:

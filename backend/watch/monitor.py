@@ -17,6 +17,7 @@ from collections import deque
 from typing import Callable
 
 from backend.hosts.base import Transport
+from backend.watch.agent import BATCH_BYTES, CHUNK, METRICS, cut_line
 from backend.watch.journal import Journal
 from backend.watch.lines import parse_metric_block
 
@@ -28,6 +29,15 @@ _STABLE_S = 5.0   # a session that lasted this long resets the reconnect backoff
 # (a silent network cut), so the session ends and reconnects (docs/reliability.md).
 STREAM_IDLE_S = 10.0
 GPU_SAMPLES = 1800   # an hour of the agent's 2 s samples per host
+# What the agent says is checked before it is believed (issue 27): a block's byte count is a
+# buffer size, and offsets are kept and sent back on the next start's command line.
+# A batch reads at most BATCH_BYTES + one chunk per file; the rest of a rotated file comes whole.
+MAX_BLOCK_BYTES = 32 * (BATCH_BYTES + CHUNK)    # 288 MiB
+MAX_LOG_TASKS = 1024      # log files followed per run: each holds up to log_lines lines
+MAX_TASK_NAME = 128
+MAX_OFFSET = 1 << 62
+MAX_COUNT = 1 << 32       # a skipped-lines count
+OTHER_LOGS = "logs (past the first 1024 tasks, or a bad name)"   # where their lines are counted
 
 
 class _Batch:
@@ -151,7 +161,8 @@ class RunMonitor:
             self._ingest(block)
         with self._lock:
             for task, lines in self._journal.recent_logs(self._log_lines).items():
-                self._logs[task] = deque(lines, maxlen=self._log_lines)
+                # cut again: a mirror written by an older console may hold 1 MB lines
+                self._logs[task] = deque(map(cut_line, lines), maxlen=self._log_lines)
 
     def _argv(self) -> list[str]:
         argv = [self._python, self._agent, "--run-dir", self._remote]
@@ -204,17 +215,28 @@ class RunMonitor:
             batch.metrics.append(_block(ev, source))
         elif kind == "log":
             task = str(ev.get("task", ""))
-            if task and "/" not in task and not task.startswith("."):
-                batch.logs.setdefault(task, []).append(str(ev.get("line", "")))
+            if self._log_task_ok(task, batch):
+                batch.logs.setdefault(task, []).append(cut_line(str(ev.get("line", ""))))
+            else:
+                batch.skipped[OTHER_LOGS] = batch.skipped.get(OTHER_LOGS, 0) + 1
         elif kind == "skipped":
-            name = str(ev.get("file"))
-            batch.skipped[name] = batch.skipped.get(name, 0) + int(ev.get("count", 0))
+            name = str(ev.get("file"))[:MAX_TASK_NAME + 10]
+            if name in batch.skipped or len(batch.skipped) < MAX_LOG_TASKS:
+                batch.skipped[name] = min(batch.skipped.get(name, 0) + _count(ev.get("count")), MAX_COUNT)
         elif kind == "offsets":
-            self._commit(batch, ev.get("offsets", {}))
+            self._commit(batch, clean_offsets(ev.get("offsets")))
             return _Batch()
         else:
             self._on_other(kind, ev)
         return batch
+
+    def _log_task_ok(self, task: str, batch: _Batch) -> bool:
+        """A name that is a file name of ours, and room for it: each task keeps a deque."""
+        if not _task_name_ok(task):
+            return False
+        if task in batch.logs or task in self._logs:   # read without the lock: only we add
+            return True
+        return len(self._logs) + len(batch.logs) < MAX_LOG_TASKS
 
     def _on_other(self, kind, ev: dict) -> None:
         with self._lock:
@@ -263,10 +285,46 @@ def _block(header: dict, source) -> bytes:
     """The metric lines of one ``metrics`` block: its header says how many lines and bytes
     follow. A block that does not match its header means the stream is corrupt: raise, so the
     session ends, its batch is dropped and the restarted agent sends it again."""
-    block = source.read(int(header["bytes"]))
+    size = header.get("bytes")
+    if type(size) is not int or not 0 < size <= MAX_BLOCK_BYTES:
+        raise ValueError(f"a metrics block of {size} bytes (at most {MAX_BLOCK_BYTES}): "
+                         "the stream is corrupt; the agent is started again")
+    block = source.read(size)
     if block.count(b"\n") != int(header["lines"]) or not block.endswith(b"\n"):
         raise ValueError(f"a metrics block does not match its header {header}")
     return block
+
+
+def _task_name_ok(task: str) -> bool:
+    return 0 < len(task) <= MAX_TASK_NAME and "/" not in task and not task.startswith(".")
+
+
+def _count(value) -> int:
+    return min(max(value, 0), MAX_COUNT) if type(value) is int else 0
+
+
+def clean_offsets(raw) -> dict:
+    """The agent's offsets that name one of our files and hold sane numbers; at most one per
+    followed file. They are journaled and go back to the agent on its command line."""
+    out: dict = {}
+    if not isinstance(raw, dict):
+        return out
+    for rel, st in sorted(raw.items(), key=lambda item: item[0] != METRICS):   # metrics first
+        if len(out) > MAX_LOG_TASKS:
+            break
+        task = rel[len("logs/"):-len(".log")] if rel.startswith("logs/") and rel.endswith(".log") else ""
+        if rel != METRICS and not _task_name_ok(task):
+            continue
+        if not isinstance(st, dict):
+            continue
+        inode, offset = st.get("inode"), st.get("offset")
+        if type(inode) is not int or type(offset) is not int or not (0 <= inode < 1 << 64
+                                                                      and 0 <= offset < MAX_OFFSET):
+            continue
+        out[rel] = {"inode": inode, "offset": offset}
+        if st.get("skip") is True:
+            out[rel]["skip"] = True
+    return out
 
 
 def _quietly(fn) -> None:
