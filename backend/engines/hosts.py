@@ -22,6 +22,7 @@ from backend.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
 
 
 HARNESS_DIR = Path(__file__).resolve().parents[1] / "harness"
+CLIENT_DIR = Path(__file__).resolve().parents[1] / "client"   # shipped as lib/tfconsole/
 AGENT = Path(__file__).resolve().parents[1] / "watch" / "agent.py"
 START_CHECK_S = 3.0   # a task that dies this soon after starting failed to start (checked on the host)
 
@@ -32,6 +33,8 @@ def bundle(job: JobSpec) -> bytes:
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for path in sorted(HARNESS_DIR.glob("*.py")):
             tar.add(path, arcname=f"{layout.HARNESS}/{path.name}")
+        for path in sorted(CLIENT_DIR.glob("*.py")):
+            tar.add(path, arcname=f"{layout.LIB}/tfconsole/{path.name}")
         if AGENT.exists():
             tar.add(AGENT, arcname=f"{layout.HARNESS}/watch_agent.py")
         if job.kind == JobKind.HARNESS:
@@ -55,15 +58,26 @@ def task_argv(job: JobSpec, spec: TaskSpec, run_dir: str, run_id: str, attempt: 
 
 
 def task_env(cluster: ClusterSpec, position: int, job: JobSpec, run_dir: str, run_id: str,
-             attempt: int, name: str, addresses: list[str] | None = None) -> dict[str, str]:
+             attempt: int, name: str, addresses: list[str] | None = None,
+             resume_step: int | None = None) -> dict[str, str]:
     spec = cluster.tasks[position]
-    return {**job.env,
+    return {**job.env, **client_env(run_dir, name == cluster.task_names()[0], resume_step,
+                                    job.env.get("PYTHONPATH")),
             "TF_CONFIG": json.dumps(tfconfig.tf_config(cluster, position, addresses)),
             # An empty list hides every GPU: a CPU task must not grab one by accident.
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in spec.gpus),
             "PYTHONUNBUFFERED": "1",
             "TFCONSOLE_RUN_DIR": run_dir, "TFCONSOLE_RUN_ID": run_id,
             "TFCONSOLE_ATTEMPT": str(attempt), "TFCONSOLE_TASK": name}
+
+
+def client_env(run_dir: str, is_chief: bool, resume_step: int | None,
+               pythonpath: str | None = None) -> dict[str, str]:
+    """What ``import tfconsole`` in a command job needs: the library on the path, the resume step
+    and the chief's name (spawn.py keeps the host's own PYTHONPATH after ours)."""
+    return {"PYTHONPATH": ":".join(p for p in (f"{run_dir}/{layout.LIB}", pythonpath) if p),
+            "TFCONSOLE_IS_CHIEF": "1" if is_chief else "0",
+            "TFCONSOLE_RESUME_STEP": "" if resume_step is None else str(resume_step)}
 
 
 class HostsEngine:
@@ -100,7 +114,8 @@ class HostsEngine:
             answers = remote.start(h, [
                 {"task": t.name,
                  "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),
-                 "env": task_env(run.cluster, t.position, run.job, run_dir, run.run_id, attempt, t.name, addresses)}
+                 "env": task_env(run.cluster, t.position, run.job, run_dir, run.run_id, attempt, t.name, addresses,
+                                resume_step)}
                 for t in tasks], wait_s=20, settle_s=START_CHECK_S)
             for t in tasks:
                 info = answers[t.name]

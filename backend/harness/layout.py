@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 HARNESS = "harness"            # copied harness code
+LIB = "lib"                    # on job scripts' PYTHONPATH: lib/tfconsole/ is the client library
 JOB = "job"                    # copied job module
 TASKS = "tasks"                # <task>.json (pid, pgid, argv, start), <task>.exit (exit code)
 LOGS = "logs"                  # <task>.log: the task's stdout and stderr, raw
@@ -28,8 +29,14 @@ def task_name(role: str, index: int) -> str:
     return f"{role}-{index}"
 
 
+def path_arg(path: str) -> str:
+    """``path`` as it goes on a command line: a relative path starting with '-' gets "./", so
+    python, mkdir, tar or srun never read it as an option ("-c<code>" would run as code)."""
+    return f"./{path}" if path.startswith("-") else path
+
+
 def run_dir(workdir: str, run_id: str) -> str:
-    return os.path.join(workdir, "runs", run_id)
+    return path_arg(os.path.join(workdir, "runs", run_id))
 
 
 def task_file(run: str, task: str, suffix: str) -> str:

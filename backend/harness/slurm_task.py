@@ -56,7 +56,10 @@ def run(run_dir: str, tf_port: int, argv: list[str]) -> int:
     # so it can record the harness's exit code (KILL, after KillWait, ends both).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
-    env = {**os.environ, "TF_CONFIG": json.dumps(config), "TFCONSOLE_TASK": name}
+    lib = os.path.abspath(os.path.join(run_dir, layout.LIB))   # `import tfconsole` in the job
+    env = {**os.environ, "TF_CONFIG": json.dumps(config), "TFCONSOLE_TASK": name,
+           "TFCONSOLE_IS_CHIEF": "1" if rank == 0 else "0",
+           "PYTHONPATH": os.pathsep.join(p for p in (lib, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_default_signals)
     _write_atomic(layout.task_file(run_dir, name, "json"), json.dumps({
         "pid": proc.pid, "pgid": os.getpgid(0), "node": socket.gethostname(), "rank": rank,

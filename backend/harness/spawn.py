@@ -81,10 +81,13 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
     for suffix in ("json", "exit"):  # a relaunch (restart, resume) starts from a clean slate
         if os.path.exists(layout.task_file(run, task, suffix)):
             os.remove(layout.task_file(run, task, suffix))
+    env = {str(k): str(v) for k, v in env.items()}
+    if env.get("PYTHONPATH") and os.environ.get("PYTHONPATH"):   # the host's own entries still count
+        env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     # The environment goes to the supervisor directly, never on a command line `ps` would show.
     return subprocess.Popen(
         [sys.executable, "-S", HOSTCTL, "supervise", "--run", run, "--task", task, "--cwd", cwd, "--", *argv],
-        env={**os.environ, **{str(k): str(v) for k, v in env.items()}}, start_new_session=True,
+        env={**os.environ, **env}, start_new_session=True,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
 
 

@@ -10,9 +10,11 @@ quoted for the shell, and the option values were allow-listed by the spec.
 """
 from __future__ import annotations
 
+import re
 import shlex
 
 from backend.engines.hosts import task_argv   # the same harness command line as on SSH hosts
+from backend.errors import SpecError
 from backend.harness import layout
 from backend.slurm.spec import FLAG_OPTIONS, SlurmSpec
 from backend.spec import JobSpec
@@ -24,7 +26,15 @@ def script_path(run_dir: str, attempt: int) -> str:
     return f"{run_dir}/slurm/attempt-{attempt}.sbatch"
 
 
+# sbatch splits an #SBATCH line into words itself (no shell quoting) and reads '%' in --output
+# as a pattern, so the run folder in those lines must be one plain word (the spec's workdir is).
+_SBATCH_WORD = re.compile(r"[^\s'\"\\%]+")
+
+
 def sbatch_options(spec: SlurmSpec, *, run_id: str, run_dir: str) -> list[str]:
+    if not _SBATCH_WORD.fullmatch(run_dir):
+        raise SpecError("workdir", f"{run_dir!r} cannot go on an #SBATCH line (spaces, quotes, '\\' or '%')",
+                        "Use a workdir of letters, digits, '/', '.', '_' and '-'.")
     opts = [f"--job-name=tfconsole-{run_id}", f"--nodes={spec.nodes}",
             f"--ntasks-per-node={spec.tasks_per_node}", f"--cpus-per-task={spec.cpus_per_task}",
             f"--time={spec.time_limit}", f"--output={run_dir}/{layout.LOGS}/{BATCH_LOG}", "--no-requeue"]
@@ -41,8 +51,10 @@ def sbatch_options(spec: SlurmSpec, *, run_id: str, run_dir: str) -> list[str]:
 def batch_script(spec: SlurmSpec, job: JobSpec, *, run_dir: str, run_id: str, attempt: int,
                  resume_step: int | None) -> str:
     """The whole script. ``run_dir`` is relative to home (sbatch runs there) or absolute."""
+    run_dir = layout.path_arg(run_dir)   # never an option of python, srun or mkdir
     env = {**job.env, "TFCONSOLE_RUN_DIR": run_dir, "TFCONSOLE_RUN_ID": run_id,
-           "TFCONSOLE_ATTEMPT": str(attempt), "PYTHONUNBUFFERED": "1"}
+           "TFCONSOLE_ATTEMPT": str(attempt), "PYTHONUNBUFFERED": "1",
+           "TFCONSOLE_RESUME_STEP": "" if resume_step is None else str(resume_step)}
     if not spec.gpus_per_task:   # CPU only: no task may grab a GPU by accident
         env["CUDA_VISIBLE_DEVICES"] = ""
     resumed = "from scratch" if resume_step is None else f"resuming from step {resume_step}"
@@ -57,7 +69,7 @@ def batch_script(spec: SlurmSpec, job: JobSpec, *, run_dir: str, run_id: str, at
              *[f"#SBATCH {opt}" for opt in sbatch_options(spec, run_id=run_id, run_dir=run_dir)],
              "",
              *[f"export {key}={shlex.quote(value)}" for key, value in env.items()],
-             f"mkdir -p {shlex.quote(f'{run_dir}/{layout.LOGS}')}",
+             f"mkdir -p -- {shlex.quote(f'{run_dir}/{layout.LOGS}')}",
              "# Each task builds its TF_CONFIG from SLURM_PROCID, SLURM_STEP_NODELIST and",
              "# SLURM_STEP_TASKS_PER_NODE; slot k on a node listens on --tf-port + k.",
              shlex.join(srun) + " \\",

@@ -1,0 +1,62 @@
+"""Checkpoints the console lists, exports and restores: the harness's layout and metadata.
+
+``tf.train.Checkpoint(model=..., optimizer=..., step=...)`` written as DIR/ckpt-<S>.* with
+DIR/ckpt-<S>.meta.json next to it, then the harness's retention (last N, held steps kept).
+Every worker must call ``save`` at the same step: the chief writes RUN/checkpoints/, the
+others their own complete copy (docs/facts.md #5), so resume needs no shared storage.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from . import _harness
+from .reporting import checkpoint_dir, context
+
+
+def _modules():
+    run_dir = context().run_dir
+    return _harness.load("ckpt_index", run_dir), _harness.load("retention", run_dir)
+
+
+def save(checkpoint, step: int, *, epoch: int, losses: dict, keep: int = 5,
+         versions: dict | None = None) -> str | None:
+    """Write ``checkpoint`` at ``step`` with its metadata; None outside a run."""
+    directory = checkpoint_dir()
+    if directory is None:
+        return None
+    ckpt_index, retention = _modules()
+    os.makedirs(directory, exist_ok=True)
+    policy = retention.Policy(keep_last=int(keep), keep_best=0, grace_s=30.0)
+    retention.write_policy(directory, policy)
+    meta = ckpt_index.meta_path(directory, step)
+    if os.path.exists(meta):   # an older attempt's meta would make a half-written save look complete
+        os.unlink(meta)
+    checkpoint.save_counter.assign_add(1)
+    path = checkpoint.write(ckpt_index.prefix_path(directory, step))
+    values = {k: float(v) for k, v in losses.items()}
+    ckpt_index.write_json_atomic(meta, {
+        "step": int(step), "epoch": int(epoch), "losses": values,
+        "global_loss": sum(values.values()) / len(values) if values else None,
+        "time": time.time(), **(versions or {})})
+    retention.apply(directory, policy)
+    return path
+
+
+def restore(checkpoint, step: int) -> dict:
+    """Restore ``step`` from this worker's own folder; say so in tasks/<task>.resumed (the
+    console's Restore waits for it). Returns the checkpoint's metadata."""
+    ctx = context()
+    ckpt_index, _ = _modules()
+    directory = checkpoint_dir()
+    complete = {c["step"]: c for c in ckpt_index.list_complete(directory)}
+    if step not in complete:
+        raise RuntimeError(f"tfconsole: checkpoint step {step} is not complete in {directory} "
+                           f"(complete: {sorted(complete) or 'none'}); pick one of those in the "
+                           "console's Checkpoints page")
+    checkpoint.restore(complete[step]["prefix"]).expect_partial()
+    layout = _harness.load("layout", ctx.run_dir)
+    os.makedirs(os.path.join(ctx.run_dir, layout.TASKS), exist_ok=True)
+    ckpt_index.write_json_atomic(layout.task_file(ctx.run_dir, ctx.task, "resumed"), {
+        "attempt": ctx.attempt, "step": int(step), "time": time.time()})
+    return complete[step]

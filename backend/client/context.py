@@ -1,0 +1,61 @@
+"""Where this process stands in a console run, read from the environment the launcher sets.
+
+Outside a run (no TFCONSOLE_RUN_DIR) every field says so and the library does nothing.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Context:
+    run_dir: str | None      # this task's run folder on its host; None outside a run
+    run_id: str | None
+    attempt: int
+    task: str                # "chief-0", "worker-1", ...; "worker-0" outside a run
+    tasks: tuple             # every task's name, chief first (from TF_CONFIG)
+    is_chief: bool
+    resume_step: int | None  # the checkpoint step this attempt must start from
+
+    @property
+    def in_run(self) -> bool:
+        return self.run_dir is not None
+
+    @property
+    def task_index(self) -> int:
+        return self.tasks.index(self.task) if self.task in self.tasks else 0
+
+
+def _task_name(role: str, index: int) -> str:
+    return f"{role}-{index}"
+
+
+def _cluster(tf_config: str | None) -> tuple[str, tuple, bool]:
+    """(task, tasks chief first, is_chief) by MultiWorkerMirroredStrategy's rule."""
+    cfg = json.loads(tf_config or "{}")
+    spec = cfg.get("cluster") or {}
+    task = cfg.get("task") or {"type": "worker", "index": 0}
+    role, index = task.get("type", "worker"), int(task.get("index", 0))
+    tasks = tuple(_task_name(r, i) for r in ("chief", "worker")
+                  for i in range(len(spec.get(r, [])))) or ("worker-0",)
+    # Without a chief entry, worker 0 is the chief.
+    is_chief = role == "chief" or (role == "worker" and index == 0 and not spec.get("chief"))
+    return _task_name(role, index), tasks, is_chief
+
+
+def from_env(environ=None) -> Context:
+    env = os.environ if environ is None else environ
+    task, tasks, is_chief = _cluster(env.get("TF_CONFIG"))
+    run_dir = env.get("TFCONSOLE_RUN_DIR") or None
+    flag = env.get("TFCONSOLE_IS_CHIEF")
+    resume = (env.get("TFCONSOLE_RESUME_STEP") or "").strip()
+    return Context(
+        run_dir=os.path.abspath(run_dir) if run_dir else None,
+        run_id=env.get("TFCONSOLE_RUN_ID") or None,
+        attempt=int(env.get("TFCONSOLE_ATTEMPT") or 0),
+        task=env.get("TFCONSOLE_TASK") or task,
+        tasks=tasks,
+        is_chief=is_chief if flag in (None, "") else flag == "1",
+        resume_step=int(resume) if resume else None)

@@ -1,0 +1,227 @@
+"""``tfconsole.KerasCallback()``: live per-worker loss, Save now and listed checkpoints for fit.
+
+Works with Keras 2 (``tf_keras``, ``TF_USE_LEGACY_KERAS=1``) under MultiWorkerMirroredStrategy
+and with Keras 3 under one worker or MirroredStrategy (Keras 3 ``fit`` fails under MWMS:
+docs/facts.md #1). Outside a console run it does nothing.
+
+Why not Keras' logged loss: under MWMS tf_keras' per-batch ``logs['loss']`` is N x the global
+mean (docs/facts.md #2). Each worker's own loss comes from its loss tracker's local
+``total``/``count`` (``experimental_local_results``: no collective). Every ``every`` steps, at
+an attempt's first step and at every checkpoint step, all workers meet in one ``all_gather`` of
+``[task, loss, step_time, save_flag]`` (a tf.function called from the callback: about 3 % at
+5 ms steps with K=10, /work/shared/DESIGN.md); the chief writes every worker's line and, when a
+Save now is waiting, raises the flag so every worker saves at that same step.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+import tensorflow as tf
+
+from . import _harness, checkpoints, reporting
+
+COLS = ("task_index", "loss", "step_time", "save_flag")
+
+
+def keras_module():
+    """The Keras the script trains with: tf_keras under TF_USE_LEGACY_KERAS, else Keras 3."""
+    legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
+    if legacy or ("tf_keras" in sys.modules and "keras" not in sys.modules):
+        import tf_keras
+        return tf_keras
+    import keras
+    return keras
+
+
+class _ResumeAt:
+    """tf_keras' hook for fault tolerance (``model._training_state``): fit starts at the epoch
+    and batch of the restored step instead of epoch 0 (the batches are not replayed)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch, initial_epoch, mode=None):
+        if not steps_per_epoch:
+            return initial_epoch, 0
+        return divmod(int(self.step), int(steps_per_epoch))
+
+
+def _loss_tracker(model):
+    for m in model.metrics:
+        if m.name == "loss" and hasattr(m, "total") and hasattr(m, "count"):
+            return m
+    return None
+
+
+def _local_sum(strategy, var) -> float:
+    """This worker's part of a sum-on-read metric variable, read with no collective."""
+    v = var if isinstance(var, tf.Variable) else getattr(var, "value", var)
+    return sum(float(x.numpy()) for x in strategy.experimental_local_results(v))
+
+
+def _make_gather(strategy):
+    @tf.function
+    def gather(row):
+        def replica(r):
+            # all_gather in the replica context (all_reduce of an outside tensor fails: facts #3)
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_gather(tf.reshape(r, [1, len(COLS)]), axis=0)
+        return strategy.run(replica, args=(row,))
+
+    def call(row: list) -> list[list[float]]:
+        out = gather(tf.constant(row, dtype=tf.float32))
+        return strategy.experimental_local_results(out)[0].numpy().tolist()
+    return call
+
+
+def fold(rows: list, tasks: tuple) -> tuple[dict, dict, bool]:
+    """Replica rows -> ({task: loss}, {task: step_time}, save flag); a task with several
+    replicas (GPUs) gives one value per replica, averaged."""
+    by_task: dict = {}
+    for r in rows:
+        by_task.setdefault(tasks[int(r[0])], []).append(r)
+    losses = {t: sum(r[1] for r in rs) / len(rs) for t, rs in by_task.items()}
+    times = {t: max(r[2] for r in rs) for t, rs in by_task.items()}
+    return losses, times, any(r[3] > 0 for r in rows)
+
+
+class _Hooks:
+    def __init__(self, *, every: int = 10, checkpoint_every: int = 0, keep_checkpoints: int = 5,
+                 batch_size: int | None = None, save_at_epoch_end: bool = True) -> None:
+        super().__init__()
+        self.every, self.checkpoint_every = max(1, int(every)), int(checkpoint_every)
+        self.keep, self.batch_size = int(keep_checkpoints), batch_size
+        self.save_at_epoch_end = save_at_epoch_end
+        self.active = False
+
+    # ---- start ------------------------------------------------------------------------------
+    def on_train_begin(self, logs=None):
+        self.ctx = reporting.context()
+        self.active = self.ctx.in_run
+        if not self.active:
+            return
+        model, self.strategy = self.model, self.model.distribute_strategy
+        with self.strategy.scope():
+            self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfconsole_step")
+        self.ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer, step=self.step_var)
+        kmod = keras_module()
+        self.versions = {"tensorflow": tf.__version__, "keras": kmod.__version__}
+        self.step, self.epoch, self.first = 0, 1, True
+        if self.ctx.resume_step:
+            self._restore(int(self.ctx.resume_step))
+        self.gather = _make_gather(self.strategy) if len(self.ctx.tasks) > 1 else None
+        self.prev = (0.0, 0.0)
+        self.t_sync, self.sync_step = time.time(), self.step
+        if self.ctx.is_chief:
+            self._write_train_json()
+
+    def _restore(self, step: int) -> None:
+        opt = self.model.optimizer
+        # Create the optimizer's slots now, so the restore fills them instead of deferring.
+        if hasattr(opt, "build") and getattr(opt, "built", getattr(opt, "_built", True)) is False:
+            with self.strategy.scope():
+                opt.build(self.model.trainable_variables)
+        meta = checkpoints.restore(self.ckpt, step)
+        self.step = step
+        self.epoch = int(meta.get("epoch") or 1)
+        if hasattr(self.model, "_training_state") and self.model._training_state is None:
+            self.model._training_state = _ResumeAt(step)   # tf_keras: go on from that batch
+        print(f"[{self.ctx.task}] tfconsole: restored step {step}", flush=True)
+
+    def _write_train_json(self) -> None:
+        spe, epochs = self.params.get("steps"), self.params.get("epochs")
+        ckpt_index = _harness.load("ckpt_index", self.ctx.run_dir)
+        ckpt_index.write_json_atomic(os.path.join(self.ctx.run_dir, "train.json"), {
+            "run_id": self.ctx.run_id, "attempt": self.ctx.attempt,
+            "total_steps": spe * epochs if spe and epochs else None,
+            "steps_per_epoch": spe, "epochs": epochs, "start_step": self.step,
+            "num_workers": len(self.ctx.tasks), "tasks": list(self.ctx.tasks),
+            "params": {"log_every": self.every, "checkpoint_every": self.checkpoint_every,
+                       "keep_checkpoints": self.keep}, "time": time.time(),
+            "versions": self.versions, "source": "tfconsole.KerasCallback"})
+
+    # ---- every batch --------------------------------------------------------------------------
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = int(epoch) + 1
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.active:
+            return
+        self.step += 1
+        spe = self.params.get("steps")
+        due = ((self.save_at_epoch_end and bool(spe) and (int(batch) + 1) % int(spe) == 0)
+               or (self.checkpoint_every > 0 and self.step % self.checkpoint_every == 0))
+        # Every worker computes the same schedule, so every worker joins every gather.
+        if self.first or due or self.step % self.every == 0:
+            self._sync(due, first=self.first)
+            self.first = False
+
+    def _local_loss(self) -> float:
+        tracker = getattr(self, "tracker", None) or _loss_tracker(self.model)
+        self.tracker = tracker
+        if tracker is None:
+            return math.nan
+        total = _local_sum(self.strategy, tracker.total)
+        count = _local_sum(self.strategy, tracker.count)
+        if count < self.prev[1]:          # metrics were reset at an epoch start
+            self.prev = (0.0, 0.0)
+        dn = count - self.prev[1]
+        loss = (total - self.prev[0]) / dn if dn > 0 else math.nan
+        self.prev = (total, count)
+        return loss
+
+    def _sync(self, due: bool, *, first: bool) -> None:
+        loss, now = self._local_loss(), time.time()
+        # Wall time per step since the last sync, everything included; an attempt's first step
+        # includes tracing, so it has no figure (null, as the harness writes it).
+        step_time = math.nan if first else (now - self.t_sync) / max(1, self.step - self.sync_step)
+        self.t_sync, self.sync_step = now, self.step
+        flag = 1.0 if reporting.should_save() else 0.0
+        row = [float(self.ctx.task_index), loss, step_time, flag]
+        rows = self.gather(row) if self.gather else [row]
+        losses, times, save_now = fold(rows, self.ctx.tasks)
+        if self.ctx.is_chief:
+            eps = {t: (self.batch_size / len(losses)) / s if self.batch_size and s and s > 0 else None
+                   for t, s in times.items()}
+            reporting.report(self.step, epoch=self.epoch, losses=losses, step_time=times,
+                             examples_per_sec=eps)
+        if due or save_now:
+            path = checkpoints.save(self.ckpt, self._assign_step(), epoch=self.epoch,
+                                    losses=losses, keep=self.keep, versions=self.versions)
+            print(f"[{self.ctx.task}] tfconsole: saved checkpoint {path}"
+                  f"{' (save-now request)' if save_now else ''}", flush=True)
+            if save_now:
+                reporting.saved(self.step)
+
+    def _assign_step(self) -> int:
+        self.step_var.assign(self.step)
+        return self.step
+
+    # ---- end ----------------------------------------------------------------------------------
+    def on_train_end(self, logs=None):
+        if not self.active:
+            return
+        if isinstance(getattr(self.model, "_training_state", None), _ResumeAt):
+            self.model._training_state = None
+        reporting.close()
+
+
+_classes: dict = {}
+
+
+def Callback(**options):
+    """The callback for ``model.fit``, a subclass of the script's own Keras' Callback.
+
+    Options: ``every`` (gather and report every K steps, default 10), ``checkpoint_every``
+    (also save every N steps; default 0: epoch ends and Save now only), ``keep_checkpoints``
+    (retention keeps the last N, default 5), ``batch_size`` (global batch, for examples/s).
+    """
+    kmod = keras_module()
+    cls = _classes.get(kmod.__name__)
+    if cls is None:
+        cls = _classes[kmod.__name__] = type("Callback", (_Hooks, kmod.callbacks.Callback),
+                                             {"__module__": __name__, "__doc__": Callback.__doc__})
+    return cls(**options)

@@ -1,0 +1,98 @@
+"""Metrics lines and Save-now requests, in the files the console already reads (stdlib only)."""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from . import _harness
+from .context import Context, from_env
+
+_state: dict = {"ctx": None, "reporter": None, "seen": []}
+
+
+def context() -> Context:
+    """This process's place in the run (cached: the environment does not change)."""
+    if _state["ctx"] is None:
+        _state["ctx"] = from_env()
+    return _state["ctx"]
+
+
+def _reporter(ctx: Context):
+    if _state["reporter"] is None:
+        report = _harness.load("report", ctx.run_dir)
+        _state["reporter"] = report.MetricsReporter(ctx.run_dir, ctx.run_id or "", ctx.attempt)
+    return _state["reporter"]
+
+
+def report(step: int, loss: float | None = None, *, epoch: int = 1,
+           losses: dict | None = None, step_time: float | dict | None = None,
+           examples_per_sec: float | dict | None = None) -> bool:
+    """Record ``loss`` (this worker's own mean loss since the last report) at ``step``.
+
+    The chief writes RUN/metrics.jsonl, which the console tails. Other workers write nothing:
+    their host may not be the chief's. To show every worker's curve, gather the workers' losses
+    (the Keras callback does) and pass ``losses={task: loss}`` on the chief. Returns whether a
+    line was written; outside a run, nothing is written and it returns False. ``step_time``
+    (seconds per step) and ``examples_per_sec`` may be one figure or one per task.
+    """
+    ctx = context()
+    if not ctx.in_run or not ctx.is_chief:
+        return False
+    values = dict(losses) if losses else {ctx.task: loss}
+    if any(v is None for v in values.values()):
+        raise ValueError("tfconsole.report: give loss= (this worker's) or losses={task: loss}")
+    global_loss = sum(float(v) for v in values.values()) / len(values)
+    now = time.time()
+    rep = _reporter(ctx)
+    for task in [t for t in ctx.tasks if t in values] + [t for t in values if t not in ctx.tasks]:
+        rep.log(task, step, epoch, float(values[task]), global_loss,
+                _nan(_of(step_time, task)), _nan(_of(examples_per_sec, task)), now=now)
+    return True
+
+
+def _of(value, task: str):
+    return value.get(task) if isinstance(value, dict) else value
+
+
+def _nan(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def should_save() -> bool:
+    """True on the chief when the console's Save now is waiting (RUN/requests/save-*.json).
+
+    Only the chief sees requests. In a multi-worker job every worker must save at the same
+    step (a save skipped by one worker can deadlock the others): carry this flag in a
+    collective, as the Keras callback does, and call ``saved(step)`` on the chief afterwards.
+    """
+    ctx = context()
+    if not ctx.in_run or not ctx.is_chief:
+        return False
+    _state["seen"] = _harness.load("requests_dir", ctx.run_dir).pending(ctx.run_dir)
+    return bool(_state["seen"])
+
+
+def saved(step: int) -> None:
+    """Answer the Save-now requests that ``should_save`` saw: the console shows ``step``."""
+    ctx = context()
+    if ctx.in_run and ctx.is_chief and _state["seen"]:
+        _harness.load("requests_dir", ctx.run_dir).mark_done(_state["seen"], step)
+    _state["seen"] = []
+
+
+def checkpoint_dir() -> str | None:
+    """Where this worker writes checkpoints the console lists; None outside a run."""
+    ctx = context()
+    if not ctx.in_run:
+        return None
+    layout = _harness.load("layout", ctx.run_dir)
+    if ctx.is_chief:
+        return os.path.join(ctx.run_dir, layout.CHECKPOINTS)
+    return layout.worker_checkpoint_dir(ctx.run_dir, ctx.task)
+
+
+def close() -> None:
+    if _state["reporter"] is not None:
+        _state["reporter"].close()
+        _state["reporter"] = None

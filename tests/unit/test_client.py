@@ -1,0 +1,106 @@
+"""The job scripts' client library (`import tfconsole`): shipped with every run, a no-op by hand.
+
+Each test runs a real Python process the way a worker would (the run bundle unpacked into a
+run folder, the environment `task_env` gives a command job), not the package in-process.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from backend.engines.hosts import bundle, task_env
+from backend.metrics import MetricsStore
+from backend.spec import JobKind, JobSpec, import_hostfile
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = JobSpec(kind=JobKind.COMMAND, command=("job.py",))
+
+
+def _unpack(run: Path) -> None:
+    run.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(bundle(JOB)), mode="r") as tar:
+        tar.extractall(run, filter="data")
+
+
+def _env(run: Path, position: int, *, resume_step=None) -> dict:
+    cluster = import_hostfile("localhost slots=2", tf_port=25300)
+    env = task_env(cluster, position, JOB, str(run), "r1", 3, cluster.task_names()[position],
+                   resume_step=resume_step)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TFCONSOLE_", "PYTHON"))}
+    return {**base, **env}
+
+
+def _python(code: str, env: dict, cwd: Path) -> str:
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_outside_a_run_every_call_is_a_harmless_no_op(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TFCONSOLE_")}
+    env["PYTHONPATH"] = str(tmp_path / "lib")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "tfconsole").symlink_to(ROOT / "backend" / "client")
+    out = _python("import sys, tfconsole\n"
+                  "print(tfconsole.report(5, loss=0.5), tfconsole.should_save(),"
+                  " tfconsole.checkpoint_dir(), tfconsole.context().in_run,"
+                  " 'tensorflow' in sys.modules)\n"
+                  "tfconsole.saved(5)", env, tmp_path)
+    assert out.split() == ["False", "False", "None", "False", "False"]
+    assert list(tmp_path.iterdir()) == [tmp_path / "lib"]   # nothing written anywhere
+
+
+def test_a_command_job_imports_tfconsole_from_any_folder_and_learns_its_place(tmp_path):
+    run = tmp_path / "home" / "runs" / "r1"
+    _unpack(run)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code = ("import tfconsole; c = tfconsole.context()\n"
+            "print(c.run_id, c.attempt, c.task, c.is_chief, c.resume_step, c.tasks)")
+    chief = _python(code, _env(run, 0), elsewhere)
+    worker = _python(code, _env(run, 1, resume_step=40), elsewhere)
+    assert chief.strip() == "r1 3 chief-0 True None ('chief-0', 'worker-0')"
+    assert worker.strip() == "r1 3 worker-0 False 40 ('chief-0', 'worker-0')"
+
+
+def test_the_chief_reports_every_workers_loss_in_lines_the_metrics_store_reads(tmp_path):
+    run = tmp_path / "run"
+    _unpack(run)
+    code = ("import tfconsole\n"
+            "print(tfconsole.report(10, epoch=1, losses={'chief-0': 1.0, 'worker-0': 3.0},"
+            " step_time={'chief-0': 0.01, 'worker-0': 0.02}))\n"
+            "print(tfconsole.report(20, loss=0.5))")
+    assert _python(code, _env(run, 0), tmp_path).split() == ["True", "True"]
+    assert _python(code, _env(run, 1), tmp_path).split() == ["False", "False"]  # not the chief
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    store = MetricsStore()
+    store.add_many(lines)
+    assert store.tasks() == ["chief-0", "worker-0"]
+    assert list(store.series("worker-0").loss) == [3.0]
+    chief_times = store.series("chief-0").step_time
+    assert chief_times[0] == 0.01 and math.isnan(chief_times[1])     # not given: null
+    steps, loss = store.global_loss()
+    assert list(steps) == [10, 20] and list(loss) == [2.0, 0.5]
+    assert lines[0]["attempt"] == 3 and lines[0]["run_id"] == "r1"
+
+
+def test_save_now_is_seen_by_the_chief_only_and_answered_with_the_step(tmp_path):
+    run = tmp_path / "run"
+    _unpack(run)
+    asked = subprocess.run([sys.executable, "-S", str(run / "harness" / "hostctl.py"),
+                            "request-save", "--run", str(run)], capture_output=True, text=True)
+    name = json.loads(asked.stdout)["name"]
+    code = "import tfconsole\nprint(tfconsole.should_save())\ntfconsole.saved(70)"
+    assert _python(code, _env(run, 1), tmp_path).strip() == "False"
+    assert (run / "requests" / name).exists()          # a worker leaves the request alone
+    assert _python(code, _env(run, 0), tmp_path).strip() == "True"
+    done = subprocess.run([sys.executable, "-S", str(run / "harness" / "hostctl.py"), "save-done",
+                           "--run", str(run), "--name", name], capture_output=True, text=True)
+    assert json.loads(done.stdout)["step"] == 70       # what the console's Save now waits for
