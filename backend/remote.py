@@ -32,6 +32,10 @@ class Host:
     python: str
     run_dir: str
 
+    def __post_init__(self) -> None:
+        # The run folder is an argument of python, mkdir and tar: never one they take for an option.
+        object.__setattr__(self, "run_dir", layout.path_arg(self.run_dir))
+
     @property
     def name(self) -> str:
         return self.transport.host
@@ -103,7 +107,7 @@ def install(h: Host, bundle: bytes, *, timeout: float = 120) -> None:
     """Unpack ``bundle`` (a tar of harness/ and job/) into the run directory: mkdir, then tar."""
     fix = "Check that the working directory is writable and that tar is installed (preflight)."
     # 0700: the run's logs, checkpoints, exports and their metadata are the owner's alone.
-    h.transport.run(["mkdir", "-p", "-m", "700", h.run_dir],
+    h.transport.run(["mkdir", "-p", "-m", "700", "--", h.run_dir],
                     timeout=timeout).check(f"cannot create {h.run_dir}", fix)
     h.transport.run(["tar", "-x", "--no-same-owner", "-f", "-", "-C", h.run_dir], stdin=bundle,
                     timeout=timeout).check(f"cannot unpack the harness into {h.run_dir}", fix)

@@ -69,6 +69,11 @@ class TaskState:
     pgid: int | None = None
     started: float | None = None
 
+    def __post_init__(self) -> None:
+        # Every remote command takes the run folder from here; a state file written before
+        # workdir was checked may hold "-c...", which must stay a path (issue 27).
+        self.remote_run_dir = layout.path_arg(self.remote_run_dir)
+
 
 @dataclass
 class Attempt:

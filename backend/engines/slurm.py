@@ -70,7 +70,7 @@ class SlurmEngine:
         path = batch.script_path(run_dir, attempt)
         h = remote.Host(login, self.spec.python, run_dir)
         remote.install(h, bundle(run.job))
-        login.run(["mkdir", "-p", f"{run_dir}/{layout.LOGS}", f"{run_dir}/{layout.TASKS}"], timeout=60).check(
+        login.run(["mkdir", "-p", "--", f"{run_dir}/{layout.LOGS}", f"{run_dir}/{layout.TASKS}"], timeout=60).check(
             f"cannot create {run_dir}", "Check that workdir is writable on the login host.")
         # 0600: the script holds the job's env, which may hold secrets.
         remote.put_bytes(h, text.encode(), os.path.relpath(path, run_dir), private=True)

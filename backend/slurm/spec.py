@@ -93,6 +93,16 @@ def _extra(value: object, where: str) -> dict:
     return out
 
 
+def _slurm_workdir(value: object, where: str) -> str:
+    """A workdir that also fits an #SBATCH line: sbatch splits those lines itself, without the
+    shell's quoting, and reads '%' in --output as a file name pattern."""
+    text = _workdir(value, where)
+    if any(c in text for c in "'\"\\%"):
+        raise SpecError(where, f"{_show(value)} has a quote, '\\' or '%', which #SBATCH lines cannot carry",
+                        "Use a folder path of letters, digits, '/', '.', '_' and '-', like tfconsole.")
+    return text
+
+
 def _kind(value: object, where: str) -> str:
     if value != KIND:
         raise SpecError(where, f"expected {KIND!r}, got {_show(value)}", "Write `kind: slurm`.")
@@ -117,7 +127,7 @@ _FIELDS = {
     "qos": (_name("QoS"), None),
     "extra": (_extra, {}),
     "python": (_command_name, "python3"),
-    "workdir": (_workdir, "tfconsole"),
+    "workdir": (_slurm_workdir, "tfconsole"),
     "tf_port": (_port(1024), 23456),
 }
 

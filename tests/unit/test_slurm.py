@@ -140,3 +140,27 @@ def test_task_statuses_follow_the_job_and_the_tasks_own_exit_codes():
         .startswith("worker-0 exited(-9)")   # the task that failed first, not srun's casualty
     forgotten = task_statuses(None, {"chief-0": {"exit": 0}}, NAMES)
     assert [s.state for s in forgotten] == [TaskPhase.EXITED, TaskPhase.LOST]
+
+
+@pytest.mark.parametrize("value,fix", [("shared runs", "no spaces"), ("-crm", "not starting with '-'"),
+                                       ("runs%j", "#SBATCH lines cannot carry"),
+                                       ("it's", "#SBATCH lines cannot carry")])
+def test_a_workdir_that_cannot_go_on_an_sbatch_line_is_refused(value, fix):
+    found = errors_of(workdir=value)
+    assert "workdir" in found and fix in found["workdir"], found
+
+
+def test_the_batch_script_never_passes_the_run_folder_as_an_option():
+    """Issue 27, defence in depth: a run folder from before the workdir check ("-c<code>") is
+    ./-prefixed on the python, srun and mkdir lines; one that #SBATCH cannot carry is refused."""
+    from backend.errors import SpecError
+    spec = slurm_from_dict(BASE)
+    job = JobSpec(kind=JobKind.HARNESS, module="/x/synthetic.py")
+    evil = "-c__import__(chr(111)+chr(115)).system(chr(105)+chr(100))#/runs/r1"   # no space, no quote
+    text = batch_script(spec, job, run_dir=evil, run_id="r1", attempt=1, resume_step=None)
+    assert f"'./{evil}/harness/slurm_task.py' run --run-dir './{evil}'" in text, text
+    assert f"mkdir -p -- './{evil}/logs'" in text and f"#SBATCH --output=./{evil}/logs/" in text
+    assert " -c" not in text.replace(f"./{evil}", "RUN"), text
+    with pytest.raises(SpecError) as err:
+        batch_script(spec, job, run_dir="my runs/r1", run_id="r1", attempt=1, resume_step=None)
+    assert str(err.value).startswith("workdir: 'my runs/r1' cannot go on an #SBATCH line"), str(err.value)
