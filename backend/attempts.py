@@ -10,7 +10,7 @@ import time
 
 from backend.errors import ConsoleError, RunError
 from backend.run import Run
-from backend.runs import Attempt, Phase, RunState
+from backend.runs import Attempt, Phase, RunState, this_process
 
 START_STOP_GRACE_S = 5.0
 
@@ -33,16 +33,17 @@ def begin_attempt(run: Run, *, resume_step: int | None, expect: tuple[Phase, ...
         number.append(state.attempt + 1)
         state.attempts.append(Attempt(number[0], time.time(), resume_step=resume_step))
         state.phase, state.unreachable = Phase.LAUNCHING, []
+        state.launcher = this_process()   # who may leave it launching: see RunState.launch_cut_off
     run.update(open_attempt)
     try:
         started = run.engine.begin(run, attempt=number[0], resume_step=resume_step)
-    except ConsoleError:
-        report = run.stop_attempt(grace_s=START_STOP_GRACE_S)
-
-        def failed(state: RunState) -> None:
-            state.end_attempt("failed to start", on_fail if report.clean else Phase.STOPPING)
-            state.unreachable = sorted(report.errors)
-        run.update(failed)
+    except BaseException as err:
+        # Ctrl-C, an OSError while bundling, a bug: whatever cut the start off, the run must not
+        # stay `launching` (every new session would take it for the live run), and what started
+        # must not run on unwatched.
+        reason = "failed to start" if isinstance(err, ConsoleError) else \
+            f"launch interrupted: {type(err).__name__}: {err}".rstrip(": ")
+        _abandon(run, reason, on_fail)
         raise
 
     stopped = []
@@ -62,3 +63,19 @@ def begin_attempt(run: Run, *, resume_step: int | None, expect: tuple[Phase, ...
         raise RunError(f"run {run.run_id} was stopped while its tasks started",
                        "Nothing is left running; start it again if that was not meant.")
     return number[0]
+
+
+def _abandon(run: Run, reason: str, on_fail: Phase) -> None:
+    """Stop what started of a failed start and record it; a second Ctrl-C here still records."""
+    clean, errors = False, {}
+    try:
+        report = run.stop_attempt(grace_s=START_STOP_GRACE_S)
+        clean, errors = report.clean, report.errors
+    except BaseException:   # noqa: BLE001 - the record below matters more than this stop
+        pass
+
+    def failed(state: RunState) -> None:
+        if state.phase == Phase.LAUNCHING:
+            state.end_attempt(reason, on_fail if clean else Phase.STOPPING)
+            state.unreachable = sorted(errors)
+    run.update(failed)

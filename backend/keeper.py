@@ -13,7 +13,10 @@ lets ``outcome.conclude`` judge the attempt:
 After ``max_restarts`` restarts, or a failure that no restart can cure, the run ends ``failed``
 with the failing task's traceback in ``failure.log``. A user's Stop wins: every phase change is
 a compare-and-set under the run's lock, and the keeper leaves as soon as it sees ``stopping``.
-No error ends the keeper: each is logged, and the next poll tries again.
+No error ends the keeper, but one: a run it cannot load (its job module gone, a damaged record)
+LOAD_TRIES polls in a row ends it ``failed`` ("keeper cannot load the run: ..."), instead of a
+keeper that polls forever over a run that says ``running``. Every other error is logged, and
+the next poll tries again.
 """
 from __future__ import annotations
 
@@ -43,6 +46,9 @@ MAX_POLL_S = 10.0       # the slowest poll while a host does not answer
 # task that died first to show too, so the attempt's reason names the cause, not a casualty.
 CASUALTY_WAIT_S = 10.0
 FAILURE_LOG = "failure.log"
+# Polls in a row that cannot load the run before the keeper gives up on it: the state file is
+# replaced whole (never seen half written), so a load that fails this often will not heal.
+LOAD_TRIES = 5
 
 
 @dataclass
@@ -91,9 +97,23 @@ class Keeper:
                 _forget_pid(local_dir / KEEPER_PID, mine)
 
     def _loop(self) -> Phase:
+        load_failures = 0
         while True:
             try:
-                outcome = self.check()
+                run = self._attach()
+            except ConsoleError as err:
+                if not (self.store.path(self.run_id) / layout.STATE).exists():
+                    self.log(f"run {self.run_id}'s record is gone (deleted); keeper exits")
+                    return Phase.STOPPED   # nothing left to keep: its folder was removed
+                load_failures += 1
+                self.log(f"cannot load run {self.run_id} ({load_failures}/{LOAD_TRIES}): {err}")
+                if load_failures >= LOAD_TRIES:
+                    return self._unloadable(err)
+                time.sleep(self.delay)
+                continue
+            load_failures = 0
+            try:
+                outcome = self.check(run)
             except ConsoleError as err:
                 outcome = None
                 if not (self.store.path(self.run_id) / layout.STATE).exists():
@@ -111,9 +131,29 @@ class Keeper:
     def _attach(self) -> Run:
         return Run(self.store.load(self.run_id), self.store, self.pool)
 
-    def check(self) -> Phase | None:
+    def _unloadable(self, err: ConsoleError) -> Phase:
+        """Give up on a run that cannot be loaded: record it failed if its record still reads."""
+        reason = f"keeper cannot load the run: {err}"
+        (self.store.path(self.run_id) / FAILURE_LOG).write_text(
+            f"{reason}\nNothing restarts this run any more; launch it again.\n")
+
+        def failed(state: RunState) -> None:
+            if state.live and state.phase != Phase.STOPPING:
+                state.end_attempt(reason, Phase.FAILED)
+        try:
+            phase = self.store.update(self.run_id, failed).phase
+        except ConsoleError as damaged:
+            self.log(f"cannot record the run failed either ({damaged}); keeper exits")
+            return Phase.FAILED
+        self.log(f"{reason}; the run is {phase}; keeper exits")
+        return Phase(phase)
+
+    def check(self, run: Run | None = None) -> Phase | None:
         """One poll: None while the run goes on, else the phase it ended in."""
-        run = self._attach()
+        run = run or self._attach()
+        if run.state.launch_cut_off():   # a restore that was cut off while starting the tasks
+            run.settle()
+            return None
         phase = run.state.phase
         if not run.state.live or phase == Phase.STOPPING:
             return phase

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -78,3 +79,25 @@ def ensure_keeper(run_id: str, runs_root: Path, options: SSHOptions) -> str:
         return ""
     pid = start_keeper(run_id, runs_root, options)
     return f"keeper not running: started a new one (pid {pid}, log {local_dir / KEEPER_LOG})"
+
+
+def end_keeper(local_dir: Path, *, wait_s: float = 2.0) -> int | None:
+    """After a stop: the run's keeper leaves at its next poll; one that does not (asleep in a
+    back-off, stuck) gets TERM, then KILL. Returns the pid it had to signal, or None."""
+    pid = keeper_pid(local_dir)
+    if pid is None or pid == os.getpid():   # the keeper itself stopping a run: not its own end
+        return None
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        if sig is not None:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                return None
+        deadline = time.monotonic() + wait_s
+        while keeper_pid(local_dir) == pid:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        else:
+            return pid if sig is not None else None
+    return pid

@@ -7,6 +7,7 @@ new one, so no run is left live with nothing watching it.
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from backend.harness import layout
 from backend.hosts.pool import Pool, make_transport
 from backend.outcome import Conclusion, TaskStatus, Verdict, conclude
 from backend.runs import Phase, RunState, RunStore, TaskState
-from backend.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec, job_from_dict
+from backend.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
 SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (docs/facts.md #6)
 
@@ -28,7 +29,7 @@ class Run:
         self.state, self.store, self.pool = state, store, pool
         # A Slurm run's tasks are seen through its login host (backend.engines.tasks_view).
         self.cluster: ClusterSpec = tasks_view(state.cluster)
-        self.job: JobSpec = job_from_dict(state.job)
+        self.job: JobSpec = _saved_job(state.job, store.path(state.run_id))
         self.engine: Engine = engine or engine_for(state.cluster, pool)
         self.keeper_note = ""   # what settle() found about the keeper, for status displays
 
@@ -117,6 +118,8 @@ class Run:
         A run with a keeper is the keeper's to settle; if its keeper is gone, a new one starts.
         """
         self.reload()
+        if self.state.launch_cut_off():
+            self._settle_cut_off_launch()
         if statuses is None:
             statuses = self.status() if self.state.live else []
         if self.kept and self.state.phase in (Phase.RUNNING, Phase.RESTARTING):
@@ -131,9 +134,34 @@ class Run:
             self.conclude_attempt(found, expect=Phase.RUNNING)
         return statuses
 
+    def _settle_cut_off_launch(self) -> None:
+        """The process that was starting this run is gone (Ctrl-C, killed, a crash): stop what it
+        may have started and record the run failed, so no session takes it for the live run."""
+        report = self.stop_attempt(grace_s=SETTLE_STOP_GRACE_S)
+
+        def failed(state: RunState) -> None:
+            reason = state.launch_cut_off()   # still so under the lock: nobody else settled it
+            if reason:
+                state.end_attempt(reason, Phase.FAILED if report.clean else Phase.STOPPING)
+                state.unreachable = sorted(report.errors)
+        self.update(failed)
+
+    def last_step(self) -> int | None:
+        """The current attempt's last step in the chief's metrics, or None (none yet, no answer)."""
+        try:
+            found = remote.progress(self.remote(self.state.chief.name))
+            last = json.loads(found.last_line or "{}")
+            if last.get("attempt") == self.state.attempt:
+                return int(last["step"])
+        except (ConsoleError, ValueError, TypeError, KeyError, AttributeError):
+            pass   # no metrics (a command job), or not a metrics record: the step stays unknown
+        return None
+
     def conclude_attempt(self, found: Conclusion, *, expect: Phase, last_step: int | None = None) -> bool:
         """Record a finished or failed attempt, only if the run is still in phase ``expect``."""
         phase = Phase.FINISHED if found.verdict == Verdict.FINISHED else Phase.FAILED
+        if last_step is None:
+            last_step = self.last_step()
         self.mirror_logs()
         changed = []
 
@@ -163,12 +191,16 @@ class Run:
         self.update(begin)
         report = self.engine.stop(self, grace_s=grace_s)
         self.mirror_logs()
+        last_step = self.last_step()
 
         def finish(state: RunState) -> None:
             state.unreachable = sorted(report.errors)
             if report.clean and state.phase == Phase.STOPPING:
-                state.end_attempt(reason, Phase.STOPPED)
+                state.end_attempt(reason, Phase.STOPPED, last_step=last_step)
         self.update(finish)
+        if report.clean:
+            # A keeper asleep in a back-off, or one that cannot read the run, would outlive it.
+            keeper_process.end_keeper(self.local_dir)
         if not report.clean:
             raise MultiHostError("stop", report.errors,
                                  "The run stays 'stopping': when those hosts answer again, run stop again.")
@@ -206,6 +238,18 @@ class Run:
     def request_save(self) -> str:
         """Ask the chief to save at its next sync point: a request file in its run directory."""
         return remote.request_save(self.remote(self.state.chief.name))
+
+
+def _saved_job(job: dict, local_dir: Path) -> JobSpec:
+    """The job as its record saved it (checked at launch). Its module is the copy that launch
+    keeps in the run's folder: found there from any working folder, even in a record that an
+    older version wrote with a relative path (`--runs myruns`). Its file is needed only to start
+    an attempt, so a reader (status, stop) never fails on it."""
+    data = dict(job)
+    module = data.get("module")
+    if module and (local_dir / layout.JOB / Path(module).name).is_file():
+        data["module"] = str(local_dir / layout.JOB / Path(module).name)
+    return JobSpec(**data)
 
 
 def _tail(path: Path, max_bytes: int) -> str:

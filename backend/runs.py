@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -95,6 +96,9 @@ class RunState:
     attempts: list[Attempt] = field(default_factory=list)
     phase: Phase = Phase.LAUNCHING
     unreachable: list[str] = field(default_factory=list)   # hosts a stop could not reach
+    # The process starting the current attempt ({"pid", "host", "start"}, ``this_process``): a
+    # reader that finds the run ``launching`` with that process gone knows the launch was cut off.
+    launcher: dict | None = None
 
     @property
     def attempt(self) -> int:
@@ -109,6 +113,12 @@ class RunState:
         names = [t.name for t in self.tasks]
         return self.tasks[names.index("chief-0")] if "chief-0" in names else self.tasks[0]
 
+    def launch_cut_off(self) -> str | None:
+        """Why this run's launch can never finish (its launching process is gone), or None."""
+        if self.phase != Phase.LAUNCHING or not self.launcher or process_alive(self.launcher):
+            return None
+        return f"launch interrupted: the launching process (pid {self.launcher.get('pid')}) is gone"
+
     def end_attempt(self, reason: str, phase: Phase, *, last_step: int | None = None) -> None:
         """Close the current attempt (once: the first reason recorded stays) and set the phase."""
         current = self.attempts[-1] if self.attempts else None
@@ -117,6 +127,31 @@ class RunState:
             if last_step is not None:
                 current.last_step = last_step
         self.phase = Phase(phase)
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (/proc/PID/stat field 22): with the
+    pid, it names one process, never a later one that reuses the pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def this_process() -> dict:
+    """This process, as ``RunState.launcher`` records it."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "start": _start_ticks(os.getpid())}
+
+
+def process_alive(info: dict) -> bool:
+    """Whether the process ``this_process`` recorded still runs. On another host it cannot be
+    told from here: it counts as alive (the run stays as it is)."""
+    if info.get("host") != socket.gethostname():
+        return True
+    pid, start = info.get("pid"), info.get("start")
+    return isinstance(pid, int) and start is not None and _start_ticks(pid) == start
 
 
 def _from_json(data: dict) -> RunState:
@@ -150,7 +185,9 @@ class RunStore:
     """Runs under one root folder: create, load, list, and change under a lock."""
 
     def __init__(self, root: str | Path | None = None) -> None:
-        self.root = Path(root) if root else default_root()
+        # Absolute from the start: the record and the keeper (started in another folder) must name
+        # the same files whatever folder the user ran `--runs myruns` from.
+        self.root = Path(root).expanduser().resolve() if root else default_root()
 
     def path(self, run_id: str) -> Path:
         return self.root / check_run_id(run_id)
@@ -159,6 +196,7 @@ class RunStore:
     def locked(self, run_id: str) -> Iterator[None]:
         """Hold the run's lock: one writer at a time, across processes."""
         folder = self.path(run_id)
+        folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)   # the runs folder: 0700
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(folder / LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -170,7 +208,7 @@ class RunStore:
     def reserve(self, run_id: str) -> Path:
         """Create a new run's folder; refuse an id that is taken. Its state is saved next."""
         folder = self.path(run_id)
-        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)   # the runs folder: 0700
         try:
             folder.mkdir(mode=0o700)
         except FileExistsError:
@@ -208,14 +246,26 @@ class RunStore:
         return [s for s in self.list_all() if isinstance(s, RunState)]
 
     def list_all(self) -> list[RunState | RunError]:
-        """Every run, newest first; a damaged one appears as its RunError, never hidden."""
+        """Every run, newest (latest created) first, whatever its name: a run named ``fitjob`` is
+        not newer than a later timestamped one. A damaged run appears as its RunError (dated by
+        its state file), never hidden."""
         if not self.root.exists():
             return []
-        out: list[RunState | RunError] = []
-        for folder in sorted(self.root.iterdir(), reverse=True):
-            if (folder / layout.STATE).exists() and RUN_ID.match(folder.name):
+        found: list[tuple[float, RunState | RunError]] = []
+        for folder in self.root.iterdir():
+            state_file = folder / layout.STATE
+            if state_file.exists() and RUN_ID.match(folder.name):
                 try:
-                    out.append(self.load(folder.name))
+                    state = self.load(folder.name)
+                    found.append((state.created, state))
                 except RunError as err:
-                    out.append(err)
-        return out
+                    found.append((_mtime(state_file), err))
+        found.sort(key=lambda pair: pair[0], reverse=True)
+        return [item for _, item in found]
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
