@@ -53,6 +53,29 @@ class RestoreResult:
         return f"attempt {self.attempt} resumed: {tasks or 'no worker has reported yet'}"
 
 
+def host_name(name: object, host: str, what: str) -> str:
+    """A checkpoint file or export name that a host reported, checked before it names anything
+    on this machine: a plain file name (NAME), never a path that would leave its local folder."""
+    if isinstance(name, str) and NAME.match(name):
+        return name
+    shown = repr(name[:80] + "..." if isinstance(name, str) and len(name) > 80 else name)[:100]
+    raise HostError(host, f"the {what} name {shown} is not a plain file name",
+                    "The run folder on that host holds files the harness did not write: check it "
+                    "(nothing was copied to this machine).")
+
+
+def _checked_listing(run: Run, task: str, listing: object) -> list[dict]:
+    """A ckpt_tool listing whose file names are all plain names (restore copies them by name)."""
+    host = run.task_spec(task).host
+    if not isinstance(listing, list) or not all(isinstance(c, dict) for c in listing):
+        raise HostError(host, "the checkpoint listing is not a list of checkpoints",
+                        "Check the harness in the run folder on that host.")
+    for c in listing:
+        for name in c.get("files") or {}:
+            host_name(name, host, "checkpoint file")
+    return listing
+
+
 def _tool(run: Run, task: str, *args: str, timeout: float = 60):
     """``ckpt_tool.py`` on ``task``'s host; its JSON answer, or ArtifactError with its refusal."""
     # -S: the tool needs only the standard library, and skipping site-packages starts it faster.
@@ -85,13 +108,13 @@ def list_checkpoints(run: Run, task: str | None = None) -> list[dict]:
     """Checkpoints of the chief (or of ``task``) that retention keeps, oldest first: each with
     its meta, files and sizes, and ``held`` (the purposes of the actions holding it)."""
     task = task or run.state.chief.name
-    return _tool(run, task, "list", checkpoint_dir(run, task))
+    return _checked_listing(run, task, _tool(run, task, "list", checkpoint_dir(run, task)))
 
 
 def list_abandoned(run: Run, task: str | None = None) -> list[dict]:
     """Checkpoints that restores moved aside (each names its ``abandoned`` folder)."""
     task = task or run.state.chief.name
-    return _tool(run, task, "abandoned", checkpoint_dir(run, task))
+    return _checked_listing(run, task, _tool(run, task, "abandoned", checkpoint_dir(run, task)))
 
 
 def pin(run: Run, step: int | None, *, purpose: str, ttl_s: float | None) -> Hold:
@@ -161,7 +184,9 @@ def _export_step(run: Run, step: int, name: str | None, formats: tuple[str, ...]
     result = _harness(run, chief.name, "export.py", *args, timeout=EXPORT_TIMEOUT_S)
     ok = [line for line in result.stdout.splitlines() if line.startswith("EXPORT OK ")]
     if result.ok and ok:
-        return json.loads(ok[-1][len("EXPORT OK "):])
+        answer = json.loads(ok[-1][len("EXPORT OK "):])
+        host_name(answer.get("name"), run.task_spec(chief.name).host, "export")   # a download folder's name
+        return answer
     reason = [line for line in result.stderr.splitlines() if line.startswith("EXPORT ")]
     raise ArtifactError(reason[-1] if reason else f"export failed (exit {result.exit_code})",
                         "Earlier exports and checkpoints are untouched; pick another checkpoint or fix the cause.")
@@ -180,6 +205,13 @@ def fetch_export_file(run: Run, name: str, relative: str, local_path: str) -> st
         raise ArtifactError(f"{name}/{relative} is not a valid export file", "Pick one from the list.")
     remote.fetch_file(run.remote(run.state.chief.name), f"{layout.EXPORTS}/{name}/{relative}", local_path)
     return local_path
+
+
+def download_dir(run: Run, name: object) -> Path:
+    """The local folder for downloads of the export ``name`` (a name the chief reported), made."""
+    folder = run.local_dir / "downloads" / host_name(name, run.task_spec(run.state.chief.name).host, "export")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RESUME_WAIT_S) -> RestoreResult:
@@ -258,7 +290,7 @@ def _ensure_copy(run: Run, task: str, chief_ckpt: dict) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # meta.json last: the copy counts as complete only once everything else is there.
         for name in sorted(chief_ckpt["files"], key=lambda n: n.endswith(".meta.json")):
-            local = str(Path(tmp) / name)
+            local = str(Path(tmp) / host_name(name, run.task_spec(run.state.chief.name).host, "checkpoint file"))
             remote.fetch_file(chief, f"{layout.CHECKPOINTS}/{name}", local)
             remote.push_file(worker, local, f"{target}/{name}")
 

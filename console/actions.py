@@ -2,7 +2,6 @@
 returns a result or raises ConsoleError, whose text the page shows as it is."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -168,8 +167,7 @@ def fetch_keras(live: LiveRun, result: dict) -> bytes:
     name = result.get("name")
     if not name:
         raise ArtifactError("the export result names no export", "Export again.")
-    folder = live.run.local_dir / "downloads" / name
-    os.makedirs(folder, exist_ok=True)
+    folder = checkpoints.download_dir(live.run, name)   # the chief's name checked before mkdir
     path = checkpoints.fetch_export_file(live.run, name, "model.keras", str(folder / "model.keras"))
     with open(path, "rb") as f:
         return f.read()
