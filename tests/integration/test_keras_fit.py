@@ -73,3 +73,54 @@ def test_fit_job_shows_both_workers_saves_now_on_both_and_restores(ssh_cluster, 
     again = next(m for m in resumed if m["step"] == 70 and m["task"] == "chief-0")["loss"]
     assert abs(again - before) < 0.2 * before   # restored weights, not a fresh model
     assert processes_of(run) == []
+
+
+KERAS3_SCRIPT = """
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras, numpy as np, tfconsole
+keras.utils.set_random_seed(0)
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+x = np.random.RandomState(0).normal(size=(640, 4)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+model.fit(x, y, batch_size=32, epochs=2, callbacks=[tfconsole.KerasCallback(every=5)], verbose=0)
+print("keras", keras.__version__, "replicas", strategy.num_replicas_in_sync)
+"""
+
+
+@pytest.mark.slow
+def test_keras3_fit_under_mirrored_strategy_reports_and_checkpoints(tmp_path):
+    """Keras 3 (its fit fails under MWMS, docs/facts.md #1): one worker, two replicas."""
+    from tests.unit.test_client import _env, _python, _unpack
+    run = tmp_path / "run"
+    _unpack(run)
+    env = {k: v for k, v in _env(run, 0).items() if k != "TF_CONFIG"}
+    env.update(TFCONSOLE_TASK="worker-0", TF_CPP_MIN_LOG_LEVEL="2")
+    out = _python(KERAS3_SCRIPT, env, tmp_path)
+    assert "keras 3." in out and "replicas 2" in out
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 5, 10, 15, 20, 25, 30, 35, 40]
+    assert {m["task"] for m in lines} == {"worker-0"} and lines[-1]["loss"] < lines[0]["loss"]
+    assert all(m["loss"] == m["global_loss"] for m in lines)
+    from backend.harness.ckpt_index import list_complete
+    listed = list_complete(str(run / "checkpoints"))
+    assert [(c["step"], c["epoch"]) for c in listed] == [(20, 1), (40, 2)]
+    assert listed[-1]["keras"].startswith("3.")
+
+
+@pytest.mark.slow
+def test_the_fit_script_still_runs_by_hand_and_writes_nothing(tmp_path):
+    from tests.unit.test_client import _python, _unpack
+    run = tmp_path / "run"
+    _unpack(run)
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TFCONSOLE_")}
+    env.update(PYTHONPATH=str(run / "lib"), TF_CPP_MIN_LOG_LEVEL="2")
+    before = sorted(p.name for p in run.iterdir())
+    out = _python(KERAS3_SCRIPT, env, tmp_path)
+    assert "replicas 2" in out
+    assert sorted(p.name for p in run.iterdir()) == before and sorted(
+        p.name for p in tmp_path.iterdir()) == ["run"]
