@@ -18,14 +18,23 @@ live.reload()   # the saved phase: another page, the CLI or a keeper may have en
 live.ensure_monitor()
 widgets.run_header(live)
 # Stop near the top, before anything that waits for the hosts (the task states in the live panel).
-if not live.run.state.live:
+if live.run.state.live:
+    widgets.stop_controls(live, key="monitor")
+else:   # a Stop there could only be refused
     st.caption(f"This run is {live.run.state.phase}: there is nothing left to stop.")
-widgets.stop_controls(live, key="monitor")
 
-# An ended run changes no more: its charts and logs are drawn once, not redrawn every 2 s. Until
-# a live run's first points arrive the live panel looks every 0.5 s (the first curves show
-# sooner), for the first 2 minutes of an attempt (a job that writes no metrics waits forever).
-EVERY = 2 if live.run.state.live else None
+# An ended run changes no more: its charts and logs are drawn once, not redrawn every 2 s, once
+# its watch agent has brought what the hosts hold (it rests then). Until a live run's first
+# points arrive the live panel looks every 0.5 s (the first curves show sooner), for the first
+# 2 minutes of an attempt (a job that writes no metrics waits forever).
+def watching() -> bool:
+    """The watch agent still brings what the hosts hold (it rests once it has caught up)."""
+    monitor = live.monitor
+    return monitor is not None and monitor.running
+
+
+CATCHING_UP = not live.run.state.live and watching()
+EVERY = 2 if live.run.state.live or CATCHING_UP else None
 attempts = live.run.state.attempts
 WAITING = (live.run.state.live and live.metrics.progress() is None
            and bool(attempts) and time.time() - attempts[-1].started < 120)
@@ -36,6 +45,19 @@ smoothing = st.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="smoothing")
 def live_panel() -> None:
     snap = monitor_view.snapshot(live, smoothing)
     p = snap.progress
+    ended = not live.run.state.live
+    if ended and p.step is None:   # no chart to draw: a command job, or it ended before step 1
+        st.caption(monitor_view.watch_line(snap.monitor, now=time.time()))
+        if CATCHING_UP and watching():
+            st.info("Reading this run's metrics from its hosts...")
+        else:
+            st.info("This run reported no metrics (a command job, or it ended before its first "
+                    "step): its task states and logs are below.")
+        widgets.status_table(live, key="monitor_status")
+        widgets.attempts_table(live)
+        if CATCHING_UP and not watching():
+            st.rerun(scope="app")   # caught up: draw once more, then stop looking
+        return
     st.progress(p.fraction, text=p.text())
     st.caption(monitor_view.watch_line(snap.monitor, now=time.time()))
     nan = monitor_view.health_error(live)
@@ -60,8 +82,8 @@ def live_panel() -> None:
                        key="gpu_mem_chart", height=380)
     widgets.status_table(live, key="monitor_status")
     widgets.attempts_table(live)
-    if EVERY and not live.run.state.live:
-        st.rerun(scope="app")   # the run ended while the page was open: its header and Stop too
+    if EVERY and not live.run.state.live and not (CATCHING_UP and watching()):
+        st.rerun(scope="app")   # the run ended while the page was open (header, Stop), or caught up
     if WAITING and snap.progress.step is not None:
         st.rerun(scope="app")   # the first points are drawn: back to the 2 s pace
 

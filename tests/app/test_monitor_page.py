@@ -1,4 +1,5 @@
-"""Monitor page: a finished run's history comes back; Stop on it is refused with an error."""
+"""Monitor page: a finished run's history comes back; a finished run offers no Stop; a run without
+metrics says so."""
 from __future__ import annotations
 
 import time
@@ -6,7 +7,6 @@ import time
 import numpy as np
 
 from console import monitor_view, state
-from tests.app.conftest import errors
 
 
 def _wait_for_metrics(live, tasks=2, timeout=60):
@@ -54,27 +54,21 @@ def _chart_messages(at) -> dict:
     return out
 
 
-def test_stop_on_a_finished_run_is_an_error(on_finished):
-    open_page, run_id = on_finished
-    at = open_page("monitor")
-    at.button(key="monitor_stop").click().run()
-    at.button(key="monitor_yes").click().run()
-    assert not at.exception
-    assert any("not live" in m for m in errors(at)), errors(at)
-
-
-def test_a_stop_clicked_after_the_token_is_revoked_does_nothing(on_finished):
+def test_a_stop_clicked_after_the_token_is_revoked_does_nothing(page, runs_dir):
     """Stop acts in a button callback, which Streamlit runs before the page's token check: the
-    callback checks the token itself, so a revoked session's click reaches no run."""
+    callback checks the token itself, so a revoked session's click reaches no run. (Stop shows
+    on a live run only: a command job that sleeps is one, without TensorFlow.)"""
+    import sys
+    from backend.runs import RunStore
     from console import auth
-    open_page, run_id = on_finished
-    at = open_page("monitor")
+    run_id = _command_run(runs_dir, [sys.executable, "-c", "import time; time.sleep(120)"]).run_id
+    at = page("monitor")
     at.button(key="monitor_stop").click().run()
     auth.token_path().unlink()                  # the owner revokes every URL handed out so far
     at.button(key="monitor_yes").click().run()
     assert not at.exception
     assert [t.value for t in at.title] == ["Login token needed"]
-    # Reaching the run would have left its answer ("not live": the run has finished) for the page.
+    assert RunStore(runs_dir).load(run_id).live  # the click reached no run
     assert "monitor_stop_error" not in at.session_state
 
 
@@ -93,3 +87,47 @@ def test_dump_stacks_is_offered_only_for_a_live_run(on_finished):
     at = open_page("monitor")
     assert not at.exception
     assert at.button(key="dump_stacks").disabled   # a finished run has no process to ask
+
+
+def _command_run(root, command: list[str]):
+    """A command job (no metrics, ever) on the two local workers: its run id."""
+    from backend.launcher import Preflight, launch
+    from backend.runs import RunStore
+    from backend.spec import job_from_dict
+    from console.forms import check_rows
+    from tests.app.conftest import local_rows
+    cluster, _ = check_rows(local_rows())
+    run = launch(cluster, job_from_dict({"kind": "command", "command": command}), store=RunStore(root),
+                 preflight=Preflight.SKIP)
+    return run
+
+
+def _ended_command_run(root) -> str:
+    import sys
+    run = _command_run(root, [sys.executable, "-c", "print('no metrics here')"])
+    assert all(s.exit_code == 0 for s in run.wait(timeout=60))
+    return run.run_id
+
+
+def test_a_finished_run_without_metrics_says_so_and_offers_no_stop(page, runs_dir):
+    from tests.conftest import wait_for
+    run_id = _ended_command_run(runs_dir)
+    at = page("monitor")
+    assert not at.exception
+    assert any(run_id in m.value for m in at.markdown)
+    # Once the watch agent has caught up (it looks, finds nothing, rests), the page says so.
+    wait_for(lambda: at.run() and any("This run reported no metrics" in i.value for i in at.info) and at, 60,
+             "the page to say the run reported no metrics")
+    assert not at.exception
+    assert not any("waiting for the first metrics" in (p.proto.text or "") for p in at.get("progress"))
+    assert "loss_chart" not in _chart_messages(at)               # no empty chart
+    assert not [b for b in at.button if b.key == "monitor_stop"]  # nothing to stop: no Stop
+    assert any("nothing left to stop" in c.value for c in at.caption)
+
+
+def test_stop_is_hidden_on_a_finished_run(on_finished):
+    open_page, run_id = on_finished
+    at = open_page("monitor")
+    assert not at.exception
+    assert not [b for b in at.button if b.key in ("monitor_stop", "monitor_yes")]
+    assert any("This run is finished: there is nothing left to stop" in c.value for c in at.caption)
