@@ -11,6 +11,7 @@ import os
 import re
 import reprlib
 import shlex
+from contextlib import suppress
 from enum import Enum
 from pathlib import Path, PurePosixPath
 from typing import Mapping
@@ -442,11 +443,16 @@ def _read_yaml(path: str | Path) -> object:
     return load_yaml_text(text, str(path))
 
 
-def _write_yaml(data: dict, path: str | Path) -> None:
+def _write_yaml(data: dict, path: str | Path, *, private: bool = False) -> None:
     # Write beside and rename, so a crash never leaves a half-written spec behind.
+    # ``private``: readable by the owner only from the first byte on (0600).
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    with suppress(FileNotFoundError):
+        tmp.unlink()   # a leftover keeps its mode through O_CREAT: start afresh
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o666)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(yaml.safe_dump(data, sort_keys=False))
     os.replace(tmp, path)
 
 

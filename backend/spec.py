@@ -326,7 +326,7 @@ def save_job(job: JobSpec, path: str | Path) -> None:
     if job.module and Path(job.module).is_relative_to(folder):
         # A module beside the job file stays relative so the pair can be moved together.
         data["module"] = str(Path(job.module).relative_to(folder))
-    _write_yaml(data, path)
+    _write_yaml(data, path, private=True)   # its env may hold an API key
 
 
 # ---- imports and defaults ---------------------------------------------------------------------

@@ -16,6 +16,23 @@ from console.errors import ConsoleError
 
 APP = Path(__file__).resolve().parent / "app.py"
 START_S = 60   # how long to wait for the console to answer before printing the URL anyway
+MAX_UPLOAD_MB = 1   # as .streamlit/config.toml: cluster and job files are a few KiB
+WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
+
+
+def _warn_if_public(address: str, token_on: bool) -> None:
+    """Listening beyond this machine is allowed, never silent: say who can reach what."""
+    if address in WILDCARDS or not auth.is_loopback(address):
+        who = ("anyone who can reach this machine" if address in WILDCARDS
+               else f"anyone who can reach {address}")
+        guard = ("the login token is all that stands between them and starting training on your "
+                 "hosts with your SSH keys" if token_on else
+                 f"and the login token is OFF ({auth.ENV}=none): they can start training on your "
+                 "hosts with your SSH keys")
+        print(f"tfconsole: warning: listening on {address}: {who} reaches the console, "
+              f"{guard}. The token does not cover TensorFlow's own ports (tf_port): they are open "
+              "to anyone who can reach the workers. Prefer --address 127.0.0.1 and an SSH tunnel "
+              "(README.md, \"Security\").", file=sys.stderr, flush=True)
 
 
 def _wait_healthy(proc: subprocess.Popen, health: str) -> None:
@@ -49,12 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConsoleError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    _warn_if_public(args.address, token is not None)
     env = dict(os.environ, **({auth.PRINTED_ENV: auth.printed_mark(token)} if token else {}))
     proc = subprocess.Popen([
         sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", args.address,
         "--server.port", str(args.port), "--server.headless", "true",
         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",   # .streamlit/config.toml says why
-        "--runner.postScriptGC", "false",
+        "--runner.postScriptGC", "false", "--server.maxUploadSize", str(MAX_UPLOAD_MB),
         "--logger.hideWelcomeMessage", "true"], env=env)   # its URL has no token: we print ours instead
     # Ctrl-C reaches both processes; a TERM or HUP sent to this one alone goes on to the console.
     for sig in (signal.SIGTERM, signal.SIGHUP):

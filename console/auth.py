@@ -15,8 +15,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
+import socket
 import threading
 from enum import Enum
 from pathlib import Path
@@ -34,6 +36,71 @@ SESSION_KEY = "_login_token"
 SHUT_OUT_KEY = "_login_shut_out"   # this session was let in, then lost the token
 OFF_NOTICE = (f"The login token is off ({ENV}=none): anyone who can open this address can start "
               "training on your hosts. Reach it only through a private SSH tunnel.")
+
+
+# DNS rebinding (issue 27): a web page on attacker.example whose name is made to point at
+# 127.0.0.1 reaches a console on this machine with the browser's own rights; with the token off
+# nothing else stops it. Such a request still says "Host: attacker.example", so every session is
+# checked against the names the console is served under. IP literals always pass: a rebound
+# request carries a DNS name, never an address.
+HOSTS_ENV = "TFCONSOLE_HOSTS"   # more names to accept, comma separated (a tunnel's alias)
+LOCAL_NAMES = {"localhost", "localhost.localdomain"}
+
+
+def is_loopback(address: str) -> bool:
+    if address.strip("[]").lower() in LOCAL_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(header: str) -> str:
+    """The name in a Host header, without its port: "[::1]:8501" -> "::1"."""
+    name = header.strip().lower()
+    if name.startswith("["):
+        return name[1:name.find("]")] if "]" in name else name[1:]
+    if name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    return name.rstrip(".")
+
+
+def host_refusal(header: str | None, *, address: str | None) -> str | None:
+    """None when ``header`` names this console (or is absent: only a browser sends one, and every
+    browser does), else the refusal's text. ``address``: what the console listens on."""
+    if not header:
+        return None
+    name = _host_name(header)
+    try:
+        ipaddress.ip_address(name)
+        return None
+    except ValueError:
+        pass
+    allowed = set(LOCAL_NAMES)
+    address = (address or "").strip("[]").lower()
+    if address in {"0.0.0.0", "::", ""}:   # every interface: the machine's own names too
+        allowed |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    else:
+        allowed.add(address)
+    allowed |= {n.strip().lower().rstrip(".") for n in os.environ.get(HOSTS_ENV, "").split(",") if n.strip()}
+    if name in allowed:
+        return None
+    return (f"This console is not served under the name {name!r}, so this request was refused: "
+            "a web page can point a name of its own at this machine (DNS rebinding) to drive the "
+            f"console. Open it as http://127.0.0.1:<port>/ (or the address it was started with), "
+            f"or, if {name!r} is yours, start the console with {HOSTS_ENV}={name}.")
+
+
+def _request_host() -> str | None:
+    try:
+        return st.context.headers.get("Host")
+    except Exception:  # noqa: BLE001 - no request behind this run (a bare script run)
+        return None
+
+
+def _wrong_host() -> str | None:
+    return host_refusal(_request_host(), address=st.get_option("server.address"))
 
 
 class Access(Enum):
@@ -153,6 +220,11 @@ def _nothing() -> None:
 def _check() -> Access | None:
     """The access setting in force, when this session presented the token (now or before) or the
     token is off; else None, with the refusal (or what to fix) drawn and nothing else."""
+    wrong_host = _wrong_host()
+    if wrong_host:
+        st.title("Wrong address")
+        st.text(wrong_host)            # the name came from the request: plain text, no Markdown
+        return None
     try:
         setting = access()
         if setting is Access.NONE:
@@ -191,6 +263,8 @@ def gate() -> bool:
 def holds_token() -> bool:
     """Whether this session may act now: the token is off, or the session holds the current one.
     Draws nothing; for widget callbacks, which Streamlit runs before the page's ``guard()``."""
+    if _wrong_host():
+        return False
     try:
         if access() is Access.NONE:
             return True
