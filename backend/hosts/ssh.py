@@ -76,8 +76,9 @@ class SSHOptions:
     connect_timeout: float = 10.0            # an unreachable host must fail fast in preflight
     keepalive_s: int = 15                    # keep NAT and firewalls from dropping idle connections
     # How long the server may take to answer a channel open or an exec request. paramiko waits
-    # for exec's answer with no limit, so past this the connection is dropped: a cut link then
-    # fails within this bound instead of hanging (docs/reliability.md, "network cut").
+    # for exec's answer with no limit, so past this that command's channel is closed (never the
+    # connection: other commands on it go on): a cut link then fails within this bound instead of
+    # hanging (docs/reliability.md, "network cut").
     answer_timeout_s: float = 10.0
     allow_agent: bool = True                 # keys in ssh-agent work as with OpenSSH
     look_for_keys: bool = True               # ~/.ssh/id_* when no identity file is given
@@ -245,34 +246,45 @@ class SSHTransport:
     def _start(self, command: str) -> paramiko.Channel:
         """A channel running ``command``, or HostError within ``answer_timeout_s``.
 
-        paramiko's exec_command waits for the server's answer with no limit; only closing the
-        connection wakes that wait, so a timer does that, and the next call connects afresh.
+        paramiko's exec_command waits for the server's answer with no limit; closing the channel
+        wakes that wait (Channel.close sets the event it waits on). Only this command's channel
+        is closed: the connection, and every other command on it (an export, a log stream),
+        goes on. A link that is really cut fails each command within this bound all the same.
         """
         client = self._connect()
         limit = self.options.answer_timeout_s
+        began = time.monotonic()
+        try:
+            chan = client.get_transport().open_session(timeout=limit)
+        except IO_FAILURES as err:
+            if time.monotonic() - began >= limit:   # paramiko's own "Timeout opening channel."
+                raise self._silent(limit, command) from None
+            raise self._lost(err, command) from None
         expired = threading.Event()
 
         def expire() -> None:
             expired.set()
-            client.close()
-        timer = threading.Timer(limit, expire)
+            _close(chan)
+        timer = threading.Timer(max(0.0, limit - (time.monotonic() - began)), expire)
         timer.daemon = True
-        began = time.monotonic()
         timer.start()
         try:
-            chan = client.get_transport().open_session(timeout=limit)
             chan.exec_command(command)
-            return chan
         except IO_FAILURES as err:
-            # open_session's own timeout can win the race with the timer: the same silence.
-            if expired.is_set() or time.monotonic() - began >= limit:
-                client.close()
-                raise HostError(self.host, f"no answer within {limit:.0f} s; the connection was dropped",
-                                "Check the network to this host; the next command connects again.",
-                                command=command) from None
+            if expired.is_set():
+                raise self._silent(limit, command) from None
+            _close(chan)
             raise self._lost(err, command) from None
         finally:
             timer.cancel()
+        if expired.is_set():   # the timer closed it just as the answer came: it cannot be used
+            raise self._silent(limit, command)
+        return chan
+
+    def _silent(self, limit: float, command: str) -> HostError:
+        return HostError(self.host, f"no answer within {limit:g} s; this command was abandoned",
+                         "Check the network to this host and its load; the next command tries again.",
+                         command=command)
 
     def _lost(self, err: BaseException, command: str) -> HostError:
         return HostError(self.host, f"connection lost: {type(err).__name__}: {err}",

@@ -118,3 +118,27 @@ def test_jump_host_field_reaches_a_host_only_the_jump_host_can(jump_host, client
                        jump_host=f"{user}@{gate.address}:{gate.port}", options=options)
     assert via.run(["echo", "jumped"]).stdout == "jumped\n"
     via.close()
+
+
+def test_a_command_without_an_answer_leaves_the_connections_other_commands_alone(ssh_hosts, client_key,
+                                                                                ssh_options):
+    """An exec request past answer_timeout_s gives up that command only: a long command on the
+    same connection (an export, say) goes on to its end (issue 27)."""
+    import dataclasses
+    import threading
+    import time
+    t = transport(ssh_hosts[0], client_key, ssh_options)
+    done: list = []
+    long = threading.Thread(target=lambda: done.append(t.run(["sh", "-c", "sleep 2; echo done"], timeout=30)))
+    long.start()
+    time.sleep(0.5)
+    # An answer limit no sshd can meet: every new command's exec request goes unanswered in time.
+    t.options = dataclasses.replace(ssh_options, answer_timeout_s=1e-6)
+    with pytest.raises(HostError) as err:
+        t.run(["true"])
+    assert "no answer within" in str(err.value)
+    long.join(30)
+    assert done and done[0].stdout == "done\n", done
+    t.options = ssh_options
+    assert t.run(["echo", "again"]).stdout == "again\n"
+    t.close()
