@@ -19,6 +19,7 @@ from backend.preflight import run_preflight
 from backend.spec import (ClusterSpec, TransportKind, cluster_from_dict, cluster_to_dict, import_hostfile,
                           import_ssh_config, load_yaml_text, save_cluster)
 from console import forms
+from console.plain import md_escape
 
 
 # ---- imports and output ---------------------------------------------------------------------
@@ -101,13 +102,13 @@ def _cell_style(value) -> str:
 
 def show_preflight(result: dict) -> None:
     if result["error"]:
-        st.error(result["error"])
+        st.error(md_escape(result["error"]))   # hosts' output: text, not Markdown
         return
     frame = pd.DataFrame(result["rows"])
     st.dataframe(frame.style.map(_cell_style), hide_index=True, width="stretch",
                  key="preflight_table")
     for line in result["failures"]:
-        st.error(line)
+        st.error(md_escape(line))
     if not result["failures"]:
         st.success("Every host passed the preflight.")
 
@@ -150,7 +151,7 @@ def show_host_key(info: dict | None, options: SSHOptions) -> None:
     if not info:
         return
     if info["error"]:
-        st.error(info["error"])
+        st.error(md_escape(info["error"]))
         return
     st.code(f"{info['label']} offers {info['key_type']} {info['fingerprint']}", language=None)
     verdict = Verdict(info["verdict"])

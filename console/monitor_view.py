@@ -12,6 +12,7 @@ from backend import health, stacks
 from backend.spec import RestartMode
 from console import figures
 from console.chart_feed import stable_thin
+from console.plain import md_escape
 from console.live import LiveRun, Progress, progress, step_times
 
 ERROR_LINE = re.compile(r"Traceback|Error\b|Exception\b|HARNESS FAILED|\bFATAL\b|\bCRITICAL\b|"
@@ -56,11 +57,11 @@ def watch_line(status: dict, *, now: float) -> str:
     if seen is not None and now - seen > STALE_S:
         parts.append("no data since " + time.strftime("%H:%M:%S", time.localtime(seen)))
     if state != "connected" and status.get("last_error"):
-        parts.append(str(status["last_error"]))
+        parts.append(md_escape(status["last_error"]))   # the agent's or a host's words: text
     if status.get("quarantined"):
         parts.append(f"{status['quarantined']} malformed metric line(s) set aside")
     if status.get("store_warning"):
-        parts.append(str(status["store_warning"]))
+        parts.append(md_escape(status["store_warning"]))
     return " — ".join(parts)
 
 

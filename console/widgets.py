@@ -9,6 +9,7 @@ import streamlit as st
 from backend.errors import ConsoleError
 from console import auth
 from console import live as live_mod
+from console.plain import md_escape
 
 
 ACTION_SHOWN_S = 120.0   # how long a finished action stays on the page
@@ -29,9 +30,9 @@ def status_rows(statuses) -> list[dict]:
 def status_table(live, *, key: str) -> None:
     statuses = live.refresh()
     if live.status_error:
-        st.warning(live.status_error)
+        st.warning(md_escape(live.status_error))   # host output: text, not Markdown
     if live.run.keeper_note:   # the run's keeper had died; settle started a new one
-        st.warning(live.run.keeper_note)
+        st.warning(md_escape(live.run.keeper_note))
     if live.run.state.unreachable:
         st.warning(f"Not stopped yet on {', '.join(live.run.state.unreachable)}: the run stays "
                    f"{live.run.state.phase}. Press Stop again when those hosts answer.")
@@ -39,7 +40,7 @@ def status_table(live, *, key: str) -> None:
         st.dataframe(pd.DataFrame(status_rows(statuses)), hide_index=True, width="stretch", key=key)
         for s in statuses:
             if s.diagnosis:
-                st.error(f"{s.name}: {s.diagnosis}")
+                st.error(md_escape(f"{s.name}: {s.diagnosis}"))   # log lines: text
 
 
 def attempts_table(live) -> None:
@@ -63,7 +64,7 @@ def stop_controls(live, *, key: str) -> None:
     flag, failed = f"{key}_confirm", f"{key}_stop_error"
     st.button("Stop run", key=f"{key}_stop", disabled=live is None, on_click=_ask_to_stop, args=(flag,))
     if ss.get(failed):
-        st.error(ss.pop(failed))
+        st.error(md_escape(ss.pop(failed)))
     if live is not None and ss.get(flag):
         st.warning(f"Stop run {live.run_id}? Every task gets TERM, then KILL after 10 s.")
         yes, no = st.columns(2)
@@ -100,7 +101,7 @@ def action_panel(action, *, key: str) -> None:
             st.info(action.line())
             return
         if action.error:
-            st.error(f"{action.kind.capitalize()} of run {action.run_id} failed: {action.error}")
+            st.error(md_escape(f"{action.kind.capitalize()} of run {action.run_id} failed: {action.error}"))
         else:
             st.success(action.summary or f"{action.kind.capitalize()} of run {action.run_id} done.")
         if not st.session_state.get(seen):

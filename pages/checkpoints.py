@@ -12,6 +12,7 @@ import streamlit as st
 
 from console import actions, auth, state, widgets
 from console.errors import ConsoleError
+from console.plain import md_escape
 
 auth.guard()   # nothing on this page for a session without the login token
 state.init()
@@ -35,7 +36,7 @@ def submit(begin, *args) -> None:
         ss.action_run_id = begin(live, state.registry(), *args).run_id
         st.rerun()
     except ConsoleError as err:
-        st.error(str(err))
+        st.error(md_escape(err))
 
 
 def keras_bytes(result: dict) -> bytes:
@@ -54,7 +55,7 @@ def listing() -> None:
     try:
         found = actions.list_checkpoints(live)
     except ConsoleError as err:
-        st.error(str(err))
+        st.error(md_escape(err))
         found = []
     ss.checkpoint_steps = [c["step"] for c in found]
     if found:
@@ -104,7 +105,7 @@ if result and result.get("run_id") == live.run_id:
             st.download_button("Download model.keras", data, f"{result['name']}.keras",
                                "application/octet-stream", key="download_keras")
         except ConsoleError as err:
-            st.error(str(err))
+            st.error(md_escape(err))
 
 st.subheader("Restore")
 st.caption("Restore stops the run if it is live and relaunches every worker from the step picked above, "
@@ -113,7 +114,7 @@ if st.button("Restore", key="restore_button", disabled=busy):
     try:   # the hold starts here: the step cannot vanish while you confirm
         state.hold_for_restore(live, ss.get("restore_step"))
     except ConsoleError as err:
-        st.error(str(err))
+        st.error(md_escape(err))
 pending = ss.confirm_restore
 if pending is not None and pending.run_id != live.run_id:
     state.release_pending_restore()   # held on another run, before the current run changed
@@ -125,7 +126,7 @@ if pending is not None:
         try:
             submit(actions.begin_restore, state.take_pending_restore().hold)
         except ConsoleError as err:
-            st.error(str(err))
+            st.error(md_escape(err))
     if n.button("Cancel", key="restore_no"):
         state.release_pending_restore()
         st.rerun()
@@ -135,7 +136,7 @@ with st.expander("Checkpoints moved aside by restores"):
         aside = actions.list_abandoned(live)
     except ConsoleError as err:
         aside = []
-        st.error(str(err))
+        st.error(md_escape(err))
     if aside:
         st.dataframe(pd.DataFrame(actions.checkpoint_rows(aside)), hide_index=True, width="stretch")
     else:

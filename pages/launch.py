@@ -3,6 +3,7 @@ import streamlit as st
 
 from console import actions, auth, cluster_actions, forms, state, widgets
 from console.errors import ConsoleError, messages
+from console.plain import md_escape
 
 auth.guard()   # nothing on this page for a session without the login token
 state.init()
@@ -81,7 +82,7 @@ if start:
             ss.run_id = ss.action_run_id = actions.begin_start(rows, job, state.registry())
             st.rerun()
         except ConsoleError as err:
-            st.error(str(err))
+            st.error(md_escape(err))
 
 action = state.current_action()
 widgets.action_panel(action, key="launch")

@@ -5,6 +5,7 @@ import streamlit as st
 
 from console import actions, auth, figures, monitor_view, state, widgets
 from console.live_chart import live_chart
+from console.plain import md_escape
 
 auth.guard()   # nothing on this page for a session without the login token
 state.init()
@@ -62,10 +63,10 @@ def live_panel() -> None:
     st.caption(monitor_view.watch_line(snap.monitor, now=time.time()))
     nan = monitor_view.health_error(live)
     if nan:
-        st.error(nan)
+        st.error(md_escape(nan))       # task names come from the job's metric lines
     stall = monitor_view.stall_warning(live, now=time.time())
     if stall:
-        st.warning(stall)
+        st.warning(md_escape(stall))
     live_chart(snap.loss, key="loss_chart")
     a, b = st.columns(2)
     with a:

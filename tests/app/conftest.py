@@ -1,6 +1,8 @@
 """AppTest fixtures: a private runs folder per test and a helper that opens one page."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -50,7 +52,9 @@ def page(runs_dir):
 
 
 def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error]
+    """The errors' text as the user reads it: job and host output is Markdown-escaped
+    (console/plain.py), and a backslash escape shows as the character alone."""
+    return [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
 
 
 def local_rows() -> list[dict]:

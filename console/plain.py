@@ -1,0 +1,15 @@
+"""Text from jobs and hosts, shown as text: Streamlit's st.error, st.warning and st.caption read
+their body as Markdown, so a log line with ``[x](http://...)`` or ``![](http://...)`` became a
+link or an image fetched from anywhere (issue 27). Every such text goes through ``md_escape``."""
+from __future__ import annotations
+
+import re
+
+# Every ASCII punctuation character may be backslash-escaped in CommonMark, and an escaped one is
+# shown as itself. ':' too: Streamlit reads ":red[...]" and ":material/icon:" directives.
+_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=\"'])")
+
+
+def md_escape(text: object) -> str:
+    """``text`` as Markdown that renders to exactly that text: no link, image, emphasis or math."""
+    return _SPECIAL.sub(r"\\\1", str(text))
