@@ -27,6 +27,8 @@ from backend.watch.agent import cut_line
 CAUGHT_UP_S = 3.0     # the agent's heartbeat comes every 2 s: this long with no event = caught up
 STATUS_EVERY_S = 2.0   # a status check starts one small process per host: not every rerun
 TEND_EVERY_S = 5.0     # how often the registry looks at the runs it watches, page open or not
+KEEP_RUNS = 4          # runs held beyond those in use: each holds a metrics store and connections
+IN_USE_S = 300.0       # a run a page showed this recently is never let go (its panels still draw)
 
 
 class LiveRun:
@@ -47,6 +49,11 @@ class LiveRun:
         self._train_info: dict | None = None
         self._train_attempt = -1
         self._versions: tuple[int, dict] | None = None   # (attempt, task -> versions)
+        self.used = time.time()   # when a page last showed it: the registry keeps the recent ones
+
+    def touch(self) -> None:
+        """A page shows this run (its timed panels call this too, not only full reruns)."""
+        self.used = time.time()
 
     @property
     def run_id(self) -> str:
@@ -58,6 +65,8 @@ class LiveRun:
             if self.monitor is None or (not self.monitor.running and self.run.state.live):
                 self.monitor = self.run.monitor(self.metrics).start()   # replays the mirror first
                 if self.run.state.live:   # the logs the agent cannot see, copied as they grow
+                    if self.copier is not None:   # a restarted watch: its copier's thread and pool go
+                        self.copier.stop()
                     self.copier = LogCopier(self.run).start()
             return self.monitor
 
@@ -69,6 +78,7 @@ class LiveRun:
             if self.copier is not None:
                 self.copier.stop()
                 self.copier = None
+        self.run.pool.close()   # a later use opens a connection again (a page still drawing it)
 
     def log_lines(self, task: str, n: int = 1000) -> list[str]:
         """A task's last lines: as the watch agent streams them, else from the local copy."""
@@ -267,13 +277,19 @@ class Registry:
     _closed: threading.Event = field(default_factory=threading.Event)
     _tender: threading.Thread | None = None
 
+    keep_runs: int = KEEP_RUNS
+    in_use_s: float = IN_USE_S
+
     def put(self, run: Run) -> LiveRun:
         with self._lock:
             live = self._runs.get(run.run_id)
             if live is None:
                 live = self._runs[run.run_id] = LiveRun(run)
+            live.touch()
             self._start_tending()
-            return live
+            dropped = self._over_bound()
+        _close_all(dropped)
+        return live
 
     def get(self, run_id: str) -> LiveRun:
         """The held run, or one reattached from its saved state (raises RunError if none)."""
@@ -281,8 +297,33 @@ class Registry:
             live = self._runs.get(run_id)
             if live is None:
                 live = self._runs[run_id] = LiveRun(attach(run_id, store=self.store, options=self.options))
+            live.touch()
             self._start_tending()
-            return live
+            dropped = self._over_bound()
+        _close_all(dropped)
+        return live
+
+    def held(self) -> list[str]:
+        """The run ids held now, most recently shown first."""
+        with self._lock:
+            return [r.run_id for r in sorted(self._runs.values(), key=lambda r: -r.used)]
+
+    def _over_bound(self) -> list[LiveRun]:
+        """Let go of the least recently shown runs past ``keep_runs`` (under ``_lock``): never
+        one shown within ``in_use_s`` or with an action going. A run let go is attached again,
+        its metrics replayed from the local mirror, the next time a page asks for it."""
+        now = time.time()
+        spare = sorted((r for r in self._runs.values()
+                        if now - r.used >= self.in_use_s and not self._acting(r.run_id)),
+                       key=lambda r: r.used)
+        dropped = spare[:max(0, len(self._runs) - self.keep_runs)]
+        for live in dropped:
+            del self._runs[live.run_id]
+        return dropped
+
+    def _acting(self, run_id: str) -> bool:
+        action = self.actions.get(run_id)
+        return action is not None and not action.done
 
     def _start_tending(self) -> None:
         if self._tender is None or not self._tender.is_alive():   # first use, or used again after close
@@ -311,3 +352,13 @@ class Registry:
             for live in self._runs.values():
                 live.close()
             self._runs.clear()
+
+
+def _close_all(dropped: list[LiveRun]) -> None:
+    """Stop the watch, log copier and connections of runs the registry let go (outside its lock:
+    stopping a copier can take seconds)."""
+    for live in dropped:
+        try:
+            live.close()
+        except Exception:  # noqa: BLE001 - a run let go must not break the page that asked for another
+            pass

@@ -28,6 +28,7 @@ def status_rows(statuses) -> list[dict]:
 
 
 def status_table(live, *, key: str) -> None:
+    live.touch()   # drawn by timed panels too: the registry keeps a run that is on screen
     statuses = live.refresh()
     if live.status_error:
         st.warning(md_escape(live.status_error))   # host output: text, not Markdown

@@ -52,6 +52,7 @@ def keras_bytes(result: dict) -> bytes:
 
 @auth.fragment(run_every=2)
 def listing() -> None:
+    live.touch()   # on screen: the registry keeps it
     try:
         found = actions.list_checkpoints(live)
     except ConsoleError as err:
