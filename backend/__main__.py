@@ -159,8 +159,9 @@ def cmd_stop(a) -> int:
     if not run.reload().live:
         print(f"run {run.run_id} is already {run.state.phase}: nothing to stop")
         return 0
-    run.stop(grace_s=a.grace)
-    print(f"stopped {run.run_id}: no process left on any host")
+    report = run.stop(grace_s=a.grace)
+    killed = f" (killed after {a.grace:g} s: {', '.join(report.killed)})" if report.killed else ""
+    print(f"stopped {run.run_id}: no process left on any host{killed}")
     return 0
 
 
@@ -242,7 +243,8 @@ def parser() -> argparse.ArgumentParser:
     add("stacks", cmd_stacks, "every task's Python stacks, now (a hung run: where each worker is)"
         ).add_argument("run")
     s = add("stop", cmd_stop, "stop every task (TERM, then KILL) and check nothing is left")
-    s.add_argument("run"); s.add_argument("--grace", type=float, default=10.0, help="seconds between TERM and KILL")
+    s.add_argument("run"); s.add_argument("--grace", type=float, default=1.0,
+                                          help="seconds between INT/TERM and KILL for tasks still alive")
     s = add("keep", cmd_keep, "watch a run and restart it on failure (launch starts this detached)")
     s.add_argument("run"); s.add_argument("--poll", type=float, default=1.0, help="seconds between checks")
     s.add_argument("--ssh-options", help="SSHOptions as JSON (launch passes its own)")

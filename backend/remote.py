@@ -128,8 +128,12 @@ def status(h: Host, tasks: list[str], *, timeout: float = 30) -> dict[str, TaskI
 
 def stop(h: Host, tasks: list[str], *, grace_s: float) -> dict[str, list[int]]:
     """Stop the tasks' process groups; task -> pids still alive after KILL (empty: all gone)."""
-    answer = _call(h, "stop", *_tasks(tasks), "--grace", str(grace_s), timeout=grace_s + 30)
-    return {name: list(info.get("left", [])) for name, info in answer.items()}
+    return {name: list(info.get("left", [])) for name, info in stop_tasks(h, tasks, grace_s=grace_s).items()}
+
+
+def stop_tasks(h: Host, tasks: list[str], *, grace_s: float) -> dict[str, dict]:
+    """Stop the tasks' process groups; task -> {"left": pids, "killed": bool, "skipped": why}."""
+    return dict(_call(h, "stop", *_tasks(tasks), "--grace", str(grace_s), timeout=grace_s + 30))
 
 
 def stacks(h: Host, tasks: list[str], *, wait_s: float = 5.0) -> dict[str, dict]:

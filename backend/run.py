@@ -22,6 +22,9 @@ from backend.runs import Phase, RunState, RunStore, TaskState
 from backend.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
 SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (docs/facts.md #6)
+# A user's stop: INT and TERM, KILL this long after for what still lives. Healthy TensorFlow
+# workers do not end on them within seconds (docs/facts.md #10), so a longer wait only delays it.
+STOP_GRACE_S = 1.0
 
 
 class Run:
@@ -179,7 +182,7 @@ class Run:
             self.conclude_attempt(found, expect=Phase.RUNNING)
 
     # -- acting -------------------------------------------------------------------------
-    def stop(self, *, grace_s: float = 10.0, reason: str = "stopped") -> StopReport:
+    def stop(self, *, grace_s: float = STOP_GRACE_S, reason: str = "stopped") -> StopReport:
         """Stop every task and check that nothing is left; raise naming the hosts that remain.
 
         The run is ``stopping`` first (a keeper that sees it yields), then ``stopped``; if a host

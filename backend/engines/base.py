@@ -39,6 +39,7 @@ class StopReport:
     """Per host: nothing left (absent), or the error that left something possibly alive."""
     errors: dict[str, Exception] = field(default_factory=dict)
     unreachable: list[str] = field(default_factory=list)   # hosts that did not answer at all
+    killed: list[str] = field(default_factory=list)   # tasks that did not end on INT/TERM: KILLed
 
     @property
     def clean(self) -> bool:

@@ -161,22 +161,26 @@ class HostsEngine:
         return [out[t.name] for t in run.state.tasks if t.name in out]
 
     def stop(self, run: RunView, *, grace_s: float) -> StopReport:
-        def one(item):
+        """Every host at once (``parallel``); on each, every task's group at once (``spawn.stop``)."""
+        def one(item) -> list[str]:
             spec, run_dir, names = item
             try:
-                left = {n: pids for n, pids in remote.stop(self._host(spec, run_dir), names,
-                                                           grace_s=grace_s).items() if pids}
+                answers = remote.stop_tasks(self._host(spec, run_dir), names, grace_s=grace_s)
             except remote.NotInstalled:
-                return   # the host answered, but our harness (or its Python) is not there: no task is
+                return []   # the host answered, but our harness (or its Python) is not there: no task is
+            left = {n: a["left"] for n, a in answers.items() if a.get("left")}
             if left:
                 raise HostError(spec.host, f"processes still alive after stop: {left}",
                                 "Stop them by hand (kill -9) and report a bug.")
+            return [n for n, a in answers.items() if a.get("killed")]
         groups = self._by_host(run)
-        errors = failures(parallel(one, groups))
+        results = parallel(one, groups)
+        errors = failures(results)
         hosts = {key: spec.host for key, (spec, _, _) in groups}
         unreachable = [hosts[k] for k, e in errors.items()
                        if isinstance(e, HostError) and "still alive" not in e.problem]
-        return StopReport({hosts[k]: e for k, e in errors.items()}, unreachable)
+        killed = sorted(n for r in results.values() if not isinstance(r, Exception) for n in r)
+        return StopReport({hosts[k]: e for k, e in errors.items()}, unreachable, killed)
 
     def log_tail(self, run: RunView, task: str, max_bytes: int) -> str:
         t = run.task(task)

@@ -182,7 +182,7 @@ def parser() -> argparse.ArgumentParser:
     add("status", cmd_status, "each task's state").add_argument("--task", action="append", required=True)
     s = add("stop", cmd_stop, "stop tasks' process groups: INT and TERM, then KILL")
     s.add_argument("--task", action="append", required=True)
-    s.add_argument("--grace", type=float, default=10.0)
+    s.add_argument("--grace", type=float, default=spawn.KILL_AFTER_S)
     s = add("stacks", cmd_stacks, "each task's Python stacks (SIGUSR1 to its faulthandler)")
     s.add_argument("--task", action="append", required=True)
     s.add_argument("--wait", type=float, default=5.0, help="seconds to wait for each dump")

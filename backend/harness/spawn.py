@@ -20,6 +20,11 @@ import time
 import layout
 
 HOSTCTL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostctl.py")  # runs each supervisor
+MARK = "TFCONSOLE_GROUP"   # env of every process of a task: "<abs run dir>:<task>" (see ours())
+# INT and TERM, then this long before KILL for a group still alive. TensorFlow workers catch TERM
+# (docs/facts.md #10) and a peer's end leaves the other waiting on its coordination service for
+# about nine seconds: waiting longer than this only delays the stop.
+KILL_AFTER_S = 1.0
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -47,6 +52,41 @@ def group_members(pgid: int) -> list[int]:
     return pids
 
 
+def start_ticks(pid: int) -> int | None:
+    """When a process started (clock ticks since boot, /proc/PID/stat field 22): with its pid it
+    names one process, never a later one that reuses the number."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rfind(")") + 2:].split()[19])
+
+
+def _mark(run: str, task: str) -> str:
+    return f"{os.path.abspath(run)}:{task}"
+
+
+def _marked(pid: int, mark: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{MARK}={mark}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def ours(run: str, task: str, info: dict) -> list[int]:
+    """The live members of the task's recorded group, if that group is still the task's: its
+    supervisor (same pid, same start time) or a process with the task's mark is in it. A group
+    number the system has since given to another program yields [] (never signal it)."""
+    members = group_members(info["pgid"])
+    sup, start = info.get("supervisor"), info.get("start_ticks")
+    if sup in members and start is not None and start_ticks(sup) == start:
+        return members
+    mark = _mark(run, task)
+    return members if any(_marked(pid, mark) for pid in members) else []
+
+
 def _default_signals() -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # ignored ones survive exec: undo
         signal.signal(sig, signal.SIG_DFL)
@@ -67,7 +107,8 @@ def supervise(run: str, task: str, argv: list[str], cwd: str) -> int:
         _write_atomic(layout.task_file(run, task, "exit"), "127\n")
         return 127
     info = {"pid": proc.pid, "pgid": os.getpgid(0), "supervisor": os.getpid(), "argv": argv,
-            "started": time.time(), "tf_config": os.environ.get("TF_CONFIG")}
+            "start_ticks": start_ticks(os.getpid()), "started": time.time(),
+            "tf_config": os.environ.get("TF_CONFIG")}
     _write_atomic(layout.task_file(run, task, "json"), json.dumps(info))
     code = proc.wait()
     _write_atomic(layout.task_file(run, task, "exit"), f"{code}\n")
@@ -136,7 +177,7 @@ def status_one(run: str, task: str) -> dict:
     info = json.loads(info_text) if info_text else {}
     if code is None and not info:
         return {"state": "starting"}
-    if code is None and group_members(info["pgid"]):
+    if code is None and ours(run, task, info):
         return {**info, "state": "running"}
     # The supervisor writes the exit code, then leaves the group: if it did so since the first
     # read, the code is there now (a task that ended well is not "lost").
@@ -146,34 +187,48 @@ def status_one(run: str, task: str) -> dict:
     return {**info, "state": "exited", "exit_code": code}
 
 
-def stop(run: str, tasks: list[str], grace_s: float) -> dict:
-    """Stop each task's group: INT and TERM, up to ``grace_s`` later KILL; report what is left.
+def stop(run: str, tasks: list[str], grace_s: float = KILL_AFTER_S) -> dict:
+    """Stop each task's group: INT and TERM to every group at once; a group still alive
+    ``grace_s`` later gets KILL; report per task what is left and whether it had to be killed.
 
     TensorFlow under MultiWorkerMirroredStrategy catches SIGTERM and keeps training, so SIGINT
-    (KeyboardInterrupt) goes first. KILL spares the supervisor, so it can still record the exit
-    code; a supervisor that is itself stuck is killed last and the code recorded for it.
+    (KeyboardInterrupt) goes too. KILL spares the supervisor, so it can still record the exit
+    code; a supervisor that is itself stuck is killed last and the code recorded for it. A group
+    whose number now belongs to another program (``ours``) is left alone: "skipped".
     """
-    infos = {}
+    infos, skipped = {}, []
     for task in tasks:
         info = json.loads(_read(layout.task_file(run, task, "json")) or "{}")
-        if info.get("pgid"):
+        if not info.get("pgid"):
+            continue
+        if ours(run, task, info):
             infos[task] = info
+        elif group_members(info["pgid"]):
+            skipped.append(task)   # the task is gone; its group number was given to another program
     for info in infos.values():
         for sig in (signal.SIGINT, signal.SIGTERM):
             _signal_group(info["pgid"], sig)
     _wait_gone(infos.values(), grace_s)
-    for info in infos.values():
-        for pid in group_members(info["pgid"]):
-            if pid != info["supervisor"]:
-                _signal(pid, signal.SIGKILL)
+    killed = []
+    for task, info in infos.items():
+        victims = [pid for pid in group_members(info["pgid"]) if pid != info["supervisor"]]
+        for pid in victims:
+            _signal(pid, signal.SIGKILL)
+        if victims:
+            killed.append(task)
     _wait_gone(infos.values(), 5)
     for task, info in infos.items():
         if group_members(info["pgid"]):
             _signal_group(info["pgid"], signal.SIGKILL)
+            killed += [] if task in killed else [task]
             if not os.path.exists(layout.task_file(run, task, "exit")):
                 _write_atomic(layout.task_file(run, task, "exit"), f"{-signal.SIGKILL}\n")
     _wait_gone(infos.values(), 5)
-    return {task: {"pgid": i["pgid"], "left": group_members(i["pgid"])} for task, i in infos.items()}
+    out = {task: {"pgid": i["pgid"], "left": group_members(i["pgid"]), "killed": task in killed}
+           for task, i in infos.items()}
+    out.update({task: {"left": [], "skipped": "its process group now belongs to another program"}
+                for task in skipped})
+    return out
 
 
 def _wait_gone(infos, timeout: float) -> None:

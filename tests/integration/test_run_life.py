@@ -186,3 +186,27 @@ def test_launching_run_whose_launcher_lives_stays_launching(local_cluster, tmp_p
             launcher=this_process())
     out = cli("status", "busy", runs=store.root).stdout
     assert "run busy: launching" in out, out
+
+
+@pytest.mark.slow
+def test_stop_of_a_healthy_two_worker_run_is_prompt(local_cluster, tmp_path, training_turn):
+    """Two TensorFlow workers training: `stop` ends them in about a second (INT/TERM, then KILL
+    for what outlives them), says which it had to kill, and leaves no process (issue 27: it took
+    5.4-10.6 s waiting out a 10 s grace)."""
+    from tests.conftest import processes_of
+    job = job_from_dict({"kind": "command", "command": [
+        str(ROOT / "examples" / "tf_config_script.py"), "--steps", "100000", "--sleep", "0.05"]})
+    store = RunStore(tmp_path / "runs")
+    run = launcher.launch(local_cluster, job, store=store, preflight=Preflight.SKIP)
+    deadline = time.time() + 180
+    while "step 2 loss" not in run.log_tail("worker-1"):
+        assert time.time() < deadline, run.log_tail("worker-1")
+        time.sleep(1)
+    began = time.monotonic()
+    out = cli("stop", run.run_id, runs=store.root).stdout
+    took = time.monotonic() - began
+    print(f"stop of two training workers: {took:.2f} s; {out.strip()}")
+    assert "no process left" in out
+    assert took < 8, f"stop took {took:.1f} s"   # the CLI's own start is ~1-2 s of it on a loaded machine
+    run.reload()
+    assert processes_of(run) == []
