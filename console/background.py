@@ -53,7 +53,11 @@ class Actions:
         """Run ``work(action)`` in a thread; refuse while another action on that run is going."""
         with self._lock:
             busy = self._by_run.get(run_id)
-            if busy is not None and not busy.done:
+            if busy is not None and not busy.done and kind == "stop":
+                # Stop is always possible: the running Save, Export or Restore loses its run
+                # under it and ends with an error; it is marked so nobody waits on it.
+                busy.say("abandoned: the run is being stopped")
+            elif busy is not None and not busy.done:
                 raise ConsoleError(f"run {run_id} is busy: {busy.line()}",
                                    "Wait for it to finish; its progress is shown on this page.")
             action = self._by_run[run_id] = Action(kind, run_id)
