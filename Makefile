@@ -16,10 +16,13 @@ help:
 	@echo "make test   - install everything tests need (sshd, chromium) and run all tests"
 	@echo "make bench  - run the benchmarks in bench/"
 
-$(VENV)/.runtime: requirements.txt
+# The pinned requirements, then this checkout itself, editable (pyproject.toml): that puts the
+# `tfconsole` command in .venv/bin and makes `backend` and `console` importable from any folder.
+$(VENV)/.runtime: requirements.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from backend import keeper_process, remote
-from backend.attempts import begin_attempt
+from backend.runs import detached
+from backend.hosts import remote
+from backend.runs.attempts import begin_attempt
 from backend.errors import ArtifactError, HostError, RunError
 from backend.harness import layout
-from backend.run import Run
-from backend.runs import Phase
+from backend.runs.handle import Run
+from backend.runs.store import Phase
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")   # \Z: no trailing newline
 EXPORT_TIMEOUT_S = 900
@@ -270,7 +271,7 @@ def _rekeep(run: Run) -> None:
     """A restored run is kept again like a launched one. The stop above ends the old keeper when
     it next polls, but under load it may poll only after the new attempt began, and then keep
     that one: the new keeper waits for it to exit, so the run always has exactly one keeper."""
-    keeper_process.start_keeper(run.run_id, run.store.root, run.pool.options, take_over=True)
+    detached.start_keeper(run.run_id, run.store.root, run.pool.options, take_over=True)
 
 
 def common_checkpoint(run: Run) -> int | None:

@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend.metrics import MetricsStore  # noqa: E402
+from backend.watch.metrics import MetricsStore  # noqa: E402
 from console import figures  # noqa: E402
 from console.chart_feed import FULL, ChartFeed, plain, stable_thin  # noqa: E402
 

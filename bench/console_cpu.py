@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend import launcher  # noqa: E402
-from backend.runs import RunStore  # noqa: E402
-from backend.spec import cluster_from_dict, job_from_dict  # noqa: E402
+from backend.runs import launcher  # noqa: E402
+from backend.runs.store import RunStore  # noqa: E402
+from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from backend.metrics import MetricsStore  # noqa: E402
+from backend.watch.metrics import MetricsStore  # noqa: E402
 from console.figures import loss_figure, step_time_figure  # noqa: E402
 
 

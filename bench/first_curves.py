@@ -59,8 +59,8 @@ def two_curves(page, timeout_s: float = 600) -> None:
 
 
 def one_round(page, url: str, runs: Path) -> float:
-    from backend.launcher import attach
-    from backend.runs import RunStore
+    from backend.runs.launcher import attach
+    from backend.runs.store import RunStore
     goto(page, url, "Launch")
     t0, wall0 = time.perf_counter(), time.time()
     start(page)

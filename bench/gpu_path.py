@@ -1,6 +1,6 @@
 """The GPU path on a machine with a GPU: per-task CUDA_VISIBLE_DEVICES and the live GPU watch.
 
-Launches a real two-task run through ``backend.launcher.launch`` on this machine: task 0 is given
+Launches a real two-task run through ``backend.runs.launcher.launch`` on this machine: task 0 is given
 GPU 0, task 1 no GPU (an empty list). Each task reports what it was told and how many GPUs it can
 see, and a task that sees one keeps it busy for ``--seconds`` with matrix products. Meanwhile a
 real ``RunMonitor`` (watch agent on the chief, ``nvidia-smi`` sampled with each heartbeat) collects
@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backend.harness.probe import check_gpus  # noqa: E402
-from backend.launcher import Preflight, launch  # noqa: E402
-from backend.metrics import MetricsStore  # noqa: E402
-from backend.runs import RunStore  # noqa: E402
-from backend.spec import cluster_from_dict, job_from_dict  # noqa: E402
+from backend.runs.launcher import Preflight, launch  # noqa: E402
+from backend.watch.metrics import MetricsStore  # noqa: E402
+from backend.runs.store import RunStore  # noqa: E402
+from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
 from console import figures  # noqa: E402
 
 TASK_CODE = """\

@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backend.engines import hosts as hosts_engine  # noqa: E402
-from backend import launcher  # noqa: E402
+from backend.engines import direct as hosts_engine  # noqa: E402
+from backend.runs import launcher  # noqa: E402
 from backend.hosts import pool as pool_module  # noqa: E402
 from backend.hosts.ssh import SSHOptions  # noqa: E402
-from backend.runs import RunStore  # noqa: E402
-from backend.spec import cluster_from_dict, job_from_dict  # noqa: E402
+from backend.runs.store import RunStore  # noqa: E402
+from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
 from tests import sshd  # noqa: E402
 
 

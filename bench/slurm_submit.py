@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backend import launcher  # noqa: E402
-from backend.runs import RunStore  # noqa: E402
-from backend.slurm.spec import slurm_from_dict  # noqa: E402
-from backend.spec import cluster_from_dict, job_from_dict  # noqa: E402
+from backend.runs import launcher  # noqa: E402
+from backend.runs.store import RunStore  # noqa: E402
+from backend.config.slurm_spec import slurm_from_dict  # noqa: E402
+from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
 from tests import slurm, sshd  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend.metrics import MetricsStore  # noqa: E402
+from backend.watch.metrics import MetricsStore  # noqa: E402
 from backend.watch import AGENT_PATH  # noqa: E402
 from bench.metrics_ingest import lines  # noqa: E402
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from backend.metrics import MetricsStore  # noqa: E402
+from backend.watch.metrics import MetricsStore  # noqa: E402
 from backend.watch import RunMonitor  # noqa: E402
 from tests.watch.helpers import append, make_run, metric  # noqa: E402
 

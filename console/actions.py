@@ -7,12 +7,12 @@ from typing import Callable
 
 from backend import checkpoints
 from backend.errors import ArtifactError, ConsoleError, SpecError
-from backend.launcher import Preflight, launch
-from backend.runs import new_run_id
-from backend.slurm.spec import SlurmSpec
-from backend.spec import JobSpec
+from backend.runs.launcher import Preflight, launch
+from backend.runs.store import new_run_id
+from backend.config.slurm_spec import SlurmSpec
+from backend.config.spec import JobSpec
 from console import cluster_actions, forms
-from console.live import LiveRun, Registry, require_live
+from console.live_run import LiveRun, Registry, require_live
 
 
 @dataclass
@@ -219,5 +219,5 @@ def begin_restore(live: LiveRun, registry: Registry, hold: checkpoints.Hold):
 
 def dump_stacks(live: LiveRun):
     """Every worker's Python stack, kept under the run's folder: (stacks by task, folder)."""
-    from backend import stacks
+    from backend.diagnosis import stacks
     return stacks.dump_and_save(live.run)

@@ -27,7 +27,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from backend.errors import ConsoleError, SpecError
-from backend.runs import default_root, write_private
+from backend.runs.store import default_root, write_private
 
 ENV = "TFCONSOLE_AUTH"
 FILE_NAME = ".console-token"

@@ -8,15 +8,15 @@ import pandas as pd
 import streamlit as st
 import yaml
 
-from backend import tfconfig
+from backend.config import tfconfig
 from backend.errors import ConsoleError
 from backend.hosts.pool import Pool
 from backend.hosts.known_hosts import OnChange, Verdict
 from backend.hosts.resolve import tf_addresses
 from backend.hosts.ssh import SSHOptions
 from backend.hosts.trust import fetch_host_key, trust_host_key
-from backend.preflight import run_preflight
-from backend.spec import (ClusterSpec, TransportKind, cluster_from_dict, cluster_to_dict, import_hostfile,
+from backend.hosts.preflight import run_preflight
+from backend.config.spec import (ClusterSpec, TransportKind, cluster_from_dict, cluster_to_dict, import_hostfile,
                           import_ssh_config, load_yaml_text, save_cluster)
 from console import forms
 from console.plain import md_escape

@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from backend.metrics import MetricsStore, downsample, ema
+from backend.watch.metrics import MetricsStore, downsample, ema
 
 UIREVISION = "training-console"
 PALETTE = qualitative.Plotly + qualitative.D3 + qualitative.Dark24 + qualitative.Light24

@@ -10,11 +10,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend import tfconfig
+from backend.config import tfconfig
 from backend.errors import ConsoleError, SpecError, SpecErrors
 from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from backend.hosts.resolve import tf_hosts
-from backend.spec import ClusterSpec, JobSpec, cluster_from_dict, job_from_dict
+from backend.config.spec import ClusterSpec, JobSpec, cluster_from_dict, job_from_dict
 
 COLUMNS = ("role", "host", "transport", "tf_port", "ssh_port", "user", "identity_file",
            "jump_host", "address", "python", "workdir", "gpus")

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
-from backend import health, stacks
-from backend.spec import RestartMode
+from backend.diagnosis import health
+from backend.diagnosis import stacks
+from backend.config.spec import RestartMode
 from console import figures
 from console.chart_feed import stable_thin
 from console.plain import md_escape
-from console.live import LiveRun, Progress, progress, step_times
+from console.live_run import LiveRun, Progress, progress, step_times
 
 ERROR_LINE = re.compile(r"Traceback|Error\b|Exception\b|HARNESS FAILED|\bFATAL\b|\bCRITICAL\b|"
                         r"^E\d{4} |\bfailed\b", re.IGNORECASE)

@@ -5,8 +5,8 @@ import json
 import time
 from pathlib import Path
 
-from backend.metrics import MetricsStore
-from backend.runs import RunState
+from backend.watch.metrics import MetricsStore
+from backend.runs.store import RunState
 from backend.watch.journal import METRICS, MIRROR_DIR
 
 

@@ -4,9 +4,9 @@ preview. The values are plain (no Streamlit here), so each rule is tested with p
 from __future__ import annotations
 
 from backend.errors import SpecError, SpecErrors
-from backend.slurm.script import preview
-from backend.slurm.spec import SlurmSpec, slurm_from_dict, slurm_to_dict
-from backend.spec import JobSpec
+from backend.engines.slurm_script import preview
+from backend.config.slurm_spec import SlurmSpec, slurm_from_dict, slurm_to_dict
+from backend.config.spec import JobSpec
 
 KINDS = ("SSH hosts", "Slurm")
 TEXT_FIELDS = ("host", "partition", "time_limit", "account", "qos", "user", "identity_file", "jump_host",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.spec import default_job
+from backend.config.spec import default_job
 from console import slurm_form, state
 
 _HELP = {

@@ -21,8 +21,8 @@ import streamlit as st
 from backend.checkpoints import CHOICE_TTL_S, Hold
 from backend.errors import ArtifactError, ConsoleError
 from backend.hosts.ssh import SSHOptions
-from backend.runs import RunStore, default_root
-from backend.spec import DEFAULT_PORTS, cluster_to_dict, default_cluster, default_job, job_to_dict
+from backend.runs.store import RunStore, default_root
+from backend.config.spec import DEFAULT_PORTS, cluster_to_dict, default_cluster, default_job, job_to_dict
 from console import slurm_form
 from console.forms import cluster_rows, examples, launch_form
 
@@ -107,7 +107,7 @@ def kept(key: str) -> dict:
 
 @st.cache_resource(show_spinner=False)
 def _registry(root: str):
-    from console.live import Registry
+    from console.live_run import Registry
     return Registry(RunStore(root), SSHOptions())
 
 

@@ -8,7 +8,7 @@ import streamlit as st
 
 from backend.errors import ConsoleError
 from console import auth
-from console import live as live_mod
+from console import live_run as live_mod
 from console.plain import md_escape
 
 

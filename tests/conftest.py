@@ -326,7 +326,7 @@ def processes_of(run) -> list[str]:
 @pytest.fixture
 def ssh_cluster(ssh_hosts, client_key, python_path, tmp_path):
     """A chief on 127.0.0.2 and a worker on 127.0.0.3, over real sshd."""
-    from backend.spec import cluster_from_dict
+    from backend.config.spec import cluster_from_dict
     return cluster_from_dict({"tasks": [
         ssh_task(ssh_hosts[0], "chief", sshd.free_port(), client_key, python_path, tmp_path / "h2"),
         ssh_task(ssh_hosts[1], "worker", sshd.free_port(), client_key, python_path, tmp_path / "h3"),
@@ -336,7 +336,7 @@ def ssh_cluster(ssh_hosts, client_key, python_path, tmp_path):
 @pytest.fixture
 def local_cluster(python_path, tmp_path):
     """Two workers on this machine through the local transport."""
-    from backend.spec import cluster_from_dict
+    from backend.config.spec import cluster_from_dict
     return cluster_from_dict({"tasks": [
         {"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": sshd.free_port(),
          "python": python_path, "workdir": str(tmp_path / "local")} for _ in range(2)]})
@@ -367,7 +367,7 @@ def operator_launch_task(host: sshd.SSHHost, role: str, python: str, **extra) ->
 @pytest.fixture
 def alias_cluster(operator_ssh, python_path, tmp_path):
     """Chief ``h2``, worker ``h3``: real sshd reached through ~/.ssh/config alone."""
-    from backend.spec import cluster_from_dict
+    from backend.config.spec import cluster_from_dict
     return cluster_from_dict({"tasks": [alias_task("h2", "chief", python_path, tmp_path / "h2"),
                                         alias_task("h3", "worker", python_path, tmp_path / "h3")]})
 

@@ -7,8 +7,8 @@ nothing above ``Run`` knows which one it talks to.
 from __future__ import annotations
 
 from backend.hosts.pool import Pool
-from backend.slurm.spec import SlurmSpec, any_cluster_from_dict
-from backend.spec import ClusterSpec
+from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict
+from backend.config.spec import ClusterSpec
 
 
 def tasks_view(saved_cluster: dict) -> ClusterSpec:
@@ -22,5 +22,5 @@ def engine_for(saved_cluster: dict, pool: Pool):
     if isinstance(cluster, SlurmSpec):
         from backend.engines.slurm import SlurmEngine
         return SlurmEngine(pool, cluster)
-    from backend.engines.hosts import HostsEngine
+    from backend.engines.direct import HostsEngine
     return HostsEngine(pool)

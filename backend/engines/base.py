@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Protocol
 
 from backend.hosts.base import Transport
-from backend.outcome import TaskStatus
-from backend.runs import RunState, TaskState
-from backend.spec import ClusterSpec, JobSpec
+from backend.runs.outcome import TaskStatus
+from backend.runs.store import RunState, TaskState
+from backend.config.spec import ClusterSpec, JobSpec
 
 
 class RunView(Protocol):
-    """What an engine reads of a run; ``backend.run.Run`` is one (engines never import it)."""
+    """What an engine reads of a run; ``backend.runs.handle.Run`` is one (engines never import it)."""
     state: RunState
     cluster: ClusterSpec
     job: JobSpec

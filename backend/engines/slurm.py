@@ -1,7 +1,7 @@
 """The Slurm engine: an attempt is one ``sbatch`` job; Slurm starts, tracks and ends its tasks.
 
 Every command runs on the login host (local, or over the SSH transport with its aliases, keys and
-jump hosts): ``sbatch --parsable`` of the script ``backend.slurm.script`` builds,
+jump hosts): ``sbatch --parsable`` of the script ``backend.engines.slurm_script`` builds,
 ``scontrol show job`` (with each task's exit file) for status, ``scancel`` to stop. The run
 folder is on a filesystem the login host shares with the nodes (docs/slurm.md), so logs,
 metrics and checkpoints are read on the login host, and the watch agent, save now, export and
@@ -15,18 +15,19 @@ import os
 import time
 from dataclasses import replace
 
-from backend import diagnose, remote
+from backend.diagnosis import diagnose
+from backend.hosts import remote
 from backend.engines.base import RunView, Started, StopReport
-from backend.engines.hosts import bundle
+from backend.engines.direct import bundle
 from backend.errors import ConsoleError, HostError
 from backend.harness import layout
 from backend.hosts.pool import Pool
-from backend.outcome import TaskPhase, TaskStatus
-from backend.runs import Attempt, Phase, RunState, TaskState, check_run_id, write_private
-from backend.slurm import script as batch
-from backend.slurm.spec import SlurmSpec, slurm_to_dict
-from backend.slurm.states import JobInfo, parse_scontrol, scontrol_fields, task_statuses
-from backend.spec import JobKind, JobSpec, job_to_dict
+from backend.runs.outcome import TaskPhase, TaskStatus
+from backend.runs.store import Attempt, Phase, RunState, TaskState, check_run_id, write_private
+from backend.engines import slurm_script as batch
+from backend.config.slurm_spec import SlurmSpec, slurm_to_dict
+from backend.engines.slurm_states import JobInfo, parse_scontrol, scontrol_fields, task_statuses
+from backend.config.spec import JobKind, JobSpec, job_to_dict
 
 
 JOBS_FILE = "slurm.json"   # in the local run folder: {"jobs": {attempt: job id}}

@@ -10,7 +10,7 @@ timeout and keeps the bound itself: ``faulthandler``'s watchdog, which runs in C
 (TensorFlow may hold it while a collective waits), writes every thread's Python stack to the log
 and ends the process (exit 1) when no step has finished for ``collective_timeout_s``. It is armed
 again at most once a second, so it acts between T and T + 1 s after the last finished step. Its
-first line, "Timeout (0:01:01)!", is what ``backend.diagnose`` recognises. Standard library only.
+first line, "Timeout (0:01:01)!", is what ``backend.diagnosis.diagnose`` recognises. Standard library only.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The host-side command line: every action the console takes on a host, one subcommand each.
 
-The console runs ``python -S RUN/harness/hostctl.py SUBCOMMAND --run RUN ...`` (``backend.remote``
+The console runs ``python -S RUN/harness/hostctl.py SUBCOMMAND --run RUN ...`` (``backend.hosts.remote``
 is its client). Standard library only, so ``-S`` skips site-packages: it starts fast and works
 before and without the job's packages. Each subcommand prints ONE JSON object on stdout and exits
 0; a failure it understands prints ``{"error": ..., "missing": bool}`` and exits ``FAILED``.

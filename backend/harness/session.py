@@ -11,7 +11,7 @@ import tensorflow as tf
 import ckpt
 import ckpt_index
 import deadline
-import health
+import nonfinite
 import layout
 import loop
 import report
@@ -32,8 +32,8 @@ class Session:
         self.gbs = int(params["global_batch_size"])
         self.pace = float(params["pace_s"])
         self.losses_since_sync: list = []
-        self.versions = health.write_versions(self.run_dir, self.task)
-        self.health = health.Watch(self.run_dir, is_chief=cluster.is_chief, stop=bool(params["stop_on_nan"]))
+        self.versions = nonfinite.write_versions(self.run_dir, self.task)
+        self.health = nonfinite.Watch(self.run_dir, is_chief=cluster.is_chief, stop=bool(params["stop_on_nan"]))
 
     # ---- set up -----------------------------------------------------------------------------
     def _setup(self):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 
 if __package__:   # imported by the console or the tests as backend.harness.slurm_env
-    from backend.harness import tf_config
+    from backend.harness import tf_config_doc
 else:             # on a node: the harness folder is on sys.path
-    import tf_config
+    import tf_config_doc
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
@@ -69,7 +69,7 @@ def addresses(nodes: list[str], counts: list[int], base_port: int) -> list[str]:
 
 
 def task_name(rank: int) -> str:
-    """Rank 0 is the chief; the others are workers 0, 1, ... (the names of backend.spec)."""
+    """Rank 0 is the chief; the others are workers 0, 1, ... (the names of backend.config.spec)."""
     return "chief-0" if rank == 0 else f"worker-{rank - 1}"
 
 
@@ -82,4 +82,4 @@ def tf_config_for(env: dict, base_port: int) -> tuple[str, dict]:
         raise ValueError(f"{len(addrs)} task addresses for {env['SLURM_STEP_NUM_TASKS']} tasks")
     listed = {"chief": addrs[:1], "worker": addrs[1:]}
     task_type, index = ("chief", 0) if rank == 0 else ("worker", rank - 1)
-    return task_name(rank), tf_config.build(listed, task_type, index)
+    return task_name(rank), tf_config_doc.build(listed, task_type, index)

@@ -48,7 +48,7 @@ def run(run_dir: str, tf_port: int, argv: list[str]) -> int:
     if os.path.exists(exit_file):
         os.remove(exit_file)
     _link_log(run_dir, name, rank)
-    # Diagnosis reads the log from the last such line on (backend.diagnose.ATTEMPT_MARK).
+    # Diagnosis reads the log from the last such line on (backend.diagnosis.diagnose.ATTEMPT_MARK).
     print(f"=== tfconsole attempt {os.environ.get('TFCONSOLE_ATTEMPT', '?')} "
           f"{time.strftime('%Y-%m-%d %H:%M:%S')} === {name} on {socket.gethostname()} "
           f"TF_CONFIG={json.dumps(config)}", flush=True)

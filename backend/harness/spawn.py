@@ -96,7 +96,7 @@ def supervise(run: str, task: str, argv: list[str], cwd: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     log = open(layout.log_file(run, task), "ab", buffering=0)
-    # Diagnosis reads the log from the last such line on (backend.diagnose.ATTEMPT_MARK).
+    # Diagnosis reads the log from the last such line on (backend.diagnosis.diagnose.ATTEMPT_MARK).
     log.write(f"=== tfconsole attempt {os.environ.get('TFCONSOLE_ATTEMPT', '?')} "
               f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
     try:

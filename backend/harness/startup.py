@@ -13,7 +13,7 @@ Two checks, for what TF 2.21 does (docs/facts.md #12):
    (a firewall, a wrong address) past ``startup_timeout_s``, or refuses connections past
    ``REFUSED_FACTOR`` times that (a peer still loading TensorFlow on a busy host refuses too;
    one that crashed fails its own task anyway), ends the worker: the watcher prints the failure
-   line (``STARTUP_FAILED``, read by ``backend.diagnose``) and kills it (KILL: TensorFlow catches
+   line (``STARTUP_FAILED``, read by ``backend.diagnosis.diagnose``) and kills it (KILL: TensorFlow catches
    TERM). Once every peer answers, TensorFlow is left to finish; the worker ends the watch by
    closing the watcher's stdin. Standard library only.
 """

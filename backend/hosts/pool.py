@@ -11,7 +11,7 @@ from typing import Callable, Iterable, TypeVar
 from backend.hosts.base import Transport
 from backend.hosts.local import LocalTransport
 from backend.hosts.ssh import SSHOptions, SSHTransport
-from backend.spec import TaskSpec, TransportKind
+from backend.config.spec import TaskSpec, TransportKind
 
 T = TypeVar("T")
 R = TypeVar("R")

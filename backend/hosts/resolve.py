@@ -18,7 +18,7 @@ import paramiko
 from backend.errors import ConsoleError
 
 if TYPE_CHECKING:
-    from backend.spec import ClusterSpec, TaskSpec
+    from backend.config.spec import ClusterSpec, TaskSpec
 
 DEFAULT_CONFIG = "~/.ssh/config"
 
@@ -117,7 +117,7 @@ def split_hops(jump: str) -> tuple[str | None, str]:
 
 def tf_host(task: "TaskSpec", ssh_config: str | paramiko.SSHConfig = DEFAULT_CONFIG) -> str:
     """The name every worker dials for this task: its ``address``, else what SSH resolves."""
-    from backend.spec import TransportKind
+    from backend.config.spec import TransportKind
     if task.address:
         return task.address
     if task.transport is TransportKind.LOCAL:

@@ -1,5 +1,5 @@
 """SSH adapter over paramiko: thin, each method one channel call. No SFTP: files travel as
-commands (``backend.remote``), so hosts whose sshd has no SFTP subsystem work.
+commands (``backend.hosts.remote``), so hosts whose sshd has no SFTP subsystem work.
 
 Every SSH choice lives in ``SSHOptions`` with the reason next to it. Host keys are checked
 against a known_hosts file and never accepted silently: an unknown key raises ``HostKeyError``

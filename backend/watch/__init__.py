@@ -1,7 +1,7 @@
 """Live view of a run: the watch agent (runs on the chief) and the run monitor (runs here).
 
 ``agent.py`` is a standalone script copied to the chief's host; ``RunMonitor`` starts it through a
-transport and feeds a ``backend.metrics.MetricsStore``.
+transport and feeds a ``backend.watch.metrics.MetricsStore``.
 """
 from backend.watch.monitor import AGENT_PATH, RunMonitor
 

@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from backend.metrics import records_to_columns
+from backend.watch.metrics import records_to_columns
 
 ARROW_MIN_LINES = 5000   # below this, pyarrow's fixed cost outweighs its speed
 _SCAN = json.JSONDecoder().scan_once

@@ -26,8 +26,8 @@ def runs_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("TFCONSOLE_RUNS", str(root))
     yield root
     from backend.errors import ConsoleError
-    from backend.launcher import attach
-    from backend.runs import RunStore
+    from backend.runs.launcher import attach
+    from backend.runs.store import RunStore
     from console import state
     state._registry(str(root.resolve())).close()   # stop monitors this test started
     for run_state in RunStore(root).list():       # and never leave a worker behind
@@ -61,7 +61,7 @@ def local_rows() -> list[dict]:
     """The default two local workers, on free ports (other suites may hold the default ones)."""
     import sys
 
-    from backend.spec import cluster_to_dict, default_cluster
+    from backend.config.spec import cluster_to_dict, default_cluster
     from console.forms import cluster_rows
     rows = cluster_rows(cluster_to_dict(default_cluster(sys.executable)))
     for row in rows:
@@ -72,9 +72,9 @@ def local_rows() -> list[dict]:
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory):
     """A real two-worker run that has ended, with checkpoints: (runs root, run id)."""
-    from backend.launcher import Preflight, launch
-    from backend.runs import RunStore
-    from backend.spec import job_from_dict
+    from backend.runs.launcher import Preflight, launch
+    from backend.runs.store import RunStore
+    from backend.config.spec import job_from_dict
     from console.forms import check_rows
     root = tmp_path_factory.mktemp("finished") / "runs"
     cluster, _ = check_rows(local_rows())
@@ -99,7 +99,7 @@ def on_finished(finished_run, monkeypatch):
 
 def table_rows(tasks: list[dict]) -> list[dict]:
     """Cluster page rows for task dicts, as the page's table holds them."""
-    from backend.spec import cluster_from_dict, cluster_to_dict
+    from backend.config.spec import cluster_from_dict, cluster_to_dict
     from console.forms import cluster_rows
     return cluster_rows(cluster_to_dict(cluster_from_dict({"tasks": tasks})))
 

@@ -59,8 +59,8 @@ def test_restore_needs_confirmation_and_a_bad_name_is_an_error(on_finished):
 def held(run_id: str) -> dict:
     """step -> purposes of the holds on it, read from the chief's folder (not from the page)."""
     from backend import checkpoints
-    from backend.launcher import attach
-    from backend.runs import RunStore
+    from backend.runs.launcher import attach
+    from backend.runs.store import RunStore
     return {c["step"]: c["held"] for c in checkpoints.list_checkpoints(attach(run_id, store=RunStore()))}
 
 
@@ -104,8 +104,8 @@ def _release_all(run_id: str) -> None:
     """Leave no hold behind for the other tests on the shared finished run, even on failure."""
     import os
     from backend import checkpoints
-    from backend.launcher import attach
-    from backend.runs import RunStore
+    from backend.runs.launcher import attach
+    from backend.runs.store import RunStore
     run = attach(run_id, store=RunStore())
     directory = checkpoints.checkpoint_dir(run, run.state.chief.name)
     local = os.path.join(os.path.expanduser("~"), directory)   # a local run: relative to HOME

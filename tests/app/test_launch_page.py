@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.runs import RunStore
+from backend.runs.store import RunStore
 from tests.app.conftest import as_owner, errors, local_rows
 from tests.conftest import wait_for
 

@@ -59,7 +59,7 @@ def test_a_stop_clicked_after_the_token_is_revoked_does_nothing(page, runs_dir):
     callback checks the token itself, so a revoked session's click reaches no run. (Stop shows
     on a live run only: a command job that sleeps is one, without TensorFlow.)"""
     import sys
-    from backend.runs import RunStore
+    from backend.runs.store import RunStore
     from console import auth
     run_id = _command_run(runs_dir, [sys.executable, "-c", "import time; time.sleep(120)"]).run_id
     at = page("monitor")
@@ -91,9 +91,9 @@ def test_dump_stacks_is_offered_only_for_a_live_run(on_finished):
 
 def _command_run(root, command: list[str]):
     """A command job (no metrics, ever) on the two local workers: its run id."""
-    from backend.launcher import Preflight, launch
-    from backend.runs import RunStore
-    from backend.spec import job_from_dict
+    from backend.runs.launcher import Preflight, launch
+    from backend.runs.store import RunStore
+    from backend.config.spec import job_from_dict
     from console.forms import check_rows
     from tests.app.conftest import local_rows
     cluster, _ = check_rows(local_rows())

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import yaml
 
-from backend.runs import RunStore
+from backend.runs.store import RunStore
 from tests import sshd
 from tests.app.conftest import errors, open_page
 from tests.conftest import HOME, processes_of, wait_for
@@ -69,7 +69,7 @@ def test_trust_a_host_key_from_the_page(page, untrusted, python_path):
 
 
 def test_yaml_import_on_the_page(page, alias_rows, tmp_path):
-    from backend.spec import cluster_to_dict
+    from backend.config.spec import cluster_to_dict
     from console.forms import check_rows
     cluster, _ = check_rows(alias_rows)
     text = yaml.safe_dump(cluster_to_dict(cluster)).encode()
@@ -118,7 +118,7 @@ def _task_states(at) -> dict[str, tuple[str, str]]:
 def test_start_and_stop_over_ssh_aliases(page, operator_ssh, python_path, runs_dir):
     """Start on a cluster named only by ~/.ssh/config aliases, default workdir; a new session
     (another tab, a reopened console) shows the live run on its hosts and stops it."""
-    from backend.launcher import attach
+    from backend.runs.launcher import attach
     from tests.app.conftest import table_rows
     rows = table_rows([{"role": role, "host": alias, "tf_port": sshd.free_port(), "python": python_path}
                        for role, alias in (("chief", "h2"), ("worker", "h3"))])
@@ -168,8 +168,8 @@ def test_start_and_stop_over_ssh_aliases(page, operator_ssh, python_path, runs_d
 def two_ssh_runs(tmp_path_factory, operator_ssh, ssh_hosts, python_path):
     """Two short finished runs over sshd (different seeds), launched as the CLI would:
     (runs root, [run ids])."""
-    from backend.launcher import Preflight, launch
-    from backend.spec import cluster_from_dict, job_from_dict
+    from backend.runs.launcher import Preflight, launch
+    from backend.config.spec import cluster_from_dict, job_from_dict
     from tests.conftest import ROOT, operator_launch_task
     root = tmp_path_factory.mktemp("ssh_runs") / "runs"
     ids = []
@@ -242,7 +242,7 @@ def test_yes_restore_relaunches_from_the_chosen_step(on_ssh_runs):
     at.button(key="restore_button").click().run()
     at.button(key="restore_yes").click().run()
     assert not at.exception and not errors(at), errors(at)
-    from backend.launcher import attach
+    from backend.runs.launcher import attach
     wait_for(lambda: store.load(run_id).attempt == 2, 120, "the restored attempt to begin")
     run = attach(run_id, store=store)
     assert run.state.attempts[-1].resume_step == 20, run.state

@@ -37,8 +37,8 @@ def test_metrics_read_back_from_the_local_mirror(tmp_path):
 def _saved_run(run_id: str, created: float, phase) -> None:
     """A run record only (no process): enough for the Runs page and ``current_run``."""
     import sys
-    from backend.runs import Attempt, RunState, RunStore, TaskState
-    from backend.spec import cluster_to_dict, default_cluster
+    from backend.runs.store import Attempt, RunState, RunStore, TaskState
+    from backend.config.spec import cluster_to_dict, default_cluster
     store = RunStore()
     store.reserve(run_id)
     store.save(RunState(run_id, created, cluster_to_dict(default_cluster(sys.executable)),
@@ -48,7 +48,7 @@ def _saved_run(run_id: str, created: float, phase) -> None:
 
 
 def test_an_older_run_made_current_stays_current_while_a_newer_one_is_live(page):
-    from backend.runs import Phase
+    from backend.runs.store import Phase
     _saved_run("old-run", 1000.0, Phase.FINISHED)
     _saved_run("new-run", 2000.0, Phase.RUNNING)
     at = page("runs")

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from backend.runs import RunStore
+from backend.runs.store import RunStore
 from console import monitor_view, slurm_form, state
 from tests import sshd
 from tests.app.conftest import errors

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.runs import RunStore
+from backend.runs.store import RunStore
 from tests.conftest import ROOT, require
 from tests.sshd import free_port
 
@@ -73,7 +73,7 @@ def console(argv: list[str], tmp_path: Path):
     try:
         yield Console(url, runs, log_path, proc)
     finally:
-        from backend.launcher import attach
+        from backend.runs.launcher import attach
         for state in RunStore(runs).list():   # a failed test must not leave workers behind
             if state.live:
                 try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.runs import RunStore
+from backend.runs.store import RunStore
 from tests.conftest import processes_of, require, wait_for
 from tests.e2e import browser as web
 
@@ -24,7 +24,7 @@ class SSHConsole:
     runs folder and HOME, as the operator would."""
 
     def __init__(self, tmp_path: Path, cluster, stack: contextlib.ExitStack) -> None:
-        from backend.spec import save_cluster
+        from backend.config.spec import save_cluster
         self.tmp_path, self.stack = tmp_path, stack
         self.cluster = tmp_path / "cluster.yaml"
         save_cluster(cluster, self.cluster)
@@ -113,7 +113,7 @@ def test_console_over_ssh_aliases_survives_a_restart(ssh_console):
     and start a new one while the run trains: a new browser session shows the live run on its
     hosts with Stop on Launch and Monitor, and its curves go on; Stop on Monitor, and no process
     of the run is left on the hosts."""
-    from backend.launcher import attach
+    from backend.runs.launcher import attach
     sync_playwright = web.playwright()
     require("ps (procps)", bool(shutil.which("ps")))
     with sync_playwright() as p:

@@ -118,9 +118,9 @@ def test_with_the_token_off_every_page_says_so(tmp_path, monkeypatch):
 def _live_run(runs):
     """A real two-worker run, long enough to stay live for the whole test (stopped by web.console());
     20 ms asleep per step leave the cores to the console and the browser under test."""
-    from backend.launcher import Preflight, launch
-    from backend.runs import RunStore
-    from backend.spec import job_from_dict
+    from backend.runs.launcher import Preflight, launch
+    from backend.runs.store import RunStore
+    from backend.config.spec import job_from_dict
     from console.forms import check_rows
     from tests.app.conftest import local_rows
     from tests.conftest import ROOT

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from backend.runs import Phase, RunStore
+from backend.runs.store import Phase, RunStore
 from tests.conftest import wait_for
 from tests.e2e import browser as web
 

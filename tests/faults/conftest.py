@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from backend import keeper
-from backend.runs import RunStore
-from backend.spec import job_from_dict
+from backend.runs import keeper
+from backend.runs.store import RunStore
+from backend.config.spec import job_from_dict
 from tests.conftest import FAULT_RESULTS, processes_of, wait_for
 from tests.sshd import port_free
 

@@ -10,10 +10,11 @@ import time
 import pytest
 import yaml
 
-from backend.engines import hosts as hosts_engine
-from backend import keeper, launcher
+from backend.engines import direct as hosts_engine
+from backend.runs import keeper
+from backend.runs import launcher
 from backend.errors import ConsoleError
-from backend.spec import cluster_to_dict, job_to_dict
+from backend.config.spec import cluster_to_dict, job_to_dict
 from tests import sshd
 from tests.conftest import ps
 from tests.faults.conftest import (PARAMS, assert_nothing_left, expected_steps, harness_job, kill_task,
@@ -65,7 +66,7 @@ def test_sshd_down_before_launch(ssh_hosts, ssh_options, client_key, python_path
         f.write(sshd.known_hosts_line(down))
     down.stop()
     from tests.conftest import ssh_task
-    from backend.spec import cluster_from_dict
+    from backend.config.spec import cluster_from_dict
     cluster = cluster_from_dict({"tasks": [
         ssh_task(ssh_hosts[0], "chief", sshd.free_port(), client_key, python_path, tmp_path / "h2"),
         ssh_task(down, "worker", sshd.free_port(), client_key, python_path, tmp_path / "h4")]})
@@ -80,7 +81,7 @@ def test_sshd_down_before_launch(ssh_hosts, ssh_options, client_key, python_path
 
 
 def test_kill_the_cli_training_goes_on(local_cluster, store, tmp_path):
-    from backend.metrics import MetricsStore
+    from backend.watch.metrics import MetricsStore
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster_to_dict(local_cluster)))
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job_to_dict(harness_job())))
     cli = subprocess.Popen([sys.executable, "-m", "backend", "--runs", str(store.root), "launch",

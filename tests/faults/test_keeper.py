@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from backend import keeper, launcher
+from backend.runs import keeper
+from backend.runs import launcher
 from tests.faults.conftest import assert_nothing_left, command_job, wait_phase
 
 HANG = "import time; time.sleep(600)"
@@ -75,7 +76,7 @@ def test_the_attempt_names_the_cause_even_when_a_casualty_shows_first(local_clus
 def test_a_second_keeper_is_refused(local_cluster, store, python_path, tmp_path):
     import fcntl
     from backend.errors import RunError
-    from backend.runs import RunState
+    from backend.runs.store import RunState
     store.save(RunState("r1", 0.0, {"tasks": []}, {"kind": "command", "command": ["x"]}, []))
     with open(store.path("r1") / keeper.KEEPER_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -84,8 +85,8 @@ def test_a_second_keeper_is_refused(local_cluster, store, python_path, tmp_path)
 
 
 def test_conclude_names_the_first_failure_not_the_casualty():
-    from backend import diagnose
-    from backend.outcome import TaskStatus, Verdict, conclude
+    from backend.diagnosis import diagnose
+    from backend.runs.outcome import TaskStatus, Verdict, conclude
     found = conclude([TaskStatus("chief-0", "h", "exited", 1, diagnose.PEER_DIED),
                       TaskStatus("worker-0", "h", "exited", -9)])
     assert (found.verdict, found.reason, found.all_ended) == (Verdict.FAILED, "worker-0 exited(-9)", True)
@@ -104,7 +105,7 @@ def test_conclude_names_the_first_failure_not_the_casualty():
 
 
 def test_an_unreachable_host_is_unknown_not_failed_unless_another_task_failed():
-    from backend.outcome import TaskStatus, Verdict, conclude
+    from backend.runs.outcome import TaskStatus, Verdict, conclude
     found = conclude([TaskStatus("chief-0", "h2", "running"), TaskStatus("worker-0", "h3", "unreachable")])
     assert found.verdict == Verdict.UNKNOWN and found.unreachable == ("worker-0",)
     assert "worker-0 (h3)" in found.reason
@@ -147,9 +148,9 @@ def test_a_keeper_started_by_a_restore_waits_for_the_old_one_then_keeps_the_run(
     import os
     import signal
     from backend.hosts.ssh import SSHOptions
-    from backend.keeper_process import KEEPER_LOCK, KEEPER_PID, start_keeper
-    from backend.runs import Phase, RunState
-    from backend.spec import cluster_to_dict
+    from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, start_keeper
+    from backend.runs.store import Phase, RunState
+    from backend.config.spec import cluster_to_dict
     from tests.conftest import wait_for
     store.reserve("restored")
     store.save(RunState("restored", 0.0, cluster_to_dict(local_cluster), {"kind": "command", "command": ["x"]},
@@ -174,7 +175,7 @@ def test_a_keeper_started_by_a_restore_waits_for_the_old_one_then_keeps_the_run(
 
 def test_a_keeper_whose_run_folder_was_deleted_exits(store):
     """`make clean` (or a test's temp folder going) under a live keeper: it must not poll forever."""
-    from backend.runs import RunState
+    from backend.runs.store import RunState
     store.reserve("gone")
     store.save(RunState("gone", 0.0, {"tasks": []}, {"kind": "command", "command": ["x"]}, []))
     k = keeper.Keeper("gone", store=store, poll_s=0.05, log=lambda msg: None)

@@ -122,7 +122,7 @@ def test_connect_through_a_cut_link(proxy, client_key, options):
 def test_monitor_notices_a_cut_and_says_since_when(proxy, client_key, options, tmp_path, python_path):
     """The watch agent sends a heartbeat every 2 s; a cut link is noticed after STREAM_IDLE_S of
     nothing, the monitor says so and reconnects, and ``last_data`` says since when."""
-    from backend.metrics import MetricsStore
+    from backend.watch.metrics import MetricsStore
     from backend.watch.monitor import STREAM_IDLE_S, RunMonitor
     from tests.watch.helpers import make_run
     run = make_run(tmp_path / "remote-run")
@@ -146,9 +146,9 @@ def test_monitor_notices_a_cut_and_says_since_when(proxy, client_key, options, t
 def test_run_status_and_stop_over_a_cut_link(proxy, client_key, options, python_path, tmp_path, store):
     """A live run whose only host sits behind the cut: `status` answers `unreachable` within
     answer_timeout_s (no hang, no traceback), and once the link is back, stop ends it cleanly."""
-    from backend import launcher
-    from backend.outcome import TaskPhase
-    from backend.spec import cluster_from_dict, job_from_dict
+    from backend.runs import launcher
+    from backend.runs.outcome import TaskPhase
+    from backend.config.spec import cluster_from_dict, job_from_dict
     from tests.conftest import processes_of
     cluster = cluster_from_dict({"tasks": [{
         "role": "worker", "host": proxy.address, "ssh_port": proxy.port, "identity_file": str(client_key),

@@ -11,9 +11,12 @@ import paramiko
 import pytest
 import yaml
 
-from backend import checkpoints, keeper, launcher, remote
+from backend import checkpoints
+from backend.runs import keeper
+from backend.runs import launcher
+from backend.hosts import remote
 from backend.hosts.ssh import SSHTransport
-from backend.spec import cluster_from_dict
+from backend.config.spec import cluster_from_dict
 from tests import conftest, sshd
 from tests.conftest import alias_task, ssh_task
 from tests.faults.conftest import (PARAMS, assert_nothing_left, harness_job, kill_task, metrics, record,
@@ -71,7 +74,7 @@ def test_command_job_status_logs_and_cli_stop(no_sftp, python_path, tmp_path):
     for proc in (launched, status, stopped):
         assert "Traceback" not in proc.stdout + proc.stderr, proc
     assert stopped.returncode == 0, stopped.stderr
-    from backend.runs import RunStore
+    from backend.runs.store import RunStore
     run = launcher.attach("nosftp-cmd", store=RunStore(runs))
     assert run.state.phase == "stopped"
     assert_nothing_left(run, RunStore(runs))

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from backend import keeper, launcher
-from backend.outcome import TaskPhase
-from backend.spec import cluster_from_dict
+from backend.runs import keeper
+from backend.runs import launcher
+from backend.runs.outcome import TaskPhase
+from backend.config.spec import cluster_from_dict
 from tests import conftest, sshd
 from tests.conftest import ssh_task
 from tests.faults.conftest import assert_nothing_left, harness_job, metrics, record, wait_for, wait_phase

@@ -11,17 +11,18 @@ import sys
 import pytest
 import yaml
 
-from backend import keeper_process, launcher
+from backend.runs import detached
+from backend.runs import launcher
 from backend.errors import MultiHostError
-from backend.runs import Phase, RunState, RunStore
-from backend.spec import cluster_from_dict, cluster_to_dict
+from backend.runs.store import Phase, RunState, RunStore
+from backend.config.spec import cluster_from_dict, cluster_to_dict
 from tests import sshd
 from tests.conftest import ROOT, processes_of, ssh_task, wait_for
 from tests.faults.conftest import assert_nothing_left, command_job
 
 WRITER = """
 import sys
-from backend.runs import RunStore
+from backend.runs.store import RunStore
 store, tag = RunStore(sys.argv[1]), sys.argv[2]
 for i in range(int(sys.argv[3])):
     store.update("shared", lambda s: s.unreachable.append(f"{tag}{i}"))
@@ -79,12 +80,12 @@ def test_a_keeper_killed_with_sigkill_is_restarted_by_status(local_cluster, tmp_
     store = RunStore(tmp_path / "runs")
     job = command_job("import time; time.sleep(12)", python_path, max_restarts=1)
     run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
-    first = wait_for(lambda: keeper_process.keeper_pid(run.local_dir), 20, "the keeper")
+    first = wait_for(lambda: detached.keeper_pid(run.local_dir), 20, "the keeper")
     os.kill(first, signal.SIGKILL)
-    wait_for(lambda: keeper_process.keeper_pid(run.local_dir) is None, 20, "the keeper to die")
+    wait_for(lambda: detached.keeper_pid(run.local_dir) is None, 20, "the keeper to die")
     out = _cli("status", run.run_id, runs=store.root)
     assert "keeper not running: started a new one" in out.stdout, out.stdout + out.stderr
-    second = keeper_process.keeper_pid(run.local_dir)
+    second = detached.keeper_pid(run.local_dir)
     assert second and second != first
     state = wait_for(lambda: (s := store.load(run.run_id)) and not s.live and s, 90, "the run to end")
     assert state.phase == Phase.FINISHED and len(state.attempts) == 1, state
@@ -206,9 +207,9 @@ def test_a_keeper_is_found_the_moment_it_has_started(tmp_path):
             proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)", "keep", local_dir.name],
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             try:
-                assert b"keep" in keeper_process._cmdline(proc.pid)
-                (local_dir / keeper_process.KEEPER_PID).write_text(f"{proc.pid}\n")
-                assert keeper_process.keeper_pid(local_dir) == proc.pid
+                assert b"keep" in detached._cmdline(proc.pid)
+                (local_dir / detached.KEEPER_PID).write_text(f"{proc.pid}\n")
+                assert detached.keeper_pid(local_dir) == proc.pid
             finally:
                 proc.kill()
                 proc.wait()
@@ -216,4 +217,4 @@ def test_a_keeper_is_found_the_moment_it_has_started(tmp_path):
         for spinner in busy:
             spinner.kill()
             spinner.wait()
-    assert keeper_process.keeper_pid(local_dir) is None   # and a dead one is not found
+    assert detached.keeper_pid(local_dir) is None   # and a dead one is not found

@@ -5,7 +5,7 @@ one host ran out of thread ids near step 3,400 and both aborted. The harness now
 itself: the thread count stays flat, and a peer that stops answering still ends the worker that
 waits for it, with its stacks and a diagnosis.
 """
-from backend import diagnose as dg
+from backend.diagnosis import diagnose as dg
 
 from .conftest import read_metrics
 from tests.conftest import wait_for

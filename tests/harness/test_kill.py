@@ -3,7 +3,7 @@ import os
 import signal
 import time
 
-from backend import diagnose as dg
+from backend.diagnosis import diagnose as dg
 
 from .conftest import read_metrics
 from tests.conftest import wait_for

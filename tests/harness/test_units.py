@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from backend import diagnose as dg
+from backend.diagnosis import diagnose as dg
 from backend.harness import ckpt_index, jobs
 
 from .conftest import HARNESS, PYTHON
@@ -152,7 +152,7 @@ def test_metrics_reporter_writes_contract_lines(tmp_path):
 
 def test_units_do_not_import_tensorflow():
     """In a fresh interpreter: other tests in the same pytest process may import TensorFlow."""
-    code = ("import sys; from backend import diagnose; from backend.harness import ckpt_index, jobs; "
+    code = ("import sys; from backend.diagnosis import diagnose; from backend.harness import ckpt_index, jobs; "
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from backend import diagnose, launcher
+from backend.diagnosis import diagnose
+from backend.runs import launcher
 from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
-from backend.preflight import run_preflight
-from backend.runs import RunStore
-from backend.spec import cluster_from_dict, job_from_dict
+from backend.hosts.preflight import run_preflight
+from backend.runs.store import RunStore
+from backend.config.spec import cluster_from_dict, job_from_dict
 from tests.conftest import alias_task, processes_of, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

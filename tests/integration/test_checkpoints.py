@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from backend import checkpoints, launcher
+from backend import checkpoints
+from backend.runs import launcher
 from backend.errors import ArtifactError, RunError
-from backend.runs import RunStore
-from backend.spec import job_from_dict
+from backend.runs.store import RunStore
+from backend.config.spec import job_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 

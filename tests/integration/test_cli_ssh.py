@@ -166,9 +166,9 @@ def test_gpus_become_cuda_visible_devices(ssh_files, python_path):
     """Each task sees only its own GPU indices; an empty list hides every GPU. (This machine has no
     GPU: the test checks what each task is told, which is all the launcher controls.)"""
     from backend.hosts.ssh import SSHOptions
-    from backend.launcher import Preflight, launch
-    from backend.runs import RunStore
-    from backend.spec import cluster_from_dict, job_from_dict
+    from backend.runs.launcher import Preflight, launch
+    from backend.runs.store import RunStore
+    from backend.config.spec import cluster_from_dict, job_from_dict
     flag = ssh_files / "go"
     code = ("import os, sys, time\nprint('CVD=%r' % os.environ.get('CUDA_VISIBLE_DEVICES'), flush=True)\n"
             "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\n")

@@ -9,8 +9,10 @@ import textwrap
 
 import pytest
 
-from backend import launcher, remote, stacks
-from backend.metrics import MetricsStore
+from backend.runs import launcher
+from backend.hosts import remote
+from backend.diagnosis import stacks
+from backend.watch.metrics import MetricsStore
 from tests.conftest import wait_for
 from tests.faults.conftest import assert_nothing_left, harness_job, metrics, store, wait_phase  # noqa: F401
 from tests.integration.test_hostctl import HARNESS_DIR, alive, local_host  # noqa: F401

@@ -10,9 +10,9 @@ import keras
 import pytest
 import tensorflow as tf
 
-from backend import launcher
-from backend.metrics import MetricsStore
-from backend.spec import job_from_dict
+from backend.runs import launcher
+from backend.watch.metrics import MetricsStore
+from backend.config.spec import job_from_dict
 from tests.conftest import processes_of, wait_for
 from tests.faults.conftest import TF_ENV, store  # noqa: F401
 from tests.integration.test_hang import TINY_MODEL

@@ -1,4 +1,4 @@
-"""The host-side command line (harness/hostctl.py) through its client (backend.remote), for real:
+"""The host-side command line (harness/hostctl.py) through its client (backend.hosts.remote), for real:
 installed with mkdir + tar, tasks started and stopped as real processes, files read and written,
 over the local transport and over real sshd."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from backend import remote
+from backend.hosts import remote
 from backend.errors import HostError
 from backend.harness import layout
 from backend.hosts.local import LocalTransport

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from backend import checkpoints, launcher
-from backend.metrics import MetricsStore
-from backend.runs import RunStore
-from backend.spec import job_from_dict
+from backend import checkpoints
+from backend.runs import launcher
+from backend.watch.metrics import MetricsStore
+from backend.runs.store import RunStore
+from backend.config.spec import job_from_dict
 from tests.conftest import processes_of, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from backend import launcher
+from backend.runs import launcher
 from backend.errors import MultiHostError
 from backend.hosts.pool import Pool
-from backend.preflight import PreflightFailed, run_preflight
-from backend.runs import RunStore
-from backend.spec import cluster_from_dict, job_from_dict
+from backend.hosts.preflight import PreflightFailed, run_preflight
+from backend.runs.store import RunStore
+from backend.config.spec import cluster_from_dict, job_from_dict
 from tests import sshd
 from tests.conftest import processes_of, ssh_task
 
@@ -83,7 +83,7 @@ def test_stop_mid_training_leaves_nothing(ssh_cluster, ssh_options, tmp_path):
 
 @pytest.mark.slow
 def test_one_task_failing_to_start_rolls_back_the_others(ssh_cluster, ssh_options, tmp_path):
-    data = {"tasks": [dict(t) for t in __import__("backend.spec", fromlist=["x"]).cluster_to_dict(ssh_cluster)["tasks"]]}
+    data = {"tasks": [dict(t) for t in __import__("backend.config.spec", fromlist=["x"]).cluster_to_dict(ssh_cluster)["tasks"]]}
     data["tasks"][1]["python"] = "/nonexistent/python3"
     cluster = cluster_from_dict(data)
     store = RunStore(tmp_path / "runs")
@@ -98,7 +98,7 @@ def test_one_task_failing_to_start_rolls_back_the_others(ssh_cluster, ssh_option
 
 
 def test_launch_refuses_when_preflight_fails(ssh_cluster, ssh_options, tmp_path):
-    data = __import__("backend.spec", fromlist=["x"]).cluster_to_dict(ssh_cluster)
+    data = __import__("backend.config.spec", fromlist=["x"]).cluster_to_dict(ssh_cluster)
     data["tasks"][1]["python"] = "/nonexistent/python3"
     store = RunStore(tmp_path / "runs")
     with pytest.raises(PreflightFailed, match="nonexistent"):

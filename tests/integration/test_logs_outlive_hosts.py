@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from backend import launcher
+from backend.runs import launcher
 from backend.hosts.ssh import SSHOptions
-from backend.runs import RunStore
-from backend.spec import cluster_from_dict, job_from_dict
-from console.live import LiveRun
+from backend.runs.store import RunStore
+from backend.config.spec import cluster_from_dict, job_from_dict
+from console.live_run import LiveRun
 from tests import sshd
 from tests.conftest import processes_of, ssh_task, wait_for
 

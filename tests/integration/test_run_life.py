@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from backend import launcher
-from backend.keeper_process import keeper_pid
-from backend.launcher import Preflight
-from backend.runs import Attempt, Phase, RunState, RunStore, TaskState
-from backend.spec import JobSpec, cluster_to_dict, job_from_dict, job_to_dict
+from backend.runs import launcher
+from backend.runs.detached import keeper_pid
+from backend.runs.launcher import Preflight
+from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
+from backend.config.spec import JobSpec, cluster_to_dict, job_from_dict, job_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,7 +146,7 @@ def test_stop_ends_a_keeper_asleep_in_its_back_off(local_cluster, python_path, t
 # -- an interrupted launch ----------------------------------------------------------------------
 @pytest.mark.parametrize("interruption", [KeyboardInterrupt(), OSError(28, "No space left on device")])
 def test_interrupted_launch_ends_failed(local_cluster, python_path, tmp_path, monkeypatch, interruption):
-    from backend.engines import hosts
+    from backend.engines import direct
 
     def broken(job):
         raise interruption
@@ -179,7 +179,7 @@ def test_launching_run_whose_launcher_is_gone_reads_as_failed(local_cluster, tmp
 
 
 def test_launching_run_whose_launcher_lives_stays_launching(local_cluster, tmp_path):
-    from backend.runs import this_process
+    from backend.runs.store import this_process
     store = RunStore(tmp_path / "runs")
     job = job_to_dict(JobSpec(kind="command", command=("true",)))
     _record(store, "busy", time.time(), job, cluster_to_dict(local_cluster), Phase.LAUNCHING,

@@ -14,7 +14,7 @@ def transport(host, client_key, options, **kw) -> SSHTransport:
 
 
 def test_run_output_exit_code_and_stdin(ssh_hosts, client_key, ssh_options):
-    # Files travel as commands with stdin (backend.remote; tested in test_hostctl.py).
+    # Files travel as commands with stdin (backend.hosts.remote; tested in test_hostctl.py).
     t = transport(ssh_hosts[0], client_key, ssh_options)
     result = t.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
     assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from backend import remote
+from backend.hosts import remote
 from backend.harness import layout
 from tests.conftest import wait_for
 from tests.integration.test_hostctl import alive, local_host  # noqa: F401 (fixture)

@@ -11,10 +11,12 @@ import sys
 
 import pytest
 
-from backend import launcher, remote, spec
+from backend.runs import launcher
+from backend.hosts import remote
+from backend.config import spec
 from backend.errors import ConsoleError
 from backend.hosts.local import LocalTransport
-from backend.runs import RunStore, TaskState
+from backend.runs.store import RunStore, TaskState
 
 
 def payload(marker) -> str:

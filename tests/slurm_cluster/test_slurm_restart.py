@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from backend import launcher
+from backend.runs import launcher
 from backend.engines.slurm import SlurmEngine
-from backend.runs import RunStore
-from backend.slurm.spec import slurm_from_dict
+from backend.runs.store import RunStore
+from backend.config.slurm_spec import slurm_from_dict
 from tests import sshd
 from tests.faults.conftest import PARAMS, assert_nothing_left, harness_job, kill_task, metrics, wait_phase
 from tests.conftest import wait_for

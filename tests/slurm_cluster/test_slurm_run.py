@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from backend.harness import layout
-from backend.launcher import attach
-from backend.runs import RunStore
+from backend.runs.launcher import attach
+from backend.runs.store import RunStore
 from tests import sshd
 from tests.conftest import processes_of, ps, wait_for
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from backend.metrics import MetricsStore
+from backend.watch.metrics import MetricsStore
 from console import figures
 from console.chart_feed import DELTA, FULL, SAME, ChartFeed, stable_thin
 

@@ -2,7 +2,7 @@
 traceback, and a non-zero exit code."""
 from __future__ import annotations
 
-import backend.__main__ as cli
+import backend.cli.main as cli
 
 
 def test_an_unexpected_error_is_one_line(monkeypatch, capsys, tmp_path):

@@ -14,9 +14,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-from backend.engines.hosts import bundle, task_env
-from backend.metrics import MetricsStore
-from backend.spec import JobKind, JobSpec, import_hostfile
+from backend.engines.direct import bundle, task_env
+from backend.watch.metrics import MetricsStore
+from backend.config.spec import JobKind, JobSpec, import_hostfile
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = JobSpec(kind=JobKind.COMMAND, command=("job.py",))

@@ -70,7 +70,7 @@ def _launch(monkeypatch, args: list[str]) -> list[str]:
 
 
 def test_the_runs_folder_is_made_for_its_owner_only(tmp_path):
-    from backend.runs import RunStore
+    from backend.runs.store import RunStore
     old = os.umask(0o022)
     try:
         RunStore(tmp_path / "runs").reserve("r1")
@@ -83,7 +83,7 @@ def test_the_runs_folder_is_made_for_its_owner_only(tmp_path):
 
 def test_a_saved_job_file_is_readable_by_its_owner_only(tmp_path):
     """A job's env may hold a token (WANDB_API_KEY): written 0644 before."""
-    from backend.spec import job_from_dict, load_job, save_job
+    from backend.config.spec import job_from_dict, load_job, save_job
     job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
                          "env": {"WANDB_API_KEY": "secret"}})
     old = os.umask(0o022)

@@ -16,8 +16,8 @@ import pytest
 from backend import checkpoints
 from backend.errors import HostError
 from backend.hosts.base import Result
-from backend.runs import TaskState
-from backend.spec import JobKind, JobSpec, Role, TaskSpec, TransportKind
+from backend.runs.store import TaskState
+from backend.config.spec import JobKind, JobSpec, Role, TaskSpec, TransportKind
 from console import actions
 
 

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from backend import diagnose
+from backend.diagnosis import diagnose
 from backend.checkpoints import NAME
 from backend.errors import SpecErrors
-from backend.jobfit import check_job, module_defaults, replicas, require_valid
-from backend.runs import RUN_ID
-from backend.spec import cluster_from_dict, job_from_dict
+from backend.config.jobfit import check_job, module_defaults, replicas, require_valid
+from backend.runs.store import RUN_ID
+from backend.config.spec import cluster_from_dict, job_from_dict
 
 
 def workers(n: int, **extra) -> object:
@@ -47,9 +47,9 @@ def test_replicas_count_gpus():
 
 
 def test_a_slurm_job_whose_batch_does_not_split_over_its_tasks_is_refused_before_sbatch(tmp_path):
-    from backend import launcher
-    from backend.runs import RunStore
-    from backend.slurm.spec import slurm_from_dict
+    from backend.runs import launcher
+    from backend.runs.store import RunStore
+    from backend.config.slurm_spec import slurm_from_dict
     three = slurm_from_dict({"kind": "slurm", "host": "login", "partition": "gpu", "nodes": 1, "tasks_per_node": 3})
     four_gpus = slurm_from_dict({"kind": "slurm", "host": "login", "partition": "gpu", "nodes": 2, "tasks_per_node": 1,
                                  "gpus_per_task": 2})

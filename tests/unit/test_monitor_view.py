@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from backend.metrics import MetricsStore
-from backend.spec import RestartMode, RestartPolicy
+from backend.watch.metrics import MetricsStore
+from backend.config.spec import RestartMode, RestartPolicy
 from console import monitor_view
 
 

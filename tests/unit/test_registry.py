@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from backend.runs import Attempt, Phase, RunState, RunStore, TaskState
-from backend.spec import cluster_to_dict, default_cluster
-from console.live import Registry
+from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
+from backend.config.spec import cluster_to_dict, default_cluster
+from console.live_run import Registry
 
 
 def _saved_run(store: RunStore, run_id: str) -> None:
@@ -57,8 +57,8 @@ def test_a_run_shown_recently_or_acting_is_not_let_go(tmp_path):
 def test_a_restarted_watch_stops_the_log_copier_it_replaces(tmp_path):
     """A live run's watch stopped (the agent's connection lost) and started again: the old log
     copier's thread and SSH pool must end, not pile up one per restart."""
-    from backend.launcher import Preflight, launch
-    from backend.spec import job_from_dict
+    from backend.runs.launcher import Preflight, launch
+    from backend.config.spec import job_from_dict
     from console.forms import check_rows
     from tests.app.conftest import local_rows
     reg = Registry(RunStore(tmp_path / "runs"))

@@ -6,8 +6,8 @@ import pytest
 
 from backend.errors import ConsoleError
 from backend.hosts.resolve import resolve, split_hops, split_jump, tf_addresses, tf_hosts
-from backend.spec import cluster_from_dict
-from backend.tfconfig import address_rows, all_tf_configs, check_cluster
+from backend.config.spec import cluster_from_dict
+from backend.config.tfconfig import address_rows, all_tf_configs, check_cluster
 
 CONFIG = """\
 Host h2

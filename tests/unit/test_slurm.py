@@ -6,11 +6,11 @@ import pytest
 
 from backend.errors import SpecErrors
 from backend.harness import slurm_env
-from backend.outcome import TaskPhase, Verdict, conclude
-from backend.slurm.script import batch_script
-from backend.slurm.spec import SlurmSpec, any_cluster_from_dict, slurm_from_dict, slurm_to_dict
-from backend.slurm.states import SlurmPhase, parse_scontrol, parse_squeue, task_statuses
-from backend.spec import ClusterSpec, JobKind, JobSpec
+from backend.runs.outcome import TaskPhase, Verdict, conclude
+from backend.engines.slurm_script import batch_script
+from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict, slurm_from_dict, slurm_to_dict
+from backend.engines.slurm_states import SlurmPhase, parse_scontrol, parse_squeue, task_statuses
+from backend.config.spec import ClusterSpec, JobKind, JobSpec
 
 BASE = {"kind": "slurm", "host": "login1"}
 

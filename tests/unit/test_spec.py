@@ -1,4 +1,4 @@
-"""backend.spec: every validation rule has a test that fails if the rule is removed."""
+"""backend.config.spec: every validation rule has a test that fails if the rule is removed."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from backend.errors import SpecError, SpecErrors
-from backend.spec import (ClusterSpec, JobKind, JobSpec, RestartMode, RestartPolicy, Role, TaskSpec,
+from backend.config.spec import (ClusterSpec, JobKind, JobSpec, RestartMode, RestartPolicy, Role, TaskSpec,
                           TransportKind, cluster_from_dict, cluster_to_dict, default_cluster, default_job,
                           import_hostfile, import_ssh_config, job_from_dict, job_to_dict, load_cluster,
                           load_job, save_cluster, save_job)
@@ -394,7 +394,7 @@ def test_workdir_that_could_be_an_option_or_split_is_refused(value):
 
 
 def test_slurm_workdir_is_checked_the_same_way():
-    from backend.slurm.spec import slurm_from_dict
+    from backend.config.slurm_spec import slurm_from_dict
     with pytest.raises(SpecErrors) as err:
         slurm_from_dict({"kind": "slurm", "host": "login1", "workdir": "shared runs"})
     assert [e.field for e in err.value.errors] == ["workdir"]

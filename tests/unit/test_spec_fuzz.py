@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend.errors import SpecError, SpecErrors
-from backend.spec import (ClusterSpec, JobSpec, cluster_from_dict, cluster_to_dict, import_hostfile,
+from backend.config.spec import (ClusterSpec, JobSpec, cluster_from_dict, cluster_to_dict, import_hostfile,
                           job_from_dict, load_cluster)
-from backend.tfconfig import all_tf_configs, check_cluster
+from backend.config.tfconfig import all_tf_configs, check_cluster
 
 FAST = settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,4 +1,4 @@
-"""backend.tfconfig: TF_CONFIG is a pure function of the spec; each check has a failing case."""
+"""backend.config.tfconfig: TF_CONFIG is a pure function of the spec; each check has a failing case."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import shlex
 import pytest
 
 from backend.errors import SpecError, SpecErrors
-from backend.spec import ClusterSpec, Role, TaskSpec, TransportKind, cluster_from_dict, default_cluster
-from backend.tfconfig import Finding, all_tf_configs, check_cluster, export_lines, require_valid, tf_config
+from backend.config.spec import ClusterSpec, Role, TaskSpec, TransportKind, cluster_from_dict, default_cluster
+from backend.config.tfconfig import Finding, all_tf_configs, check_cluster, export_lines, require_valid, tf_config
 
 
 def cluster(*tasks: tuple) -> ClusterSpec:

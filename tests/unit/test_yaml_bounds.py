@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from backend._fields import MAX_YAML_BYTES, _show, load_yaml_text
+from backend.config.fields import MAX_YAML_BYTES, _show, load_yaml_text
 from backend.errors import ConsoleError, SpecError
-from backend.spec import cluster_from_dict, load_cluster, load_job
-from backend.slurm.spec import load_any_cluster
+from backend.config.spec import cluster_from_dict, load_cluster, load_job
+from backend.config.slurm_spec import load_any_cluster
 
 
 def laughs(levels: int = 9) -> str:

@@ -6,7 +6,7 @@ import json
 import re
 import time
 
-from backend.metrics import MAX_TASK_NAME, MAX_TASKS, MetricsStore
+from backend.watch.metrics import MAX_TASK_NAME, MAX_TASKS, MetricsStore
 from backend.watch import RunMonitor
 from backend.watch.agent import LOG_LINE_MAX
 from console.monitor_view import watch_line
@@ -111,8 +111,8 @@ def test_monitor_status_line_shows_the_store_warning():
 
 
 def test_a_copied_log_read_for_the_monitor_page_has_its_long_lines_cut(tmp_path):
-    """Logs the agent cannot see are copied here (backend/logcopy.py) and read from the copy."""
-    from console.live import _last_lines
+    """Logs the agent cannot see are copied here (backend/watch/logcopy.py) and read from the copy."""
+    from console.live_run import _last_lines
     path = tmp_path / "worker-1.log"
     path.write_text(("z" * 300_000 + "\n") * 3 + "done\n")
     lines = _last_lines(path, 1000)

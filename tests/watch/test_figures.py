@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend.metrics import MetricsStore
+from backend.watch.metrics import MetricsStore
 from console.figures import (UIREVISION, compare_figure, loss_figure, step_time_figure,
                              throughput_figure)
 

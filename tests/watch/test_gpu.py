@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from backend.hosts.local import LocalTransport
-from backend.metrics import MetricsStore
+from backend.watch.metrics import MetricsStore
 from backend.watch import RunMonitor
 from backend.watch.agent import parse_gpus
 from console import figures

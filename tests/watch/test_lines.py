@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from backend.metrics import MetricsStore
+from backend.watch.metrics import MetricsStore
 from backend.watch import lines as lines_mod
 from backend.watch.lines import parse_metric_block
 

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from backend.metrics import MetricsStore, downsample, ema
+from backend.watch.metrics import MetricsStore, downsample, ema
 
 
 def rec(task, step, attempt=0, loss=None, step_time=0.1, **extra):

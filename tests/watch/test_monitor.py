@@ -13,7 +13,7 @@ import pytest
 
 from backend.hosts.base import Lines
 from backend.hosts.local import LocalTransport
-from backend.metrics import MetricsStore
+from backend.watch.metrics import MetricsStore
 from backend.watch import RunMonitor
 from backend.watch.journal import MIRROR_DIR, OFFSETS_FILE
 from tests.watch.helpers import agent_pids, append, make_run, metric

@@ -16,12 +16,12 @@ import numpy as np
 from backend.errors import ConsoleError, RunError
 from console.background import Actions
 from backend.hosts.ssh import SSHOptions
-from backend.launcher import attach
-from backend.logcopy import LogCopier, local_copy
-from backend.outcome import TaskStatus
-from backend.run import Run
-from backend.metrics import MetricsStore
-from backend.runs import RunStore
+from backend.runs.launcher import attach
+from backend.watch.logcopy import LogCopier, local_copy
+from backend.runs.outcome import TaskStatus
+from backend.runs.handle import Run
+from backend.watch.metrics import MetricsStore
+from backend.runs.store import RunStore
 from backend.watch.agent import cut_line
 
 CAUGHT_UP_S = 3.0     # the agent's heartbeat comes every 2 s: this long with no event = caught up
@@ -134,7 +134,7 @@ class LiveRun:
         """Each task's TensorFlow and Keras versions, read once per attempt (when a NaN shows)."""
         attempt = self.run.state.attempt
         if self._versions is None or self._versions[0] != attempt:
-            from backend import health
+            from backend.diagnosis import health
             self._versions = (attempt, health.task_versions(self.run))
         return self._versions[1]
 

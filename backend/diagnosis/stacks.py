@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend import remote
+from backend.hosts import remote
 from backend.errors import ConsoleError
 from backend.harness import layout
 from backend.hosts.pool import connection_key, parallel
 
 if TYPE_CHECKING:
-    from backend.metrics import MetricsStore
-    from backend.run import Run
+    from backend.watch.metrics import MetricsStore
+    from backend.runs.handle import Run
 
 WAIT_S = 5.0
 JOB_FRAME = re.compile(rf'File "[^"]*/{layout.JOB}/[^"]+", line \d+')

@@ -1,6 +1,6 @@
-"""Field parsers for ``backend.spec``: allow-lists, each error naming the field and the fix.
+"""Field parsers for ``backend.config.spec``: allow-lists, each error naming the field and the fix.
 
-Internal to ``backend.spec`` (hence the underscores); split out to keep each module readable.
+Internal to ``backend.config.spec`` (hence the underscores); split out to keep each module readable.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from backend import diagnose
+from backend.diagnosis import diagnose
 
 
 class TaskPhase(enum.StrEnum):

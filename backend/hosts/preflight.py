@@ -8,9 +8,9 @@ from pathlib import Path
 from backend.errors import ConsoleError, HostError
 from backend.hosts.pool import Pool, parallel
 from backend.hosts.resolve import tf_addresses
-from backend.spec import ClusterSpec, TaskSpec
+from backend.config.spec import ClusterSpec, TaskSpec
 
-PROBE = (Path(__file__).parent / "harness" / "probe.py").read_text()
+PROBE = (Path(__file__).resolve().parents[1] / "harness" / "probe.py").read_text()
 CHECKS = ("ssh", "python", "tensorflow", "gpus", "port", "workdir", "peers")
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 from backend.errors import SpecError, SpecErrors
-from backend.harness import tf_config as tf_config_doc
-from backend.spec import ClusterSpec, Role, TransportKind
+from backend.harness import tf_config_doc
+from backend.config.spec import ClusterSpec, Role, TransportKind
 
 # TensorFlow lists chief and workers in "cluster"; an evaluator only learns its own task entry.
 _LISTED_ROLES = (Role.CHIEF, Role.WORKER)
@@ -185,7 +185,7 @@ def sort_findings(found: list[Finding]) -> list[Finding]:
 def require_valid(cluster: ClusterSpec, *, hosts: Sequence[str] | None = None,
                   more: Sequence[Finding] = ()) -> None:
     """Raise SpecErrors built from the error-level findings (the cluster's, plus ``more``: what a
-    job needs of it, from ``backend.jobfit``), so nothing starts that must fail."""
+    job needs of it, from ``backend.config.jobfit``), so nothing starts that must fail."""
     raise_errors(check_cluster(cluster, hosts) + list(more))
 
 

@@ -1,6 +1,6 @@
 """The hosts engine: tasks started by us, over SSH or as local processes, one command per host.
 
-Each task starts through ``harness/hostctl.py start`` (``backend.remote``) on its host, detached
+Each task starts through ``harness/hostctl.py start`` (``backend.hosts.remote``) on its host, detached
 in its own session and process group; its pid, pgid, exit code and log stay in the run directory
 on that host.
 """
@@ -11,14 +11,16 @@ import json
 import tarfile
 from pathlib import Path
 
-from backend import diagnose, remote, tfconfig
+from backend.diagnosis import diagnose
+from backend.hosts import remote
+from backend.config import tfconfig
 from backend.engines.base import RunView, Started, StopReport
 from backend.errors import HostError, MultiHostError
 from backend.harness import layout
 from backend.hosts.resolve import tf_addresses
 from backend.hosts.pool import Pool, connection_key, failures, parallel
-from backend.outcome import TaskPhase, TaskStatus
-from backend.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
+from backend.runs.outcome import TaskPhase, TaskStatus
+from backend.config.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
 
 
 HARNESS_DIR = Path(__file__).resolve().parents[1] / "harness"

@@ -10,9 +10,10 @@ import sys
 import time
 from dataclasses import asdict
 
-from backend import checkpoints, launcher
+from backend import checkpoints
+from backend.runs import launcher
 from backend.errors import SpecError
-from backend.runs import RunStore
+from backend.runs.store import RunStore
 
 EXIT_CODES = """exit codes:
   0    done (for status and runs: whatever the run's state)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 import shlex
 
-from backend.engines.hosts import task_argv   # the same harness command line as on SSH hosts
+from backend.engines.direct import task_argv   # the same harness command line as on SSH hosts
 from backend.errors import SpecError
 from backend.harness import layout
-from backend.slurm.spec import FLAG_OPTIONS, SlurmSpec
-from backend.spec import JobSpec
+from backend.config.slurm_spec import FLAG_OPTIONS, SlurmSpec
+from backend.config.spec import JobSpec
 
 BATCH_LOG = "slurm-batch-%j.log"   # the batch script's own output, per Slurm job id
 

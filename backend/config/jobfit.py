@@ -13,9 +13,9 @@ import ast
 from pathlib import Path
 
 from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
-from backend.slurm.spec import SlurmSpec
-from backend.spec import ClusterSpec, JobKind, JobSpec, Role
-from backend.tfconfig import Finding, _finding, raise_errors, require_valid as _require_cluster
+from backend.config.slurm_spec import SlurmSpec
+from backend.config.spec import ClusterSpec, JobKind, JobSpec, Role
+from backend.config.tfconfig import Finding, _finding, raise_errors, require_valid as _require_cluster
 
 
 def replicas(cluster: ClusterSpec | SlurmSpec) -> int:

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend import remote
+from backend.hosts import remote
 from backend.errors import ConsoleError
 from backend.harness import layout
 from backend.hosts.pool import Pool, connection_key

@@ -11,8 +11,8 @@ import enum
 import re
 from dataclasses import dataclass
 
-from backend import diagnose
-from backend.outcome import TaskPhase, TaskStatus
+from backend.diagnosis import diagnose
+from backend.runs.outcome import TaskPhase, TaskStatus
 
 _PAIR = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s[A-Za-z][\w/:]*=|\s*$)")
 

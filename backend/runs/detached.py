@@ -21,7 +21,7 @@ POLL_S = 1.0            # detection delay vs. CPU: one status command per host p
 KEEPER_LOG = "keeper.log"
 KEEPER_PID = "keeper.pid"
 KEEPER_LOCK = "keeper.lock"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def keeper_pid(local_dir: Path) -> int | None:

@@ -28,17 +28,19 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend import diagnose, remote, stacks
-from backend.attempts import begin_attempt
+from backend.diagnosis import diagnose
+from backend.hosts import remote
+from backend.diagnosis import stacks
+from backend.runs.attempts import begin_attempt
 from backend.checkpoints import common_checkpoint
 from backend.errors import ConsoleError, RunError
 from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
-from backend.keeper_process import KEEPER_LOCK, KEEPER_LOG, KEEPER_PID, POLL_S, REPO_ROOT, keeper_pid  # noqa: F401
-from backend.outcome import Conclusion, Verdict, conclude
-from backend.run import Run
-from backend.runs import Phase, RunState, RunStore
+from backend.runs.detached import KEEPER_LOCK, KEEPER_LOG, KEEPER_PID, POLL_S, REPO_ROOT, keeper_pid  # noqa: F401
+from backend.runs.outcome import Conclusion, Verdict, conclude
+from backend.runs.handle import Run
+from backend.runs.store import Phase, RunState, RunStore
 
 STOP_GRACE_S = 5.0      # survivors of a failed attempt are casualties: no need to wait long
 MAX_POLL_S = 10.0       # the slowest poll while a host does not answer

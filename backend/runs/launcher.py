@@ -12,19 +12,20 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from backend import jobfit, keeper_process
-from backend.attempts import begin_attempt
+from backend.config import jobfit
+from backend.runs import detached
+from backend.runs.attempts import begin_attempt
 from backend.errors import ConsoleError
 from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.resolve import tf_hosts
 from backend.hosts.ssh import SSHOptions
-from backend.outcome import TaskStatus  # noqa: F401  (re-exported for older callers)
-from backend.preflight import require_preflight
-from backend.run import Run
-from backend.runs import Phase, RunState, RunStore, TaskState, check_run_id, new_run_id
-from backend.slurm.spec import SlurmSpec, slurm_to_dict
-from backend.spec import ClusterSpec, JobKind, JobSpec, RestartMode, cluster_to_dict, job_to_dict
+from backend.runs.outcome import TaskStatus  # noqa: F401  (re-exported for older callers)
+from backend.hosts.preflight import require_preflight
+from backend.runs.handle import Run
+from backend.runs.store import Phase, RunState, RunStore, TaskState, check_run_id, new_run_id
+from backend.config.slurm_spec import SlurmSpec, slurm_to_dict
+from backend.config.spec import ClusterSpec, JobKind, JobSpec, RestartMode, cluster_to_dict, job_to_dict
 
 
 class Preflight(enum.Enum):
@@ -63,7 +64,7 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
     run = Run(state, store, pool)
     begin_attempt(run, resume_step=None, expect=(Phase.LAUNCHING,))
     if run.kept:
-        keeper_process.start_keeper(run.run_id, store.root, pool.options)
+        detached.start_keeper(run.run_id, store.root, pool.options)
     return run
 
 

@@ -11,15 +11,16 @@ import json
 import time
 from pathlib import Path
 
-from backend import keeper_process, remote
+from backend.runs import detached
+from backend.hosts import remote
 from backend.engines.base import Engine, StopReport
 from backend.engines import engine_for, tasks_view
 from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.harness import layout
 from backend.hosts.pool import Pool, make_transport
-from backend.outcome import Conclusion, TaskStatus, Verdict, conclude
-from backend.runs import Phase, RunState, RunStore, TaskState
-from backend.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
+from backend.runs.outcome import Conclusion, TaskStatus, Verdict, conclude
+from backend.runs.store import Phase, RunState, RunStore, TaskState
+from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
 SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (docs/facts.md #6)
 # A user's stop: INT and TERM, KILL this long after for what still lives. Healthy TensorFlow
@@ -65,7 +66,7 @@ class Run:
         return self.pool.transport(self.task_spec(name))
 
     def remote(self, name: str) -> remote.Host:
-        """The host-side command line in this task's run directory (``backend.remote``)."""
+        """The host-side command line in this task's run directory (``backend.hosts.remote``)."""
         return remote.Host(self.transport(name), self.task_spec(name).python, self.task(name).remote_run_dir)
 
     def reload(self) -> RunState:
@@ -84,7 +85,7 @@ class Run:
     def log_tail(self, name: str, max_bytes: int = 20000) -> str:
         """The end of a task's log: from its host, or from the copy kept here (``logcopy``) when
         the run has ended or the host does not answer."""
-        from backend.logcopy import local_copy
+        from backend.watch.logcopy import local_copy
         self.task(name)   # an unknown task is an error, not an empty log
         local = local_copy(self, name)
         if local is not None and not self.state.live:
@@ -126,7 +127,7 @@ class Run:
         if statuses is None:
             statuses = self.status() if self.state.live else []
         if self.kept and self.state.phase in (Phase.RUNNING, Phase.RESTARTING):
-            self.keeper_note = keeper_process.ensure_keeper(self.run_id, self.store.root, self.pool.options)
+            self.keeper_note = detached.ensure_keeper(self.run_id, self.store.root, self.pool.options)
             return statuses
         if self.kept or self.state.phase != Phase.RUNNING:
             return statuses
@@ -203,7 +204,7 @@ class Run:
         self.update(finish)
         if report.clean:
             # A keeper asleep in a back-off, or one that cannot read the run, would outlive it.
-            keeper_process.end_keeper(self.local_dir)
+            detached.end_keeper(self.local_dir)
         if not report.clean:
             raise MultiHostError("stop", report.errors,
                                  "The run stays 'stopping': when those hosts answer again, run stop again.")

@@ -21,10 +21,10 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Mapping
 
-from backend._fields import (_REQUIRED, _command_name, _enum, _host, _jump_host, _parse_fields, _plain,
+from backend.config.fields import (_REQUIRED, _command_name, _enum, _host, _jump_host, _parse_fields, _plain,
                              _plain_path, _port, _show, _user, _workdir)
 from backend.errors import SpecError, SpecErrors
-from backend.spec import ClusterSpec, Role, TaskSpec, TransportKind, cluster_from_dict, load_cluster
+from backend.config.spec import ClusterSpec, Role, TaskSpec, TransportKind, cluster_from_dict, load_cluster
 
 KIND = "slurm"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -215,6 +215,6 @@ def any_cluster_from_dict(data: object) -> AnyCluster:
 
 
 def load_any_cluster(path) -> AnyCluster:
-    from backend._fields import _read_yaml
+    from backend.config.fields import _read_yaml
     data = _read_yaml(path)
     return slurm_from_dict(data) if is_slurm(data) else load_cluster(path)

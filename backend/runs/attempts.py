@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 
 from backend.errors import ConsoleError, RunError
-from backend.run import Run
-from backend.runs import Attempt, Phase, RunState, this_process
+from backend.runs.handle import Run
+from backend.runs.store import Attempt, Phase, RunState, this_process
 
 START_STOP_GRACE_S = 5.0
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from backend import remote
+from backend.hosts import remote
 from backend.errors import ConsoleError
 from backend.harness import layout
 from backend.hosts.pool import parallel
 
 if TYPE_CHECKING:
-    from backend.run import Run
+    from backend.runs.handle import Run
 
 HEALTH = "health.json"
 

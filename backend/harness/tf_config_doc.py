@@ -1,6 +1,6 @@
 """The TF_CONFIG document itself, from addresses per role. Standard library only.
 
-One builder for both ways a task learns its place: ``backend.tfconfig`` calls it with the
+One builder for both ways a task learns its place: ``backend.config.tfconfig`` calls it with the
 addresses of a cluster file (SSH hosts), and ``slurm_task.py`` calls it on the node with the
 addresses it reads from Slurm's variables.
 """

@@ -5,7 +5,7 @@ Every value here ends up on a remote command line, in an SSH option or in TF_CON
 allow-lists of characters rather than deny-lists. The dataclasses validate themselves in
 ``__post_init__`` so that a spec built in code is as safe as one loaded from YAML; the loaders add
 field paths (``tasks[1].tf_port``) and report every problem at once. Cross-task checks (duplicate
-ports, several chiefs, loopback mixed with remote hosts) live in ``backend.tfconfig.check_cluster``,
+ports, several chiefs, loopback mixed with remote hosts) live in ``backend.config.tfconfig.check_cluster``,
 because a form wants them as findings it can show, not as a refusal to load.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ class JobKind(str, Enum):
     HARNESS = "harness"
     COMMAND = "command"
 
-from backend._fields import (  # noqa: F401  (parsers shared by the field tables below)
+from backend.config.fields import (  # noqa: F401  (parsers shared by the field tables below)
     _REQUIRED,
     _show,
     _enum,

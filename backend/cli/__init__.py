@@ -1,0 +1,1 @@
+"""The command line: ``tfconsole`` and ``python -m backend``."""

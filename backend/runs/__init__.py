@@ -1,0 +1,1 @@
+"""A run's whole life: its record, handle, attempts, outcome, launch and keeper."""
