@@ -96,6 +96,9 @@ class _Hooks:
         self.keep, self.batch_size = int(keep_checkpoints), batch_size
         self.save_at_epoch_end = save_at_epoch_end
         self.active = False
+        # This callback never reads `logs`: without this, tf_keras turns every batch's logs into
+        # numpy for it, a host sync at every step.
+        self._supports_tf_logs = True
 
     # ---- start ------------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
