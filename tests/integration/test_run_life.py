@@ -150,7 +150,7 @@ def test_interrupted_launch_ends_failed(local_cluster, python_path, tmp_path, mo
 
     def broken(job):
         raise interruption
-    monkeypatch.setattr(hosts, "bundle", broken)
+    monkeypatch.setattr(direct, "bundle", broken)
     store = RunStore(tmp_path / "runs")
     with pytest.raises(type(interruption)):
         launcher.launch(local_cluster, command_job(tmp_path, python_path, 120), store=store,
