@@ -53,8 +53,8 @@ def children(pid: int) -> list[int]:
 def serve(runs: Path, log: Path, tree: Path = ROOT) -> tuple[subprocess.Popen, str]:
     """The console as `streamlit run` starts it (from ``tree``: another checkout, to compare),
     and the URL that carries its login token."""
-    from console import auth
-    token = auth.new_token(auth.token_path(runs))
+    from console import tokens
+    token = tokens.new_token(tokens.token_path(runs))
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "console/app.py", "--server.address", "127.0.0.1",
@@ -65,7 +65,7 @@ def serve(runs: Path, log: Path, tree: Path = ROOT) -> tuple[subprocess.Popen, s
     for _ in range(300):
         try:
             if urllib.request.urlopen(url + "/_stcore/health", timeout=2).read().strip() == b"ok":
-                return proc, auth.url(token, address="127.0.0.1", port=port)
+                return proc, tokens.url(token, address="127.0.0.1", port=port)
         except OSError:
             time.sleep(0.3)
     raise SystemExit("streamlit did not start: " + log.read_text()[-2000:])

@@ -1,2 +1,3 @@
-"""Streamlit glue for the training console: session state, cached backend handles, and pure plotly
-figure builders (``console.figures``). Pages import from here; ``backend`` never imports this."""
+"""The training console over ``backend``: pure logic here (forms, actions, figures, chart feeds, the
+login token, the run registry), with no Streamlit; ``console.ui`` draws with it, and the pages in
+../pages use both. Imports flow pages -> console.ui -> console -> backend; backend never imports this."""

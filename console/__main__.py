@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from console import auth
+from console import tokens
 from console.errors import ConsoleError
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -22,12 +22,12 @@ WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
 
 def _warn_if_public(address: str, token_on: bool) -> None:
     """Listening beyond this machine is allowed, never silent: say who can reach what."""
-    if address in WILDCARDS or not auth.is_loopback(address):
+    if address in WILDCARDS or not tokens.is_loopback(address):
         who = ("anyone who can reach this machine" if address in WILDCARDS
                else f"anyone who can reach {address}")
         guard = ("the login token is all that stands between them and starting training on your "
                  "hosts with your SSH keys" if token_on else
-                 f"and the login token is OFF ({auth.ENV}=none): they can start training on your "
+                 f"and the login token is OFF ({tokens.ENV}=none): they can start training on your "
                  "hosts with your SSH keys")
         print(f"tfconsole: warning: listening on {address}: {who} reaches the console, "
               f"{guard}. The token does not cover TensorFlow's own ports (tf_port): they are open "
@@ -48,10 +48,10 @@ def _wait_healthy(proc: subprocess.Popen, health: str) -> None:
 
 def _announce(token: str | None, address: str, port: int) -> None:
     if token is None:
-        print(f"tfconsole: open http://{address}:{port}/ ({auth.OFF_NOTICE})", flush=True)
+        print(f"tfconsole: open http://{address}:{port}/ ({tokens.OFF_NOTICE})", flush=True)
         return
-    print(f"tfconsole: open {auth.url(token, address=address, port=port)}\n"
-          f"tfconsole: the token is in {auth.token_path()} (yours only); it changes at every start",
+    print(f"tfconsole: open {tokens.url(token, address=address, port=port)}\n"
+          f"tfconsole: the token is in {tokens.token_path()} (yours only); it changes at every start",
           flush=True)
 
 
@@ -61,13 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     args = parser.parse_args(argv)
     try:
-        setting = auth.access()
-        token = auth.new_token(auth.token_path()) if setting is auth.Access.TOKEN else None
+        setting = tokens.access()
+        token = tokens.new_token(tokens.token_path()) if setting is tokens.Access.TOKEN else None
     except ConsoleError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     _warn_if_public(args.address, token is not None)
-    env = dict(os.environ, **({auth.PRINTED_ENV: auth.printed_mark(token)} if token else {}))
+    env = dict(os.environ, **({tokens.PRINTED_ENV: tokens.printed_mark(token)} if token else {}))
     proc = subprocess.Popen([
         sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", args.address,
         "--server.port", str(args.port), "--server.headless", "true",

@@ -10,7 +10,7 @@ if str(ROOT) not in sys.path:   # `streamlit run console/app.py` puts only conso
 
 import streamlit as st  # noqa: E402
 
-from console import auth, state  # noqa: E402
+from console.ui import auth, state  # noqa: E402
 
 PAGES = ROOT / "pages"
 

@@ -13,7 +13,7 @@ For appending to work on long runs, lines are thinned here with *stable* buckets
 so closed buckets never change and only the last one moves; the stride doubles (and the line is
 re-sent) only when the run's length doubles.
 
-Pure: no Streamlit here (``console.live_chart`` mounts the browser side).
+Pure: no Streamlit here (``console.ui.live_chart`` mounts the browser side).
 """
 from __future__ import annotations
 

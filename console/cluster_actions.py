@@ -1,17 +1,15 @@
 """Cluster page actions: imports, YAML and TF_CONFIG output, preflight and host-key trust, as
-plain results plus small renderers."""
+plain results (``console.ui.host_checks`` draws the preflight and the host key)."""
 from __future__ import annotations
 
 import os
 
-import pandas as pd
-import streamlit as st
 import yaml
 
 from backend.config import tfconfig
 from backend.errors import ConsoleError
 from backend.hosts.pool import Pool
-from backend.hosts.known_hosts import OnChange, Verdict
+from backend.hosts.known_hosts import OnChange
 from backend.hosts.resolve import tf_addresses
 from backend.hosts.ssh import SSHOptions
 from backend.hosts.trust import fetch_host_key, trust_host_key
@@ -19,7 +17,6 @@ from backend.hosts.preflight import run_preflight
 from backend.config.spec import (ClusterSpec, TransportKind, cluster_from_dict, cluster_to_dict, import_hostfile,
                           import_ssh_config, load_yaml_text, save_cluster)
 from console import forms
-from console.plain import md_escape
 
 
 # ---- imports and output ---------------------------------------------------------------------
@@ -91,28 +88,6 @@ def preflight(cluster: ClusterSpec, options: SSHOptions) -> dict:
             "failures": [f"{r.task} ({r.host}): " + "; ".join(r.problems()) for r in reports if not r.ok]}
 
 
-def _cell_style(value) -> str:
-    text = str(value)
-    if text.startswith("ok"):
-        return "background-color: #d4f7dc"
-    if text.startswith("FAIL"):
-        return "background-color: #ffd6d6"
-    return ""
-
-
-def show_preflight(result: dict) -> None:
-    if result["error"]:
-        st.error(md_escape(result["error"]))   # hosts' output: text, not Markdown
-        return
-    frame = pd.DataFrame(result["rows"])
-    st.dataframe(frame.style.map(_cell_style), hide_index=True, width="stretch",
-                 key="preflight_table")
-    for line in result["failures"]:
-        st.error(md_escape(line))
-    if not result["failures"]:
-        st.success("Every host passed the preflight.")
-
-
 def ssh_targets(cluster: ClusterSpec) -> list[str]:
     """Distinct SSH hosts as the tasks name them: "alias" or "alias:port" when the task sets a port."""
     out = []
@@ -145,31 +120,3 @@ def trust(info: dict, options: SSHOptions, *, on_change: OnChange = OnChange.REF
     """Record the key in known_hosts if it still has the fingerprint shown; raises ConsoleError."""
     return trust_host_key(info["host"], info["fingerprint"], port=info["port"], options=options,
                           on_change=on_change).fingerprint
-
-
-def show_host_key(info: dict | None, options: SSHOptions) -> None:
-    if not info:
-        return
-    if info["error"]:
-        st.error(md_escape(info["error"]))
-        return
-    st.code(f"{info['label']} offers {info['key_type']} {info['fingerprint']}", language=None)
-    verdict = Verdict(info["verdict"])
-    if verdict is Verdict.TRUSTED:
-        st.success(f"Already trusted in {options.known_hosts}.")
-        return
-    on_change = OnChange.REFUSE
-    if verdict is Verdict.CHANGED:
-        st.error("CHANGED: known_hosts trusts a different key for this host. This can be an attack. "
-                 "Replace it only if you know the host was reinstalled and its new key is the one above.")
-        on_change = OnChange.REPLACE
-    st.caption("Compare it with the host's own (ssh-keygen -lf /etc/ssh/ssh_host_*.pub) before trusting.")
-    label = "Replace the old key with this one" if verdict is Verdict.CHANGED else \
-        f"Trust {info['target']} with this fingerprint"
-    if st.button(label, key="hostkey_trust", type="primary"):
-        try:
-            trust(info, options, on_change=on_change)
-            st.success(f"Trusted {info['label']} ({info['fingerprint']}) in {options.known_hosts}.")
-            st.session_state.host_key = None
-        except ConsoleError as err:
-            st.error(str(err))

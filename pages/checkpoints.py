@@ -10,7 +10,8 @@ returns at once and shows their progress); an action holds its step on the chief
 import pandas as pd
 import streamlit as st
 
-from console import actions, auth, state, widgets
+from console import actions
+from console.ui import auth, state, widgets
 from console.errors import ConsoleError
 from console.plain import md_escape
 

@@ -4,7 +4,8 @@ import json
 import pandas as pd
 import streamlit as st
 
-from console import auth, cluster_actions, forms, slurm_form, slurm_view, state
+from console import cluster_actions, forms, slurm_form
+from console.ui import auth, host_checks, slurm_view, state
 from console.errors import ConsoleError, messages
 
 auth.guard()   # nothing on this page for a session without the login token
@@ -138,7 +139,7 @@ if st.button("Run preflight", key="preflight_button"):
     with st.spinner("Checking every host (SSH, Python, TensorFlow, GPUs, port, workdir)..."):
         ss.preflight = cluster_actions.preflight(cluster, state.registry().options)
 if ss.preflight is not None:
-    cluster_actions.show_preflight(ss.preflight)
+    host_checks.show_preflight(ss.preflight)
 
 ssh_targets = cluster_actions.ssh_targets(cluster)
 if ssh_targets:
@@ -146,4 +147,4 @@ if ssh_targets:
     target = st.selectbox("Host", ssh_targets, key="hostkey_target")
     if st.button("Fetch host key", key="hostkey_fetch"):
         ss.host_key = cluster_actions.fetch_key(target, state.registry().options)
-    cluster_actions.show_host_key(ss.host_key, state.registry().options)
+    host_checks.show_host_key(ss.host_key, state.registry().options)

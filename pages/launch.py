@@ -1,7 +1,8 @@
 """Launch: pick a job and its parameters, then Start (preflight first) or Stop."""
 import streamlit as st
 
-from console import actions, auth, cluster_actions, forms, state, widgets
+from console import actions, forms
+from console.ui import auth, host_checks, state, widgets
 from console.errors import ConsoleError, messages
 from console.plain import md_escape
 
@@ -89,7 +90,7 @@ widgets.action_panel(action, key="launch")
 if action is not None and action.done and action.kind == "start" and action.error:
     report = getattr(action.result, "preflight", None)
     if report and report["rows"]:
-        cluster_actions.show_preflight(report)
+        host_checks.show_preflight(report)
 
 st.subheader("Current run")
 if live is None:

@@ -3,8 +3,9 @@ import time
 
 import streamlit as st
 
-from console import actions, auth, figures, monitor_view, state, widgets
-from console.live_chart import live_chart
+from console import actions, figures, monitor_view
+from console.ui import auth, state, widgets
+from console.ui.live_chart import live_chart
 from console.plain import md_escape
 
 auth.guard()   # nothing on this page for a session without the login token

@@ -2,7 +2,8 @@
 import pandas as pd
 import streamlit as st
 
-from console import auth, runs_view, state
+from console import runs_view
+from console.ui import auth, state
 from console.figures import compare_figure
 
 auth.guard()   # nothing on this page for a session without the login token

@@ -1,4 +1,4 @@
-// Monitor's live charts in the browser (mounted by console/live_chart.py, fed by
+// Monitor's live charts in the browser (mounted by console/ui/live_chart.py, fed by
 // console/chart_feed.py): the figure arrives whole once, then each message carries only the
 // points this browser lacks. A message that does not fit what the chart holds (the chart was
 // remounted, a message was missed) makes it ask the server for the whole figure ("resync").

@@ -15,8 +15,9 @@ TIMEOUT = 120   # a Start runs the preflight (imports TensorFlow) and launches t
 def as_owner(at: AppTest) -> AppTest:
     """The session holds the console's login token, as after opening the printed URL (every page
     refuses a session without it: tests/app/test_login.py)."""
-    from console import auth
-    at.session_state[auth.SESSION_KEY] = auth.read_token(auth.token_path())
+    from console import tokens
+    from console.ui import auth
+    at.session_state[auth.SESSION_KEY] = tokens.read_token(tokens.token_path())
     return at
 
 
@@ -28,7 +29,7 @@ def runs_dir(tmp_path, monkeypatch):
     from backend.errors import ConsoleError
     from backend.runs.launcher import attach
     from backend.runs.store import RunStore
-    from console import state
+    from console.ui import state
     state._registry(str(root.resolve())).close()   # stop monitors this test started
     for run_state in RunStore(root).list():       # and never leave a worker behind
         if run_state.live:
@@ -85,7 +86,7 @@ def finished_run(tmp_path_factory):
     statuses = run.wait(timeout=180)
     assert all(s.exit_code == 0 for s in statuses), [run.log_tail(s.name, 2000) for s in statuses]
     yield root, run.run_id
-    from console import state
+    from console.ui import state
     state._registry(str(root.resolve())).close()
 
 

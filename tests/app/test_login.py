@@ -1,4 +1,4 @@
-"""The login token on every page (console/auth.py): a session without it sees only the refusal."""
+"""The login token on every page (console/ui/auth.py): a session without it sees only the refusal."""
 from __future__ import annotations
 
 import logging
@@ -6,7 +6,8 @@ import logging
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from console import auth
+from console import tokens
+from console.ui import auth
 from tests.app.conftest import as_owner
 from tests.conftest import ROOT
 
@@ -51,9 +52,9 @@ def test_a_session_without_the_token_sees_only_the_refusal(runs_dir, script):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_a_wrong_token_is_refused(runs_dir, script):
-    auth.read_token(auth.token_path())
+    tokens.read_token(tokens.token_path())
     at = _open(script)
-    at.query_params[auth.PARAM] = "not-the-token"
+    at.query_params[tokens.PARAM] = "not-the-token"
     at.run()
     assert _refused(at), _shown(at)
     assert "not this console's" in at.error[0].value
@@ -62,11 +63,11 @@ def test_a_wrong_token_is_refused(runs_dir, script):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_the_token_in_the_url_opens_the_page_and_leaves_the_address_bar(runs_dir, script):
     at = _open(script)
-    at.query_params[auth.PARAM] = auth.read_token(auth.token_path())
+    at.query_params[tokens.PARAM] = tokens.read_token(tokens.token_path())
     at.run()
     assert not at.exception
     assert [t.value for t in at.title] == [TITLES[script]]
-    assert auth.PARAM not in at.query_params
+    assert tokens.PARAM not in at.query_params
     at.run()                           # the session keeps it: the next run needs no URL
     assert [t.value for t in at.title] == [TITLES[script]]
 
@@ -74,7 +75,7 @@ def test_the_token_in_the_url_opens_the_page_and_leaves_the_address_bar(runs_dir
 def test_a_session_whose_token_is_replaced_stops_at_the_next_run(runs_dir):
     at = as_owner(_open("console/app.py")).run()
     assert [t.value for t in at.title] == ["Launch"]
-    auth.token_path().unlink()         # the owner revokes every URL handed out so far
+    tokens.token_path().unlink()         # the owner revokes every URL handed out so far
     at.run()
     assert _refused(at), _shown(at)
     assert auth.SESSION_KEY not in at.session_state
@@ -90,27 +91,27 @@ def test_a_session_that_loses_its_token_stops_at_the_next_run(runs_dir):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_with_the_token_off_every_page_says_so(runs_dir, monkeypatch, script):
-    monkeypatch.setenv(auth.ENV, "none")
+    monkeypatch.setenv(tokens.ENV, "none")
     at = _open(script).run()
     assert not at.exception
     assert [t.value for t in at.title] == [TITLES[script]]
-    assert [w.value for w in at.warning if "login token is off" in w.value] == [auth.OFF_NOTICE]
-    assert not auth.token_path().exists()
+    assert [w.value for w in at.warning if "login token is off" in w.value] == [tokens.OFF_NOTICE]
+    assert not tokens.token_path().exists()
 
 
 def test_an_unknown_setting_shows_what_to_set_and_nothing_else(runs_dir, monkeypatch):
-    monkeypatch.setenv(auth.ENV, "off")
+    monkeypatch.setenv(tokens.ENV, "off")
     at = _open("console/app.py").run()
     assert not at.exception
     assert set(_shown(at)) == {"error"}
-    assert auth.ENV in at.error[0].value and "'none'" in at.error[0].value
+    assert tokens.ENV in at.error[0].value and "'none'" in at.error[0].value
 
 
 def test_the_token_is_never_logged(runs_dir, caplog):
     caplog.set_level(logging.DEBUG)
-    token = auth.read_token(auth.token_path())
+    token = tokens.read_token(tokens.token_path())
     at = _open("console/app.py")
-    at.query_params[auth.PARAM] = token
+    at.query_params[tokens.PARAM] = token
     at.run()
     at.switch_page("../pages/cluster.py").run()
     assert [t.value for t in at.title] == ["Cluster"]
@@ -122,11 +123,12 @@ def _live_page():
     session, the owner deletes the token file while the page is being drawn."""
     import streamlit as st
 
-    from console import auth
+    from console import tokens
+    from console.ui import auth
     auth.guard()
     st.title("Live")
     if st.session_state.pop("revoke", None):
-        auth.token_path().unlink()
+        tokens.token_path().unlink()
 
     @auth.fragment(run_every=1)
     def panel() -> None:

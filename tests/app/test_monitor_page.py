@@ -6,7 +6,8 @@ import time
 
 import numpy as np
 
-from console import monitor_view, state
+from console import monitor_view
+from console.ui import state
 
 
 def _wait_for_metrics(live, tasks=2, timeout=60):
@@ -60,11 +61,11 @@ def test_a_stop_clicked_after_the_token_is_revoked_does_nothing(page, runs_dir):
     on a live run only: a command job that sleeps is one, without TensorFlow.)"""
     import sys
     from backend.runs.store import RunStore
-    from console import auth
+    from console import tokens
     run_id = _command_run(runs_dir, [sys.executable, "-c", "import time; time.sleep(120)"]).run_id
     at = page("monitor")
     at.button(key="monitor_stop").click().run()
-    auth.token_path().unlink()                  # the owner revokes every URL handed out so far
+    tokens.token_path().unlink()                  # the owner revokes every URL handed out so far
     at.button(key="monitor_yes").click().run()
     assert not at.exception
     assert [t.value for t in at.title] == ["Login token needed"]

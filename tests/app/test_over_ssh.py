@@ -184,7 +184,7 @@ def two_ssh_runs(tmp_path_factory, operator_ssh, ssh_hosts, python_path):
         assert all(s.exit_code == 0 for s in statuses), [run.log_tail(s.name, 2000) for s in statuses]
         ids.append(run.run_id)
     yield root, ids
-    from console import state
+    from console.ui import state
     state._registry(str(root.resolve())).close()
 
 

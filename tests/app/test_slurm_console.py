@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from backend.runs.store import RunStore
-from console import monitor_view, slurm_form, state
+from console import monitor_view, slurm_form
+from console.ui import state
 from tests import sshd
 from tests.app.conftest import errors
 from tests.conftest import wait_for

@@ -21,7 +21,7 @@ def _as_html(markdown: str) -> str:
 def _status_page(diagnosis: str) -> None:
     from types import SimpleNamespace
 
-    from console import widgets
+    from console.ui import widgets
     status = SimpleNamespace(name="worker-1", host="h", label="failed", diagnosis=diagnosis)
     run = SimpleNamespace(keeper_note="keeper: " + diagnosis, state=SimpleNamespace(unreachable=[]))
     live = SimpleNamespace(refresh=lambda: [status], status_error="status: " + diagnosis, run=run,

@@ -37,12 +37,12 @@ class SSHConsole:
 
     def restart(self) -> str:
         """Start the console (killing the running one first); the URL with a new login token."""
-        from console import auth
+        from console import tokens
         if self.served is not None:
             web.kill_group(self.served.proc)
-        token = auth.new_token(auth.token_path(self.tmp_path / "runs"))
+        token = tokens.new_token(tokens.token_path(self.tmp_path / "runs"))
         self.served = self.stack.enter_context(web.console(web.STREAMLIT, self.tmp_path))
-        return auth.url(token, address="127.0.0.1", port=int(self.served.url.rsplit(":", 1)[1]))
+        return tokens.url(token, address="127.0.0.1", port=int(self.served.url.rsplit(":", 1)[1]))
 
 
 @pytest.fixture

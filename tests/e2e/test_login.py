@@ -1,5 +1,5 @@
 """The login token in a real browser: nothing opens without it, the printed URL opens the console,
-and the session keeps working from page to page (console/auth.py)."""
+and the session keeps working from page to page (console/ui/auth.py)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from console import auth
+from console import tokens
 from tests.conftest import wait_for
 from tests.e2e import browser as web
 
@@ -51,9 +51,9 @@ def test_make_run_prints_the_url_that_opens_the_console_and_nothing_opens_withou
     sync_playwright = web.playwright()
     with web.console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
         printed = _printed_url(served.log)
-        token = auth.token_path(served.runs).read_text().strip()
+        token = tokens.token_path(served.runs).read_text().strip()
         assert printed == f"{served.url}/?token={token}"
-        assert stat.S_IMODE(os.stat(auth.token_path(served.runs)).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(tokens.token_path(served.runs)).st_mode) == 0o600
         browser = p.chromium.launch(executable_path=web.CHROMIUM, args=web.ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
 
@@ -101,7 +101,7 @@ def test_streamlit_run_prints_the_url_when_the_first_page_loads(tmp_path):
 
 def test_with_the_token_off_every_page_says_so(tmp_path, monkeypatch):
     sync_playwright = web.playwright()
-    monkeypatch.setenv(auth.ENV, "none")
+    monkeypatch.setenv(tokens.ENV, "none")
     with web.console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
         assert _printed_url(served.log) == served.url + "/"
         browser = p.chromium.launch(executable_path=web.CHROMIUM, args=web.ARGS)
@@ -112,7 +112,7 @@ def test_with_the_token_off_every_page_says_so(tmp_path, monkeypatch):
             _heading(page, title)
             page.get_by_text("The login token is off").first.wait_for(timeout=30_000)
         browser.close()
-        assert not auth.token_path(served.runs).exists()
+        assert not tokens.token_path(served.runs).exists()
 
 
 def _live_run(runs):
@@ -154,14 +154,14 @@ def test_a_session_whose_token_is_revoked_stops_at_once(tmp_path):
         listing.get_by_text(re.compile(r"complete checkpoint")).first.wait_for(timeout=240_000)
         assert monitor.locator(".js-plotly-plot").count() >= 1
 
-        auth.token_path(served.runs).unlink()   # the owner revokes every URL handed out so far
+        tokens.token_path(served.runs).unlink()   # the owner revokes every URL handed out so far
         for page in (monitor, listing):         # no click, no reload: the fragments' next run
             _assert_refused(page)
             assert page.locator(".js-plotly-plot").count() == 0
             assert run.run_id not in page.inner_text("body")   # no header, no log line
         # The new token was made once, under the lock, and the URL printed is the file's.
-        new = wait_for(lambda: auth.token_path(served.runs).exists()
-                       and auth.token_path(served.runs).read_text().strip(), 30, "a new token")
+        new = wait_for(lambda: tokens.token_path(served.runs).exists()
+                       and tokens.token_path(served.runs).read_text().strip(), 30, "a new token")
         assert re.findall(r"tfconsole: open \S+", served.log.read_text())[-1].endswith("=" + new)
         monitor.goto(f"{served.url}/monitor?token={new}")
         _heading(monitor, "Monitor")

@@ -9,6 +9,7 @@ import pytest
 from backend.watch.metrics import MetricsStore
 from console import figures
 from console.chart_feed import DELTA, FULL, SAME, ChartFeed, stable_thin
+from tests.conftest import ROOT
 
 
 def _figure(store: MetricsStore, **kw) -> dict:
@@ -189,7 +190,7 @@ def test_stable_thin_stays_within_its_budget(n):
 
 
 def test_a_static_folder_that_cannot_be_written_is_a_clear_error(tmp_path, monkeypatch):
-    from console import live_chart
+    from console.ui import live_chart
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     monkeypatch.setattr(live_chart, "STATIC", blocker / "static")
@@ -204,7 +205,8 @@ def test_a_static_folder_that_cannot_be_written_is_a_clear_error(tmp_path, monke
 
 def test_plotly_js_is_served_from_the_installed_plotly():
     import plotly
-    from console import live_chart
+    from console.ui import live_chart
     served = live_chart.ensure_plotly_js()
+    assert served == ROOT / "console" / "static" / "plotly.min.js"   # next to app.py: Streamlit serves it
     source = os.path.join(os.path.dirname(plotly.__file__), "package_data", "plotly.min.js")
     assert served.read_bytes() == open(source, "rb").read()

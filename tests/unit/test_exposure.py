@@ -9,24 +9,24 @@ import tomllib
 
 import pytest
 
-from console import auth
+from console import tokens
 from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize("header", ["localhost:8501", "127.0.0.1:8501", "[::1]:8501", "LOCALHOST",
                                     "10.1.2.3:8501", "[fe80::1]:8501", "console.lab:8501"])
 def test_names_the_console_is_served_under_pass(header, monkeypatch):
-    monkeypatch.setenv(auth.HOSTS_ENV, "console.lab, other.lab")
-    assert auth.host_refusal(header, address="127.0.0.1") is None
+    monkeypatch.setenv(tokens.HOSTS_ENV, "console.lab, other.lab")
+    assert tokens.host_refusal(header, address="127.0.0.1") is None
 
 
 def test_a_rebound_name_is_refused_with_what_to_do(monkeypatch):
     """A page on attacker.example whose DNS name now points at 127.0.0.1 sends Host: attacker..."""
-    monkeypatch.delenv(auth.HOSTS_ENV, raising=False)
-    text = auth.host_refusal("attacker.example:8501", address="127.0.0.1")
-    assert "attacker.example" in text and auth.HOSTS_ENV in text and "127.0.0.1" in text
-    assert auth.host_refusal("attacker.example", address="0.0.0.0") is not None
-    assert auth.host_refusal("box.lab:8501", address="box.lab") is None   # the --address given
+    monkeypatch.delenv(tokens.HOSTS_ENV, raising=False)
+    text = tokens.host_refusal("attacker.example:8501", address="127.0.0.1")
+    assert "attacker.example" in text and tokens.HOSTS_ENV in text and "127.0.0.1" in text
+    assert tokens.host_refusal("attacker.example", address="0.0.0.0") is not None
+    assert tokens.host_refusal("box.lab:8501", address="box.lab") is None   # the --address given
 
 
 def test_uploads_are_capped_at_1_mb_in_the_config_and_the_launcher(monkeypatch, tmp_path):
@@ -39,7 +39,7 @@ def test_uploads_are_capped_at_1_mb_in_the_config_and_the_launcher(monkeypatch, 
 
 def test_every_interface_is_warned_about(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("TFCONSOLE_RUNS", str(tmp_path))
-    monkeypatch.delenv(auth.ENV, raising=False)
+    monkeypatch.delenv(tokens.ENV, raising=False)
     _launch(monkeypatch, ["--address", "0.0.0.0", "--port", "8599"])
     err = capsys.readouterr().err
     assert "0.0.0.0" in err and "anyone who can reach this machine" in err

@@ -1,5 +1,6 @@
-"""`backend` never imports Streamlit: every module, imported as its users import it, checked in a
-fresh interpreter (an import anywhere in the tree would show up in sys.modules)."""
+"""`backend` and the pure half of `console` never import Streamlit: every module, imported as its
+users import it, checked in a fresh interpreter (an import anywhere in the tree would show up in
+sys.modules). Only `console.ui` (and the entry script, console/app.py) draws."""
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ for name in sys.argv[1:]:
         sys.path.insert(0, {harness!r})
         name = name.rsplit("/", 1)[-1][:-3]
     importlib.import_module(name)
-print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "streamlit")))
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "streamlit" or m.startswith("console.ui"))))
 """
 
 
@@ -32,7 +33,14 @@ def backend_modules() -> list[str]:
     return names
 
 
+def console_pure_modules() -> list[str]:
+    """Every module of ``console`` outside ``console.ui``, but the Streamlit entry script."""
+    return ["console." + p.stem if p.stem != "__init__" else "console"
+            for p in sorted((ROOT / "console").glob("*.py")) if p.name != "app.py"]
+
+
 def streamlit_imported_by(names: list[str]) -> list[str]:
+    """The Streamlit modules (and those of ``console.ui``) that importing ``names`` pulls in."""
     proc = subprocess.run([sys.executable, "-c", CHECK.format(harness=str(HARNESS)), *names],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -46,4 +54,10 @@ def test_no_backend_module_imports_streamlit():
 
 
 def test_the_check_sees_an_import_of_streamlit():
-    assert "streamlit" in streamlit_imported_by(["console.state"])
+    assert "streamlit" in streamlit_imported_by(["console.ui.state"])
+
+
+def test_no_pure_console_module_imports_streamlit_or_the_ui():
+    names = console_pure_modules()
+    assert {"console.actions", "console.live_run", "console.tokens", "console.__main__"} <= set(names)
+    assert streamlit_imported_by(names) == []

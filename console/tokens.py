@@ -8,23 +8,19 @@ the address bar, and never logged. Deleting the file makes a new token at the ne
 shuts out every session that holds the old one, open pages too: their live parts (``fragment``)
 check the token at every refresh (docs/facts.md #15). ``TFCONSOLE_AUTH=none`` turns the token off
 (for a private SSH tunnel); every page then says so. README.md, "Opening the console", tells the
-operator.
+operator. Pure: the token and the Host check; ``console.ui.auth`` draws the gate with them.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import ipaddress
 import os
 import secrets
 import socket
-import threading
 from enum import Enum
 from pathlib import Path
 from urllib.parse import urlencode
-
-import streamlit as st
 
 from backend.errors import ConsoleError, SpecError
 from backend.runs.store import default_root, write_private
@@ -32,8 +28,6 @@ from backend.runs.store import default_root, write_private
 ENV = "TFCONSOLE_AUTH"
 FILE_NAME = ".console-token"
 PARAM = "token"
-SESSION_KEY = "_login_token"
-SHUT_OUT_KEY = "_login_shut_out"   # this session was let in, then lost the token
 OFF_NOTICE = (f"The login token is off ({ENV}=none): anyone who can open this address can start "
               "training on your hosts. Reach it only through a private SSH tunnel.")
 
@@ -90,17 +84,6 @@ def host_refusal(header: str | None, *, address: str | None) -> str | None:
             "a web page can point a name of its own at this machine (DNS rebinding) to drive the "
             f"console. Open it as http://127.0.0.1:<port>/ (or the address it was started with), "
             f"or, if {name!r} is yours, start the console with {HOSTS_ENV}={name}.")
-
-
-def _request_host() -> str | None:
-    try:
-        return st.context.headers.get("Host")
-    except Exception:  # noqa: BLE001 - no request behind this run (a bare script run)
-        return None
-
-
-def _wrong_host() -> str | None:
-    return host_refusal(_request_host(), address=st.get_option("server.address"))
 
 
 class Access(Enum):
@@ -169,10 +152,6 @@ def url(token: str, *, address: str, port: int, base_path: str = "") -> str:
     return f"http://{address}:{port}/{base + '/' if base else ''}?{urlencode({PARAM: token})}"
 
 
-# --- Streamlit: the gate in console/app.py and the guard on each page -----------------------
-
-_announced: set[str] = set()   # tokens this process has printed, so each is printed once
-_lock = threading.Lock()        # sessions run in threads: one of them creates and prints
 # Set by `python -m console` (make run) for the Streamlit process it starts: the SHA-256 of the
 # token whose URL it printed itself, so the first page load does not print it again.
 PRINTED_ENV = "TFCONSOLE_PRINTED"
@@ -180,125 +159,3 @@ PRINTED_ENV = "TFCONSOLE_PRINTED"
 
 def printed_mark(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _server_token() -> str:
-    with _lock:
-        token = read_token(token_path())
-        if token not in _announced:   # `streamlit run console/app.py` prints no token itself
-            _announced.add(token)
-            if os.environ.get(PRINTED_ENV) == printed_mark(token):
-                return token
-            address = st.get_option("server.address") or "localhost"
-            print("tfconsole: open " + url(token, address=address, port=st.get_option("server.port"),
-                                           base_path=st.get_option("server.baseUrlPath") or ""),
-                  flush=True)
-        return token
-
-
-def _refuse(*, wrong: bool) -> None:
-    st.title("Login token needed")
-    if wrong:
-        st.error("That token is not this console's (`make run` makes a new one at every start).")
-    st.info("This console starts training on its owner's hosts, so it opens only with its URL "
-            f"that carries the login token (`/?{PARAM}=...`). Ask the console's owner for that "
-            f"URL: it is printed where the console started, and kept in `{FILE_NAME}` in the "
-            "console's runs folder, readable by the owner only.")
-
-
-def _hide_pages() -> None:
-    """A browser keeps the page list of the last ``st.navigation`` it was sent: a session that was
-    let in and has lost the token is sent a list of one page, the refusal, which shows no list."""
-    st.navigation([st.Page(_nothing, title="Login token needed", url_path="login", default=True)],
-                  position="hidden")
-
-
-def _nothing() -> None:
-    """The refusal's page: never run (the gate's script run ends before ``run()``)."""
-
-
-def _check() -> Access | None:
-    """The access setting in force, when this session presented the token (now or before) or the
-    token is off; else None, with the refusal (or what to fix) drawn and nothing else."""
-    wrong_host = _wrong_host()
-    if wrong_host:
-        st.title("Wrong address")
-        st.text(wrong_host)            # the name came from the request: plain text, no Markdown
-        return None
-    try:
-        setting = access()
-        if setting is Access.NONE:
-            return setting
-        token = _server_token()
-    except ConsoleError as err:
-        st.error(str(err))
-        return None
-    ss = st.session_state
-    presented = st.query_params.get(PARAM)
-    if presented is not None:
-        del st.query_params[PARAM]     # out of the address bar, the history and screenshots
-        if matches(presented, token):
-            ss[SESSION_KEY] = presented
-    held = ss.get(SESSION_KEY)
-    if matches(held, token):
-        return setting
-    ss.pop(SESSION_KEY, None)          # an old token (the file was replaced) is no use again
-    if held is not None:
-        ss[SHUT_OUT_KEY] = True
-    if ss.get(SHUT_OUT_KEY):           # every run: a stale page list must not come back
-        _hide_pages()
-    _refuse(wrong=presented is not None)
-    return None
-
-
-def gate() -> bool:
-    """For the entry script, before the page list: False (the refusal drawn) for a session without
-    the token, and then nothing else may render, not even the names of the pages. The script run
-    must then end normally, not by ``st.stop()``: only a run that ends normally makes Streamlit
-    forget the page's fragments, whose timers still tick in the browser and would draw into a
-    page that is gone and blank it (docs/facts.md #15)."""
-    return _check() is not None
-
-
-def holds_token() -> bool:
-    """Whether this session may act now: the token is off, or the session holds the current one.
-    Draws nothing; for widget callbacks, which Streamlit runs before the page's ``guard()``."""
-    if _wrong_host():
-        return False
-    try:
-        if access() is Access.NONE:
-            return True
-        token = _server_token()        # under the lock: a missing file is made (and printed) once
-    except ConsoleError:
-        return False
-    return matches(st.session_state.get(SESSION_KEY), token)
-
-
-def still_allowed() -> None:
-    """The first call of every self-refreshing fragment (see ``fragment``). A fragment's rerun runs
-    only its own function, not the page's ``guard()``, so a session whose token was revoked (the
-    file deleted or replaced) would go on drawing logs and curves. Such a session reruns the whole
-    app at once instead: its gate drops the old token and shows the refusal (or the error)."""
-    if not holds_token():
-        st.rerun(scope="app")
-
-
-def fragment(*, run_every: float | None):
-    """``st.fragment(run_every=...)`` for the pages' live parts: each run checks the token first."""
-    def wrap(body):
-        @functools.wraps(body)         # the fragment's id comes from its name: keep the body's
-        def checked() -> None:
-            still_allowed()
-            body()
-        return st.fragment(checked, run_every=run_every)
-    return wrap
-
-
-def guard() -> None:
-    """The first call on every page (AppTest and a direct run reach a page without the entry
-    script): the same check, the page stopped on refusal, and the notice when the token is off."""
-    setting = _check()
-    if setting is None:
-        st.stop()
-    if setting is Access.NONE:
-        st.warning(OFF_NOTICE, icon=":material/lock_open:")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import streamlit as st
 
 from backend.config.spec import default_job
-from console import slurm_form, state
+from console import slurm_form
+from console.ui import state
 
 _HELP = {
     "host": "The login host where sbatch runs: a name, an IP or an ~/.ssh/config alias",

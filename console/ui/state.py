@@ -23,10 +23,10 @@ from backend.errors import ArtifactError, ConsoleError
 from backend.hosts.ssh import SSHOptions
 from backend.runs.store import RunStore, default_root
 from backend.config.spec import DEFAULT_PORTS, cluster_to_dict, default_cluster, default_job, job_to_dict
-from console import slurm_form
+from console import actions, slurm_form
 from console.forms import cluster_rows, examples, launch_form
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # the checkout: console/ui/state.py
 EXAMPLES = ROOT / "examples"
 
 # Every session key, with how to build its first value.
@@ -183,7 +183,6 @@ class PendingRestore:
 def hold_for_restore(live, step) -> PendingRestore:
     """Release the hold of an earlier Restore press (a second press must not leak it), then hold
     ``step`` until the operator confirms."""
-    from console import actions
     release_pending_restore()
     hold = actions.hold_for_restore(live, step)
     pending = st.session_state.confirm_restore = PendingRestore(live.run_id, hold, time.time())
@@ -213,7 +212,6 @@ def release_pending_restore() -> None:
     st.session_state.confirm_restore = None
     if not isinstance(pending, PendingRestore):
         return
-    from console import actions
     try:
         actions.release_hold(registry().get(pending.run_id), pending.hold)
     except ConsoleError:

@@ -7,8 +7,8 @@ import pandas as pd
 import streamlit as st
 
 from backend.errors import ConsoleError
-from console import auth
 from console import live_run as live_mod
+from console.ui import auth, state
 from console.plain import md_escape
 
 
@@ -78,7 +78,6 @@ def _ask_to_stop(flag: str) -> None:
 
 
 def _stop(live, flag: str, failed: str) -> None:
-    from console import state
     ss = st.session_state
     ss[flag] = False
     if not auth.holds_token():   # callbacks run before the page's guard(), which then refuses

@@ -24,7 +24,7 @@ import streamlit as st
 
 from console.chart_feed import ChartFeed, plain
 
-STATIC = Path(__file__).resolve().parent / "static"   # next to app.py: Streamlit serves it
+STATIC = Path(__file__).resolve().parents[1] / "static"   # console/static, next to app.py: Streamlit serves it
 PLOTLY_JS = "plotly.min.js"
 
 # The element's own JavaScript travels with every redraw: it only loads the real module, which

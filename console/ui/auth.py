@@ -1,0 +1,153 @@
+"""The login gate drawn: the entry script's ``gate()``, every page's ``guard()``, and the token check
+of widget callbacks and self-refreshing fragments. What the token is, where it lives and how it is
+compared: ``console.tokens`` (no Streamlit, so ``python -m console`` starts without it)."""
+from __future__ import annotations
+
+import functools
+import os
+import threading
+
+import streamlit as st
+
+from backend.errors import ConsoleError
+from console import tokens
+
+SESSION_KEY = "_login_token"
+SHUT_OUT_KEY = "_login_shut_out"   # this session was let in, then lost the token
+
+
+def _request_host() -> str | None:
+    try:
+        return st.context.headers.get("Host")
+    except Exception:  # noqa: BLE001 - no request behind this run (a bare script run)
+        return None
+
+
+def _wrong_host() -> str | None:
+    return tokens.host_refusal(_request_host(), address=st.get_option("server.address"))
+
+
+_announced: set[str] = set()   # tokens this process has printed, so each is printed once
+_lock = threading.Lock()        # sessions run in threads: one of them creates and prints
+
+
+def _server_token() -> str:
+    with _lock:
+        token = tokens.read_token(tokens.token_path())
+        if token not in _announced:   # `streamlit run console/app.py` prints no token itself
+            _announced.add(token)
+            if os.environ.get(tokens.PRINTED_ENV) == tokens.printed_mark(token):
+                return token
+            address = st.get_option("server.address") or "localhost"
+            print("tfconsole: open " + tokens.url(token, address=address, port=st.get_option("server.port"),
+                                                  base_path=st.get_option("server.baseUrlPath") or ""),
+                  flush=True)
+        return token
+
+
+def _refuse(*, wrong: bool) -> None:
+    st.title("Login token needed")
+    if wrong:
+        st.error("That token is not this console's (`make run` makes a new one at every start).")
+    st.info("This console starts training on its owner's hosts, so it opens only with its URL "
+            f"that carries the login token (`/?{tokens.PARAM}=...`). Ask the console's owner for "
+            f"that URL: it is printed where the console started, and kept in `{tokens.FILE_NAME}` "
+            "in the console's runs folder, readable by the owner only.")
+
+
+def _hide_pages() -> None:
+    """A browser keeps the page list of the last ``st.navigation`` it was sent: a session that was
+    let in and has lost the token is sent a list of one page, the refusal, which shows no list."""
+    st.navigation([st.Page(_nothing, title="Login token needed", url_path="login", default=True)],
+                  position="hidden")
+
+
+def _nothing() -> None:
+    """The refusal's page: never run (the gate's script run ends before ``run()``)."""
+
+
+def _check() -> tokens.Access | None:
+    """The access setting in force, when this session presented the token (now or before) or the
+    token is off; else None, with the refusal (or what to fix) drawn and nothing else."""
+    wrong_host = _wrong_host()
+    if wrong_host:
+        st.title("Wrong address")
+        st.text(wrong_host)            # the name came from the request: plain text, no Markdown
+        return None
+    try:
+        setting = tokens.access()
+        if setting is tokens.Access.NONE:
+            return setting
+        token = _server_token()
+    except ConsoleError as err:
+        st.error(str(err))
+        return None
+    ss = st.session_state
+    presented = st.query_params.get(tokens.PARAM)
+    if presented is not None:
+        del st.query_params[tokens.PARAM]     # out of the address bar, the history and screenshots
+        if tokens.matches(presented, token):
+            ss[SESSION_KEY] = presented
+    held = ss.get(SESSION_KEY)
+    if tokens.matches(held, token):
+        return setting
+    ss.pop(SESSION_KEY, None)          # an old token (the file was replaced) is no use again
+    if held is not None:
+        ss[SHUT_OUT_KEY] = True
+    if ss.get(SHUT_OUT_KEY):           # every run: a stale page list must not come back
+        _hide_pages()
+    _refuse(wrong=presented is not None)
+    return None
+
+
+def gate() -> bool:
+    """For the entry script, before the page list: False (the refusal drawn) for a session without
+    the token, and then nothing else may render, not even the names of the pages. The script run
+    must then end normally, not by ``st.stop()``: only a run that ends normally makes Streamlit
+    forget the page's fragments, whose timers still tick in the browser and would draw into a
+    page that is gone and blank it (docs/facts.md #15)."""
+    return _check() is not None
+
+
+def holds_token() -> bool:
+    """Whether this session may act now: the token is off, or the session holds the current one.
+    Draws nothing; for widget callbacks, which Streamlit runs before the page's ``guard()``."""
+    if _wrong_host():
+        return False
+    try:
+        if tokens.access() is tokens.Access.NONE:
+            return True
+        token = _server_token()        # under the lock: a missing file is made (and printed) once
+    except ConsoleError:
+        return False
+    return tokens.matches(st.session_state.get(SESSION_KEY), token)
+
+
+def still_allowed() -> None:
+    """The first call of every self-refreshing fragment (see ``fragment``). A fragment's rerun runs
+    only its own function, not the page's ``guard()``, so a session whose token was revoked (the
+    file deleted or replaced) would go on drawing logs and curves. Such a session reruns the whole
+    app at once instead: its gate drops the old token and shows the refusal (or the error)."""
+    if not holds_token():
+        st.rerun(scope="app")
+
+
+def fragment(*, run_every: float | None):
+    """``st.fragment(run_every=...)`` for the pages' live parts: each run checks the token first."""
+    def wrap(body):
+        @functools.wraps(body)         # the fragment's id comes from its name: keep the body's
+        def checked() -> None:
+            still_allowed()
+            body()
+        return st.fragment(checked, run_every=run_every)
+    return wrap
+
+
+def guard() -> None:
+    """The first call on every page (AppTest and a direct run reach a page without the entry
+    script): the same check, the page stopped on refusal, and the notice when the token is off."""
+    setting = _check()
+    if setting is None:
+        st.stop()
+    if setting is tokens.Access.NONE:
+        st.warning(tokens.OFF_NOTICE, icon=":material/lock_open:")
