@@ -27,14 +27,12 @@ def begin_attempt(run: Run, *, resume_step: int | None, expect: tuple[Phase, ...
     number = []
 
     def open_attempt(state: RunState) -> None:
-        if state.phase not in expect:
-            raise RunError(f"run {state.run_id} is {state.phase}, so no new attempt starts",
-                           "Nothing to do; see `python -m backend status RUN`.")
         number.append(state.attempt + 1)
         state.attempts.append(Attempt(number[0], time.time(), resume_step=resume_step))
-        state.phase, state.unreachable = Phase.LAUNCHING, []
         state.launcher = this_process()   # who may leave it launching: see RunState.launch_cut_off
-    run.update(open_attempt)
+    if not run.move(Phase.LAUNCHING, when=expect, unreachable=[], on_move=open_attempt):
+        raise RunError(f"run {run.run_id} is {run.state.phase}, so no new attempt starts",
+                       "Nothing to do; see `python -m backend status RUN`.")
     try:
         started = run.engine.begin(run, attempt=number[0], resume_step=resume_step)
     except BaseException as err:
@@ -46,19 +44,13 @@ def begin_attempt(run: Run, *, resume_step: int | None, expect: tuple[Phase, ...
         _abandon(run, reason, on_fail)
         raise
 
-    stopped = []
-
-    def running(state: RunState) -> None:
+    def record_pids(state: RunState) -> None:   # kept even if the run was stopped: stop reads them
         for t in state.tasks:
             if t.name in started:
                 got = started[t.name]
                 t.pid, t.pgid, t.started = got.pid, got.pgid, got.started
-        if state.phase == Phase.LAUNCHING:
-            state.phase = Phase.RUNNING
-        else:
-            stopped.append(state.phase)
-    run.update(running)
-    if stopped:   # someone stopped the run while its tasks were starting: theirs is the last word
+    if not run.move(Phase.RUNNING, when=(Phase.LAUNCHING,), before=record_pids):
+        # someone stopped the run while its tasks were starting: theirs is the last word
         run.stop(grace_s=START_STOP_GRACE_S, reason="stopped while starting")
         raise RunError(f"run {run.run_id} was stopped while its tasks started",
                        "Nothing is left running; start it again if that was not meant.")
@@ -73,9 +65,5 @@ def _abandon(run: Run, reason: str, on_fail: Phase) -> None:
         clean, errors = report.clean, report.errors
     except BaseException:   # noqa: BLE001 - the record below matters more than this stop
         pass
-
-    def failed(state: RunState) -> None:
-        if state.phase == Phase.LAUNCHING:
-            state.end_attempt(reason, on_fail if clean else Phase.STOPPING)
-            state.unreachable = sorted(errors)
-    run.update(failed)
+    run.move(on_fail if clean else Phase.STOPPING, when=(Phase.LAUNCHING,), reason=reason,
+             unreachable=errors)

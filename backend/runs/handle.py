@@ -74,9 +74,16 @@ class Run:
         return self.state
 
     def update(self, change) -> RunState:
-        """Change the saved state under the run's lock and take the result."""
+        """Change the saved state under the run's lock and take the result (not the phase:
+        that moves through ``move``)."""
         self.state = self.store.update(self.run_id, change)
         return self.state
+
+    def move(self, to: Phase, **how) -> bool:
+        """Move the run's phase (``RunStore.move``: a compare-and-set under its lock) and take the
+        result; whether it moved."""
+        self.state, moved = self.store.move(self.run_id, to, **how)
+        return moved
 
     # -- reading ------------------------------------------------------------------------
     def status(self) -> list[TaskStatus]:
@@ -98,8 +105,7 @@ class Run:
 
     def follow(self, name: str):
         """Yield the task's log lines as they are written (``logs --follow``)."""
-        t = self.task(name)
-        stream = self.transport(name).stream(["tail", "-n", "+1", "-F", layout.log_file(t.remote_run_dir, name)])
+        stream = remote.follow(self.remote(name), layout.log_file("", name))   # run-relative
         try:
             for line in stream.stdout:
                 yield line.decode(errors="replace").rstrip("\n")
@@ -141,14 +147,12 @@ class Run:
     def _settle_cut_off_launch(self) -> None:
         """The process that was starting this run is gone (Ctrl-C, killed, a crash): stop what it
         may have started and record the run failed, so no session takes it for the live run."""
+        reason = self.state.launch_cut_off()
         report = self.stop_attempt(grace_s=SETTLE_STOP_GRACE_S)
-
-        def failed(state: RunState) -> None:
-            reason = state.launch_cut_off()   # still so under the lock: nobody else settled it
-            if reason:
-                state.end_attempt(reason, Phase.FAILED if report.clean else Phase.STOPPING)
-                state.unreachable = sorted(report.errors)
-        self.update(failed)
+        # Only if still so under the lock: nobody else has settled it meanwhile.
+        self.move(Phase.FAILED if report.clean else Phase.STOPPING,
+                  when=lambda state: state.launch_cut_off() == reason, reason=reason,
+                  unreachable=report.errors)
 
     def last_step(self) -> int | None:
         """The current attempt's last step in the chief's metrics, or None (none yet, no answer)."""
@@ -167,14 +171,7 @@ class Run:
         if last_step is None:
             last_step = self.last_step()
         self.mirror_logs()
-        changed = []
-
-        def change(state: RunState) -> None:
-            if state.phase == expect:
-                state.end_attempt(found.reason, phase, last_step=last_step)
-                changed.append(True)
-        self.update(change)
-        return bool(changed)
+        return self.move(phase, when=(expect,), reason=found.reason, last_step=last_step)
 
     def _stop_survivors(self, found: Conclusion) -> None:
         """A task failed while others still run: they can only abort or hang, so stop them."""
@@ -189,19 +186,15 @@ class Run:
         The run is ``stopping`` first (a keeper that sees it yields), then ``stopped``; if a host
         could not be reached or still holds a process, it stays ``stopping`` and Stop stays offered.
         """
-        def begin(state: RunState) -> None:
-            if state.live:
-                state.phase = Phase.STOPPING
-        self.update(begin)
+        self.move(Phase.STOPPING, when=lambda state: state.live)
         report = self.engine.stop(self, grace_s=grace_s)
         self.mirror_logs()
         last_step = self.last_step()
 
-        def finish(state: RunState) -> None:
+        def left_behind(state: RunState) -> None:   # written whether or not the run ends stopped
             state.unreachable = sorted(report.errors)
-            if report.clean and state.phase == Phase.STOPPING:
-                state.end_attempt(reason, Phase.STOPPED, last_step=last_step)
-        self.update(finish)
+        self.move(Phase.STOPPED, when=lambda state: report.clean and state.phase == Phase.STOPPING,
+                  reason=reason, last_step=last_step, before=left_behind)
         if report.clean:
             # A keeper asleep in a back-off, or one that cannot read the run, would outlive it.
             detached.end_keeper(self.local_dir)

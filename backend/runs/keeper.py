@@ -40,7 +40,7 @@ from backend.hosts.ssh import SSHOptions
 from backend.runs.detached import KEEPER_LOCK, KEEPER_LOG, KEEPER_PID, POLL_S, REPO_ROOT, keeper_pid  # noqa: F401
 from backend.runs.outcome import Conclusion, Verdict, conclude
 from backend.runs.handle import Run
-from backend.runs.store import Phase, RunState, RunStore
+from backend.runs.store import Phase, RunStore
 
 STOP_GRACE_S = 5.0      # survivors of a failed attempt are casualties: no need to wait long
 MAX_POLL_S = 10.0       # the slowest poll while a host does not answer
@@ -138,12 +138,9 @@ class Keeper:
         reason = f"keeper cannot load the run: {err}"
         (self.store.path(self.run_id) / FAILURE_LOG).write_text(
             f"{reason}\nNothing restarts this run any more; launch it again.\n")
-
-        def failed(state: RunState) -> None:
-            if state.live and state.phase != Phase.STOPPING:
-                state.end_attempt(reason, Phase.FAILED)
         try:
-            phase = self.store.update(self.run_id, failed).phase
+            phase = self.store.move(self.run_id, Phase.FAILED, reason=reason,
+                                    when=lambda state: state.live and state.phase != Phase.STOPPING)[0].phase
         except ConsoleError as damaged:
             self.log(f"cannot record the run failed either ({damaged}); keeper exits")
             return Phase.FAILED
@@ -238,14 +235,8 @@ class Keeper:
     def _recover(self, run: Run, reason: str) -> Phase | None:
         """End the attempt, stop every task, then restart (or give up)."""
         self.log(f"attempt {run.state.attempt} failed: {reason}")
-        ended = []
-
-        def end(state: RunState) -> None:
-            if state.phase == Phase.RUNNING:
-                state.end_attempt(reason, Phase.RESTARTING, last_step=self.progress.last_step)
-                ended.append(True)
-        run.update(end)
-        if not ended:
+        if not run.move(Phase.RESTARTING, when=(Phase.RUNNING,), reason=reason,
+                        last_step=self.progress.last_step):
             return None   # someone else changed the phase: the next poll reads it
         if not self._stop_all(run):
             return Phase.STOPPING
@@ -264,11 +255,7 @@ class Keeper:
             if time.time() > deadline:
                 hosts = sorted(report.errors)
                 self.log(f"cannot stop tasks on {', '.join(hosts)}; the run stays stopping")
-
-                def stopping(state: RunState) -> None:
-                    if state.phase == Phase.RESTARTING:
-                        state.phase, state.unreachable = Phase.STOPPING, hosts
-                run.update(stopping)
+                run.move(Phase.STOPPING, when=(Phase.RESTARTING,), unreachable=hosts)
                 return False
             self.log(f"stop left something on {', '.join(sorted(report.errors))}; retrying")
             time.sleep(delay)
@@ -309,11 +296,7 @@ class Keeper:
             "Fix the cause shown below, then launch again (or restore from a checkpoint).\n\n"
             + "\n".join(tails))
         self.log(f"{why}: {reason}")
-
-        def failed(state: RunState) -> None:
-            if state.phase == Phase.RESTARTING:
-                state.phase = Phase.FAILED
-        run.update(failed)
+        run.move(Phase.FAILED, when=(Phase.RESTARTING,))
         return None if run.state.live else run.state.phase
 
 

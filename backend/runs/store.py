@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from backend.errors import RunError
 from backend.harness import layout
@@ -119,14 +119,28 @@ class RunState:
             return None
         return f"launch interrupted: the launching process (pid {self.launcher.get('pid')}) is gone"
 
-    def end_attempt(self, reason: str, phase: Phase, *, last_step: int | None = None) -> None:
-        """Close the current attempt (once: the first reason recorded stays) and set the phase."""
+    def move(self, to: Phase, *, when: Iterable[Phase] | Callable[[RunState], bool],
+             reason: str | None = None, last_step: int | None = None,
+             unreachable: Iterable[str] | None = None) -> bool:
+        """The one phase change (``RunStore.move`` calls it under the run's lock): to ``to``, only
+        if the run is now in one of ``when`` (or ``when(state)`` holds), so whoever changed the
+        phase first keeps it (a user's Stop wins over a keeper or a launch). ``reason`` also
+        closes the current attempt (once: the first reason recorded stays). Whether it moved."""
+        if not (when(self) if callable(when) else self.phase in tuple(when)):
+            return False
+        if reason is not None:
+            self._close_attempt(reason, last_step)
+        if unreachable is not None:
+            self.unreachable = sorted(unreachable)
+        self.phase = Phase(to)
+        return True
+
+    def _close_attempt(self, reason: str, last_step: int | None) -> None:
         current = self.attempts[-1] if self.attempts else None
         if current is not None and current.ended is None:
             current.ended, current.reason = time.time(), reason
             if last_step is not None:
                 current.last_step = last_step
-        self.phase = Phase(phase)
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -222,6 +236,26 @@ class RunStore:
             change(state)
             self._write(state)
             return state
+
+    def move(self, run_id: str, to: Phase, *, when: Iterable[Phase] | Callable[[RunState], bool],
+             reason: str | None = None, last_step: int | None = None,
+             unreachable: Iterable[str] | None = None,
+             before: Callable[[RunState], object] | None = None,
+             on_move: Callable[[RunState], object] | None = None) -> tuple[RunState, bool]:
+        """Move the run's phase under its lock (``RunState.move``: a compare-and-set); every
+        writer of a phase comes through here. ``before``: a change made in the same write whether
+        the phase moves or not; ``on_move``: one made only if it moved. Returns the new state
+        and whether it moved."""
+        moved = []
+
+        def change(state: RunState) -> None:
+            if before is not None:
+                before(state)
+            if state.move(to, when=when, reason=reason, last_step=last_step, unreachable=unreachable):
+                moved.append(True)
+                if on_move is not None:
+                    on_move(state)
+        return self.update(run_id, change), bool(moved)
 
     def save(self, state: RunState) -> None:
         """Replace the whole state (under the lock). Prefer ``update`` for changes."""

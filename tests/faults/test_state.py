@@ -14,7 +14,7 @@ import yaml
 from backend.runs import detached
 from backend.runs import launcher
 from backend.errors import MultiHostError
-from backend.runs.store import Phase, RunState, RunStore
+from backend.runs.store import Attempt, Phase, RunState, RunStore
 from backend.config.spec import cluster_from_dict, cluster_to_dict
 from tests import sshd
 from tests.conftest import ROOT, processes_of, ssh_task, wait_for
@@ -46,6 +46,26 @@ def test_two_processes_writing_one_run_lose_nothing_and_a_reader_never_sees_dama
     assert loads > 0
     assert oct((store.path("shared") / "state.json").stat().st_mode & 0o777) == "0o600"  # holds env
     assert not list(store.path("shared").glob("*.tmp"))
+
+
+def test_a_phase_moves_only_from_the_phase_its_writer_expects(tmp_path):
+    """RunStore.move, the one phase writer: a compare-and-set under the run's lock. A Stop that
+    landed first keeps the run stopping; the keeper's later 'attempt failed' changes nothing."""
+    store = RunStore(tmp_path / "runs")
+    store.reserve("r")
+    store.save(RunState("r", 0.0, {"tasks": []}, {"kind": "command", "command": ["x"]}, [],
+                        [Attempt(1, 0.0)], Phase.RUNNING))
+    state, moved = store.move("r", Phase.STOPPING, when=lambda s: s.live)
+    assert moved and state.phase == Phase.STOPPING
+    state, moved = store.move("r", Phase.RESTARTING, when=(Phase.RUNNING,), reason="worker-0 exited(1)")
+    assert not moved and store.load("r").phase == Phase.STOPPING
+    assert store.load("r").attempts[-1].reason is None
+    state, moved = store.move("r", Phase.STOPPED, when=(Phase.STOPPING,), reason="stopped",
+                              last_step=7, unreachable={"h2": 1, "h1": 1})
+    assert moved and (state.phase, state.unreachable) == (Phase.STOPPED, ["h1", "h2"])
+    assert (state.attempts[-1].reason, state.attempts[-1].last_step) == ("stopped", 7)
+    state, _ = store.move("r", Phase.FAILED, when=(Phase.STOPPED,), reason="later")
+    assert state.attempts[-1].reason == "stopped"   # an attempt closes once: the first reason stays
 
 
 def _cli(*args, runs) -> subprocess.CompletedProcess:
