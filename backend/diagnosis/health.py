@@ -9,23 +9,18 @@ TensorFlow and Keras versions in ``tasks/<task>.versions.json`` on its own host
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from backend.hosts import remote
 from backend.errors import ConsoleError
 from backend.harness import layout
 from backend.hosts.pool import parallel
-
-if TYPE_CHECKING:
-    from backend.runs.handle import Run
+from backend.hosts.tasks import RunOnHosts, task_host
 
 HEALTH = "health.json"
 
 
-def _host(run: "Run", task: str) -> remote.Host:
-    t = run.task(task)
-    spec = run.cluster.tasks[t.position]
-    return remote.Host(run.pool.transport(spec), spec.python, t.remote_run_dir)
+def _host(run: RunOnHosts, task: str) -> remote.Host:
+    return task_host(run.pool, run.cluster, run.task(task))
 
 
 def _json(h: remote.Host, rel: str) -> dict | None:
@@ -36,12 +31,12 @@ def _json(h: remote.Host, rel: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def recorded(run: "Run") -> dict | None:
+def recorded(run: RunOnHosts) -> dict | None:
     """The chief's record of the first non-finite loss (step, losses), or None."""
     return _json(_host(run, run.state.chief.name), HEALTH)
 
 
-def task_versions(run: "Run") -> dict[str, dict]:
+def task_versions(run: RunOnHosts) -> dict[str, dict]:
     """task -> {"tensorflow", "keras", "python", "host"}; {} for a task not yet started or
     whose host does not answer."""
     def one(task: str):
@@ -64,7 +59,7 @@ def nan_line(bad: dict[str, tuple[int, float]], versions: dict[str, dict]) -> st
             "losses (keras-team/keras#21061). Set the job parameter stop_on_nan to stop on it.")
 
 
-def status_line(run: "Run") -> str:
+def status_line(run: RunOnHosts) -> str:
     """For ``status``: the recorded non-finite loss and versions, or "" (also when unreadable)."""
     try:
         found = recorded(run)

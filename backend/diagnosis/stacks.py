@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from backend.hosts import remote
 from backend.errors import ConsoleError
 from backend.harness import layout
-from backend.hosts.pool import connection_key, parallel
+from backend.hosts.pool import parallel
+from backend.hosts.tasks import RunOnHosts, by_host
 
 if TYPE_CHECKING:
     from backend.watch.metrics import MetricsStore
-    from backend.runs.handle import Run
 
 WAIT_S = 5.0
 JOB_FRAME = re.compile(rf'File "[^"]*/{layout.JOB}/[^"]+", line \d+')
@@ -40,23 +40,18 @@ class TaskStacks:
         return bool(JOB_FRAME.search(self.text))
 
 
-def dump(run: "Run", *, wait_s: float = WAIT_S) -> list[TaskStacks]:
+def dump(run: RunOnHosts, *, wait_s: float = WAIT_S) -> list[TaskStacks]:
     """Every task's stacks, one hostctl call per host, all hosts at once."""
-    groups: dict[tuple, list] = {}
-    for t in run.state.tasks:
-        spec = run.cluster.tasks[t.position]
-        groups.setdefault((*connection_key(spec), t.remote_run_dir), []).append(t)
+    groups = by_host(run.state.tasks, run.cluster)
 
-    def one(tasks):
-        spec = run.cluster.tasks[tasks[0].position]
-        host = remote.Host(run.pool.transport(spec), spec.python, tasks[0].remote_run_dir)
-        return remote.stacks(host, [t.name for t in tasks], wait_s=wait_s)
+    def one(group):
+        return remote.stacks(group.host(run.pool), group.names, wait_s=wait_s)
 
-    results = parallel(one, [(g[0].name, g) for g in groups.values()])
+    results = parallel(one, [(g.name, g) for g in groups])
     out = {}
-    for tasks in groups.values():
-        res = results[tasks[0].name]
-        for t in tasks:
+    for group in groups:
+        res = results[group.name]
+        for t in group.tasks:
             if isinstance(res, Exception):
                 out[t.name] = TaskStacks(t.name, t.host, error=str(res))
             else:
@@ -65,7 +60,7 @@ def dump(run: "Run", *, wait_s: float = WAIT_S) -> list[TaskStacks]:
     return [out[t.name] for t in run.state.tasks]
 
 
-def save(run: "Run", stacks: list[TaskStacks], *, label: str) -> Path:
+def save(run: RunOnHosts, stacks: list[TaskStacks], *, label: str) -> Path:
     """Keep the dumps with the run: ``runs/<id>/stacks/<label>/<task>.txt``."""
     folder = run.local_dir / layout.STACKS / label
     folder.mkdir(parents=True, exist_ok=True)
@@ -74,7 +69,7 @@ def save(run: "Run", stacks: list[TaskStacks], *, label: str) -> Path:
     return folder
 
 
-def dump_and_save(run: "Run", *, label: str | None = None) -> tuple[list[TaskStacks], Path | None]:
+def dump_and_save(run: RunOnHosts, *, label: str | None = None) -> tuple[list[TaskStacks], Path | None]:
     """Dump and keep; never raises (the keeper calls it on its way to a restart)."""
     try:
         found = dump(run)

@@ -18,7 +18,8 @@ from backend.engines.base import RunView, Started, StopReport
 from backend.errors import HostError, MultiHostError
 from backend.harness import layout
 from backend.hosts.resolve import tf_addresses
-from backend.hosts.pool import Pool, connection_key, failures, parallel
+from backend.hosts.pool import Pool, failures, parallel
+from backend.hosts.tasks import by_host, task_host
 from backend.runs.outcome import TaskPhase, TaskStatus
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
 
@@ -87,17 +88,9 @@ class HostsEngine:
         self.pool = pool
 
     # -- helpers --------------------------------------------------------------------------
-    def _by_host(self, run: RunView) -> list[tuple[str, tuple[TaskSpec, str, list[str]]]]:
-        """Tasks grouped per connection and remote run dir: one command per host, not per task."""
-        groups: dict[tuple, list] = {}
-        for t in run.state.tasks:
-            key = (*connection_key(run.cluster.tasks[t.position]), t.remote_run_dir)
-            groups.setdefault(key, []).append(t)
-        return [(g[0].name, (run.cluster.tasks[g[0].position], g[0].remote_run_dir, [t.name for t in g]))
-                for g in groups.values()]
-
-    def _host(self, spec: TaskSpec, run_dir: str) -> remote.Host:
-        return remote.Host(self.pool.transport(spec), spec.python, run_dir)
+    def _by_host(self, run: RunView) -> list:
+        """One command per host and run folder, not per task: (name, group) for ``parallel``."""
+        return [(g.name, g) for g in by_host(run.state.tasks, run.cluster)]
 
     def chief_transport(self, run: RunView):
         return self.pool.transport(run.cluster.tasks[run.state.chief.position])
@@ -108,10 +101,9 @@ class HostsEngine:
         addresses = tf_addresses(run.cluster, self.pool.options.ssh_config)  # what the workers dial
         started: dict[str, Started] = {}
 
-        def one(item) -> None:
-            spec, run_dir, names = item
-            tasks = [run.task(n) for n in names]
-            h = self._host(spec, run_dir)
+        def one(group) -> None:
+            spec, run_dir, tasks = group.spec, group.run_dir, group.tasks
+            h = group.host(self.pool)
             remote.install(h, files)
             answers = remote.start(h, [
                 {"task": t.name,
@@ -140,15 +132,14 @@ class HostsEngine:
         return started
 
     def status(self, run: RunView) -> list[TaskStatus]:
-        def one(item):
-            spec, run_dir, names = item
-            return remote.status(self._host(spec, run_dir), names)
+        def one(group):
+            return remote.status(group.host(self.pool), group.names)
         groups = self._by_host(run)
         results = parallel(one, groups)
         out: dict[str, TaskStatus] = {}
-        for key, (_, _, names) in groups:
+        for key, group in groups:
             res = results[key]
-            for name in names:
+            for name in group.names:
                 host = run.task(name).host
                 if isinstance(res, Exception):
                     out[name] = TaskStatus(name, host, TaskPhase.UNREACHABLE, diagnosis=str(res))
@@ -164,10 +155,10 @@ class HostsEngine:
 
     def stop(self, run: RunView, *, grace_s: float) -> StopReport:
         """Every host at once (``parallel``); on each, every task's group at once (``spawn.stop``)."""
-        def one(item) -> list[str]:
-            spec, run_dir, names = item
+        def one(group) -> list[str]:
+            spec = group.spec
             try:
-                answers = remote.stop_tasks(self._host(spec, run_dir), names, grace_s=grace_s)
+                answers = remote.stop_tasks(group.host(self.pool), group.names, grace_s=grace_s)
             except remote.NotInstalled:
                 return []   # the host answered, but our harness (or its Python) is not there: no task is
             left = {n: a["left"] for n, a in answers.items() if a.get("left")}
@@ -178,13 +169,12 @@ class HostsEngine:
         groups = self._by_host(run)
         results = parallel(one, groups)
         errors = failures(results)
-        hosts = {key: spec.host for key, (spec, _, _) in groups}
+        hosts = {key: group.spec.host for key, group in groups}
         unreachable = [hosts[k] for k, e in errors.items()
                        if isinstance(e, HostError) and "still alive" not in e.problem]
         killed = sorted(n for r in results.values() if not isinstance(r, Exception) for n in r)
         return StopReport({hosts[k]: e for k, e in errors.items()}, unreachable, killed)
 
     def log_tail(self, run: RunView, task: str, max_bytes: int) -> str:
-        t = run.task(task)
-        h = self._host(run.cluster.tasks[t.position], t.remote_run_dir)
+        h = task_host(self.pool, run.cluster, run.task(task))
         return remote.read_tail(h, f"{layout.LOGS}/{task}.log", max_bytes).decode(errors="replace")

@@ -18,6 +18,7 @@ from backend.engines import engine_for, tasks_view
 from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.harness import layout
 from backend.hosts.pool import Pool, make_transport
+from backend.hosts.tasks import task_host
 from backend.runs.outcome import Conclusion, TaskStatus, Verdict, conclude
 from backend.runs.store import Phase, RunState, RunStore, TaskState
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
@@ -67,7 +68,7 @@ class Run:
 
     def remote(self, name: str) -> remote.Host:
         """The host-side command line in this task's run directory (``backend.hosts.remote``)."""
-        return remote.Host(self.transport(name), self.task_spec(name).python, self.task(name).remote_run_dir)
+        return task_host(self.pool, self.cluster, self.task(name))
 
     def reload(self) -> RunState:
         self.state = self.store.load(self.run_id)

@@ -11,39 +11,34 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from backend.hosts import remote
 from backend.errors import ConsoleError
 from backend.harness import layout
-from backend.hosts.pool import Pool, connection_key
-
-if TYPE_CHECKING:
-    from backend.engines.base import RunView as Run
+from backend.hosts.pool import Pool
+from backend.hosts.tasks import RunOnHosts, place, task_host
 
 EVERY_S = 2.0
 MIRRORED = Path("watch_mirror") / layout.LOGS   # backend.watch.journal's log mirror
 
 
-def local_copy(run: "Run", task: str) -> Path | None:
+def local_copy(run: RunOnHosts, task: str) -> Path | None:
     """The fuller of the two local copies of a task's log, or None when there is none."""
     found = [p for p in (run.local_dir / layout.LOGS / f"{task}.log", run.local_dir / MIRRORED / f"{task}.log")
              if p.exists()]
     return max(found, key=lambda p: p.stat().st_size) if found else None
 
 
-def unwatched(run: "Run") -> list[str]:
+def unwatched(run: RunOnHosts) -> list[str]:
     """Tasks whose log the chief's watch agent cannot see: another host or run directory."""
-    chief = run.state.chief
-    where = (connection_key(run.cluster.tasks[chief.position]), chief.remote_run_dir)
-    return [t.name for t in run.state.tasks
-            if (connection_key(run.cluster.tasks[t.position]), t.remote_run_dir) != where]
+    where = place(run.state.chief, run.cluster)
+    return [t.name for t in run.state.tasks if place(t, run.cluster) != where]
 
 
 class LogCopier:
     """A thread that keeps ``runs/<id>/logs/<task>.log`` growing for the unwatched tasks."""
 
-    def __init__(self, run: "Run", *, every_s: float = EVERY_S) -> None:
+    def __init__(self, run: RunOnHosts, *, every_s: float = EVERY_S) -> None:
         self.run, self.every_s = run, every_s
         self.pool = Pool(run.pool.options)   # its own connections: this thread shares none
         self.tasks = unwatched(run)
@@ -79,9 +74,7 @@ class LogCopier:
                 self.errors[task] = str(err)
 
     def _copy(self, task: str) -> None:
-        t = self.run.task(task)
-        spec = self.run.cluster.tasks[t.position]
-        host = remote.Host(self.pool.transport(spec), spec.python, t.remote_run_dir)
+        host = task_host(self.pool, self.run.cluster, self.run.task(task))
         path = self.run.local_dir / layout.LOGS / f"{task}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         offset = path.stat().st_size if path.exists() else 0
