@@ -218,6 +218,18 @@ def _split_command(command: str) -> list[str]:
                                     "Close the quote, or escape a literal quote as \\' or \\\".")]) from None
 
 
+def job_from_form(values: dict, examples_dir: Path, base_dir: Path | None = None) -> JobSpec:
+    """The JobSpec the launch form's values describe (by widget key, as ``launch_form`` makes
+    them): an example of ``examples_dir``, a module path or a command. Raises SpecErrors."""
+    restart = {"restart_mode": values["restart_mode"], "max_restarts": values["max_restarts"]}
+    if values["job_source"] == "Command":
+        return build_job(source="command", command=values["job_command"], base_dir=base_dir, **restart)
+    module = (str(examples_dir / values["job_example"]) if values["job_source"] == "Example"
+              else values["job_module"])
+    return build_job(source="module", module=module, params={n: values[f"param_{n}"] for n in JOB_PARAMS},
+                     base_dir=base_dir, **restart)
+
+
 def build_job(*, source: str, module: str = "", command: str = "", params: dict | None = None,
               restart_mode: str = "never", max_restarts: int = 3, base_dir: Path | None = None) -> JobSpec:
     """A JobSpec from the launch form; raises SpecErrors (e.g. "no file at ...") for bad input.

@@ -31,13 +31,27 @@ busy = action is not None and not action.done and action.run_id == live.run_id
 widgets.action_panel(action, key="checkpoints")
 
 
-def submit(begin, *args) -> None:
-    """Hand an action to the background; the page redraws with its progress."""
-    try:
-        ss.action_run_id = begin(live, state.registry(), *args).run_id
-        st.rerun()
-    except ConsoleError as err:
-        st.error(md_escape(err))
+# Button actions (``widgets.action_button``): run in the click's callback, before the page is
+# drawn, so the page drawn next shows their progress; they read the other widgets' values from
+# the session, as they stood at the click.
+def submit(live, begin, *args) -> None:
+    """Hand an action to the background; the page shows its progress."""
+    ss.action_run_id = begin(live, state.registry(), *args).run_id
+
+
+def export(live) -> None:
+    pick = ss.get("export_step")
+    submit(live, actions.begin_export, None if pick in (None, "latest") else int(pick),
+           tuple(ss.get("export_formats") or ()), ss.get("export_name") or "")
+
+
+def hold_picked(live) -> None:
+    """The hold starts at the Restore press: the step cannot vanish while the operator confirms."""
+    state.hold_for_restore(live, ss.get("restore_step"))
+
+
+def restore(live) -> None:
+    submit(live, actions.begin_restore, state.take_pending_restore().hold)
 
 
 def keras_bytes(result: dict) -> bytes:
@@ -86,16 +100,13 @@ for key, what in (("export_step", "Export"), ("restore_step", "Restore")):
                    f"checkpoints); it may already be gone. Pick another step.")
 
 st.subheader("Save now")
-if st.button("Save now", key="save_now", disabled=busy):
-    submit(actions.begin_save)
+widgets.action_button("Save now", "save_now", submit, live, actions.begin_save, disabled=busy)
 
 st.subheader("Export")
 e2, e3 = st.columns(2)
-formats = e2.multiselect("Formats", ["savedmodel", "keras"], ["savedmodel", "keras"], key="export_formats")
-name = e3.text_input("Name (optional)", key="export_name")
-if st.button("Export", key="export_button", disabled=busy):
-    pick = ss.get("export_step")
-    submit(actions.begin_export, None if pick in (None, "latest") else int(pick), tuple(formats), name)
+e2.multiselect("Formats", ["savedmodel", "keras"], ["savedmodel", "keras"], key="export_formats")
+e3.text_input("Name (optional)", key="export_name")
+widgets.action_button("Export", "export_button", export, live, disabled=busy)
 if action is not None and action.kind == "export" and action.done and not action.error:
     ss.last_export = action.result   # kept after the action's notice is gone
 result = ss.last_export
@@ -112,11 +123,7 @@ if result and result.get("run_id") == live.run_id:
 st.subheader("Restore")
 st.caption("Restore stops the run if it is live and relaunches every worker from the step picked above, "
            "as a new attempt of the same run. Newer checkpoints are moved aside (kept, not used).")
-if st.button("Restore", key="restore_button", disabled=busy):
-    try:   # the hold starts here: the step cannot vanish while you confirm
-        state.hold_for_restore(live, ss.get("restore_step"))
-    except ConsoleError as err:
-        st.error(md_escape(err))
+widgets.action_button("Restore", "restore_button", hold_picked, live, disabled=busy)
 pending = ss.confirm_restore
 if pending is not None and pending.run_id != live.run_id:
     state.release_pending_restore()   # held on another run, before the current run changed
@@ -124,14 +131,10 @@ if pending is not None and pending.run_id != live.run_id:
 if pending is not None:
     st.warning(f"Relaunch run {live.run_id} from step {pending.step}? (Step {pending.step} is held until then.)")
     y, n = st.columns(2)
-    if y.button("Yes, restore", key="restore_yes", type="primary"):
-        try:
-            submit(actions.begin_restore, state.take_pending_restore().hold)
-        except ConsoleError as err:
-            st.error(md_escape(err))
-    if n.button("Cancel", key="restore_no"):
-        state.release_pending_restore()
-        st.rerun()
+    widgets.action_button("Yes, restore", "restore_yes", restore, live, where=y, said_at="restore_button",
+                          type="primary")
+    widgets.action_button("Cancel", "restore_no", state.release_pending_restore, where=n,
+                          said_at="restore_button")
 
 with st.expander("Checkpoints moved aside by restores"):
     try:

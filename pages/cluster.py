@@ -5,8 +5,8 @@ import pandas as pd
 import streamlit as st
 
 from console import cluster_actions, forms, slurm_form
-from console.ui import auth, host_checks, slurm_view, state
-from console.errors import ConsoleError, messages
+from console.errors import ConsoleError
+from console.ui import auth, host_checks, slurm_view, state, widgets
 
 auth.guard()   # nothing on this page for a session without the login token
 state.init()
@@ -25,44 +25,64 @@ if ss.cluster_current is not None and editor_key not in ss and ss.cluster_curren
     editor_key = f"cluster_editor_{ss.cluster_version}"
 
 
-def _import(build) -> None:
-    """Run an import (a function returning table rows); on success replace the table, else
-    show each problem."""
-    try:
-        state.set_cluster_rows(build())
-        st.success("Imported. Check the table below.")
-    except ConsoleError as err:
-        for message in messages(err):
-            st.error(message)
+# Button actions (``widgets.action_button``): run in the click's callback, before the page is
+# drawn; they read the other widgets' values from the session, as they stood at the click.
+def _import(build, *args) -> str:
+    """Replace the table with an import's rows (``build(*args)``: a function returning rows)."""
+    state.set_cluster_rows(build(*args))
+    return "Imported. Check the table below."
+
+
+def load_yaml() -> str | None:
+    upload = ss.get("yaml_upload")
+    return None if upload is None else _import(cluster_actions.import_yaml, upload.getvalue(), upload.name)
+
+
+def import_hostfile() -> str:
+    return _import(cluster_actions.import_hosts, ss.hostfile_text, ss.hostfile_port)
+
+
+def read_aliases() -> tuple[str, str] | None:
+    ss.ssh_aliases = cluster_actions.ssh_aliases(ss.ssh_config_path)
+    return None if ss.ssh_aliases else ("warning", "No concrete Host alias found in that file.")
+
+
+def use_aliases() -> str:
+    return _import(cluster_actions.import_hosts, "\n".join(ss.ssh_aliases_pick), ss.ssh_aliases_port)
+
+
+def save_yaml(cluster) -> str:
+    cluster_actions.save_yaml(cluster, ss.save_path)
+    return f"Saved {ss.save_path}."
+
+
+def run_preflight(cluster) -> None:
+    ss.preflight = cluster_actions.preflight(cluster, state.registry().options)
+
+
+def fetch_host_key() -> None:
+    ss.host_key = cluster_actions.fetch_key(ss.hostkey_target, state.registry().options)
 
 
 with st.expander("Import tasks", expanded=False):
     yaml_tab, hostfile_tab, ssh_tab = st.tabs(["YAML file", "Hostfile", "~/.ssh/config"])
     with yaml_tab:
         upload = st.file_uploader("Cluster YAML", type=["yaml", "yml"], key="yaml_upload")
-        if upload is not None and st.button("Load this YAML", key="yaml_load"):
-            _import(lambda: cluster_actions.import_yaml(upload.getvalue(), upload.name))
+        if upload is not None:
+            widgets.action_button("Load this YAML", "yaml_load", load_yaml)
     with hostfile_tab:
-        text = st.text_area("Hostfile (host slots=N per line)", key="hostfile_text",
-                            placeholder="node1 slots=2\nnode2 slots=2")
-        port = st.number_input("First tf_port", 1024, 65535, 12345, key="hostfile_port")
-        if st.button("Import hostfile", key="hostfile_import"):
-            _import(lambda: cluster_actions.import_hosts(text, port))
+        st.text_area("Hostfile (host slots=N per line)", key="hostfile_text",
+                     placeholder="node1 slots=2\nnode2 slots=2")
+        st.number_input("First tf_port", 1024, 65535, 12345, key="hostfile_port")
+        widgets.action_button("Import hostfile", "hostfile_import", import_hostfile)
     with ssh_tab:
-        path = st.text_input("ssh_config file", "~/.ssh/config", key="ssh_config_path")
-        if st.button("Read aliases", key="ssh_config_read"):
-            try:
-                ss.ssh_aliases = cluster_actions.ssh_aliases(path)
-                if not ss.ssh_aliases:
-                    st.warning("No concrete Host alias found in that file.")
-            except ConsoleError as err:
-                st.error(str(err))
+        st.text_input("ssh_config file", "~/.ssh/config", key="ssh_config_path")
+        widgets.action_button("Read aliases", "ssh_config_read", read_aliases)
         if ss.ssh_aliases:
             picked = st.multiselect("Aliases (the first becomes the chief)", ss.ssh_aliases,
                                     key="ssh_aliases_pick")
-            alias_port = st.number_input("tf_port", 1024, 65535, 12345, key="ssh_aliases_port")
-            if st.button("Use these hosts", key="ssh_aliases_add", disabled=not picked):
-                _import(lambda: cluster_actions.import_hosts("\n".join(picked), alias_port))
+            st.number_input("tf_port", 1024, 65535, 12345, key="ssh_aliases_port")
+            widgets.action_button("Use these hosts", "ssh_aliases_add", use_aliases, disabled=not picked)
 
 st.caption("One row per task. Leave a cell empty for its default; worker 0 acts as chief when no "
            "task is the chief. Local tasks run on this machine. The problem column says what is "
@@ -102,13 +122,8 @@ text = cluster_actions.cluster_yaml(cluster)
 c1, c2 = st.columns(2)
 c1.download_button("Download cluster YAML", text, "cluster.yaml", "application/x-yaml", key="download_yaml")
 with c2:
-    save_path = st.text_input("Save YAML to", "cluster.yaml", key="save_path")
-    if st.button("Save", key="save_yaml"):
-        try:
-            cluster_actions.save_yaml(cluster, save_path)
-            st.success(f"Saved {save_path}.")
-        except ConsoleError as err:
-            st.error(str(err))
+    st.text_input("Save YAML to", "cluster.yaml", key="save_path")
+    widgets.action_button("Save", "save_yaml", save_yaml, cluster)
 
 if forms.blocking(problems):
     st.info("Fix the errors above to see TF_CONFIG and run the preflight.")
@@ -135,16 +150,14 @@ d2.download_button("Download shell exports", cluster_actions.export_script(clust
                    "text/x-shellscript", key="download_exports")
 
 st.subheader("Preflight")
-if st.button("Run preflight", key="preflight_button"):
-    with st.spinner("Checking every host (SSH, Python, TensorFlow, GPUs, port, workdir)..."):
-        ss.preflight = cluster_actions.preflight(cluster, state.registry().options)
+widgets.action_button("Run preflight", "preflight_button", run_preflight, cluster,
+                      spinner="Checking every host (SSH, Python, TensorFlow, GPUs, port, workdir)...")
 if ss.preflight is not None:
     host_checks.show_preflight(ss.preflight)
 
 ssh_targets = cluster_actions.ssh_targets(cluster)
 if ssh_targets:
     st.subheader("Trust a host key")
-    target = st.selectbox("Host", ssh_targets, key="hostkey_target")
-    if st.button("Fetch host key", key="hostkey_fetch"):
-        ss.host_key = cluster_actions.fetch_key(target, state.registry().options)
+    st.selectbox("Host", ssh_targets, key="hostkey_target")
+    widgets.action_button("Fetch host key", "hostkey_fetch", fetch_host_key)
     host_checks.show_host_key(ss.host_key, state.registry().options)

@@ -3,8 +3,6 @@ import streamlit as st
 
 from console import actions, forms
 from console.ui import auth, host_checks, state, widgets
-from console.errors import ConsoleError, messages
-from console.plain import md_escape
 
 auth.guard()   # nothing on this page for a session without the login token
 state.init()
@@ -32,58 +30,47 @@ st.subheader("Job")
 form = ss.launch_form
 source = st.radio("Job", forms.JOB_SOURCES, index=forms.JOB_SOURCES.index(form["job_source"]),
                   horizontal=True, **state.kept("job_source"))
-module, command = "", ""
 if source == "Example":
     names = forms.examples(state.EXAMPLES)
     default = names.index(form["job_example"]) if form["job_example"] in names else 0
-    example = st.selectbox("Example job", names, index=default, **state.kept("job_example"))
-    module = str(state.EXAMPLES / example)
+    st.selectbox("Example job", names, index=default, **state.kept("job_example"))
 elif source == "Module path":
-    module = st.text_input("Job module (.py with build_model, make_dataset, ...)", form["job_module"],
-                           **state.kept("job_module"))
+    st.text_input("Job module (.py with build_model, make_dataset, ...)", form["job_module"],
+                  **state.kept("job_module"))
 else:
-    command = st.text_input("Command run on every host (TF_CONFIG is set)", form["job_command"],
-                            placeholder="examples/tf_config_script.py --steps 100",
-                            **state.kept("job_command"))
+    st.text_input("Command run on every host (TF_CONFIG is set)", form["job_command"],
+                  placeholder="examples/tf_config_script.py --steps 100", **state.kept("job_command"))
 
-params = {}
 if source != "Command":
     cols = st.columns(len(forms.JOB_PARAMS))
     for col, name in zip(cols, forms.JOB_PARAMS):
         if name in forms.FLOAT_PARAMS:
-            params[name] = col.number_input(name, min_value=0.0, value=form[f"param_{name}"], step=0.01,
-                                            help="seconds each worker sleeps after every step",
-                                            **state.kept(f"param_{name}"))
+            col.number_input(name, min_value=0.0, value=form[f"param_{name}"], step=0.01,
+                             help="seconds each worker sleeps after every step", **state.kept(f"param_{name}"))
             continue
         low = 0 if name == "checkpoint_every" else 1
-        params[name] = col.number_input(name, min_value=low, value=form[f"param_{name}"], step=1,
-                                        **state.kept(f"param_{name}"))
+        col.number_input(name, min_value=low, value=form[f"param_{name}"], step=1, **state.kept(f"param_{name}"))
 
 r1, r2 = st.columns(2)
 mode = r1.selectbox("Restart policy", forms.RESTART_MODES,
                     index=forms.RESTART_MODES.index(form["restart_mode"]),
                     help="on_failure relaunches from the latest checkpoint when a task fails",
                     **state.kept("restart_mode"))
-max_restarts = r2.number_input("Max restarts", 0, 100, form["max_restarts"], disabled=mode == "never",
-                               **state.kept("max_restarts"))
+r2.number_input("Max restarts", 0, 100, form["max_restarts"], disabled=mode == "never",
+                **state.kept("max_restarts"))
 
-start = st.button("Start", key="start_button", type="primary", disabled=running,
-                  help="Disabled while the current run is live" if running else None)
-if start:
-    try:
-        job = forms.build_job(source="command" if source == "Command" else "module", module=module,
-                              command=command, params=params, restart_mode=mode,
-                              max_restarts=max_restarts, base_dir=state.ROOT)
-    except ConsoleError as err:
-        for message in messages(err):
-            st.error(message)
-        job = None
-    if job is not None:
-        try:   # the work goes on in the background: another click cannot cut it off
-            ss.run_id = ss.action_run_id = actions.begin_start(rows, job, state.registry())
-            st.rerun()
-        except ConsoleError as err:
-            st.error(md_escape(err))
+
+def start() -> None:
+    """Start's action (in the click's callback, ``widgets.action_button``): the job the form
+    holds at the click (a widget shown now holds the newest value, the kept form the rest),
+    launched in the background, so another click cannot cut it off."""
+    values = {**ss.launch_form, **{k: ss[k] for k in ss.launch_form if k in ss}}
+    job = forms.job_from_form(values, state.EXAMPLES, base_dir=state.ROOT)
+    ss.run_id = ss.action_run_id = actions.begin_start(state.cluster_choice(), job, state.registry())
+
+
+widgets.action_button("Start", "start_button", start, type="primary", disabled=running,
+                      help="Disabled while the current run is live" if running else None)
 
 action = state.current_action()
 widgets.action_panel(action, key="launch")

@@ -92,11 +92,17 @@ def live_panel() -> None:
 
 live_panel()
 
-if st.button("Dump stacks", key="dump_stacks", disabled=not live.run.state.live,
-             help="Every worker's Python stack, now: where a hung run is stuck"):
-    with st.spinner("asking every worker for its stacks..."):
-        found, folder = actions.dump_stacks(live)
+
+
+def dump_stacks(live) -> None:
+    """Dump stacks' action (in the click's callback, ``widgets.action_button``)."""
+    found, folder = actions.dump_stacks(live)
     st.session_state.stacks_dump = (monitor_view.stacks_text(found), str(folder or ""))
+
+
+widgets.action_button("Dump stacks", "dump_stacks", dump_stacks, live,
+                      spinner="asking every worker for its stacks...", disabled=not live.run.state.live,
+                      help="Every worker's Python stack, now: where a hung run is stuck")
 if st.session_state.get("stacks_dump"):
     shown, folder = st.session_state.stacks_dump
     st.caption(f"Stacks saved in {folder}" if folder else "Stacks could not be saved")

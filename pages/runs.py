@@ -3,7 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from console import runs_view
-from console.ui import auth, state
+from console.ui import auth, state, widgets
 from console.figures import compare_figure
 
 auth.guard()   # nothing on this page for a session without the login token
@@ -23,11 +23,19 @@ st.dataframe(pd.DataFrame(runs_view.run_rows(states)), hide_index=True, width="s
 ids = [s.run_id for s in states]
 current = ss.run_id if ss.run_id in ids else ids[0]
 pick = st.selectbox("Run", ids, index=ids.index(current), key="runs_pick")
-if st.button("Make it the current run", key="runs_select", disabled=pick == ss.run_id):
+
+
+def make_current() -> str | None:
+    """The button's action (in its callback, ``widgets.action_button``): the run picked then."""
+    pick = ss.runs_pick
     live = state.choose_run(pick)   # it stays current, even while a newer run is live
     if live is not None and live.run_id == pick:
-        st.success(f"Run {pick} is now the current run ({live.run.state.phase}); "
-                   "the Monitor and Checkpoints pages show it.")
+        return (f"Run {pick} is now the current run ({live.run.state.phase}); "
+                "the Monitor and Checkpoints pages show it.")
+    return None
+
+
+widgets.action_button("Make it the current run", "runs_select", make_current, disabled=pick == ss.run_id)
 
 st.subheader("Compare loss")
 if len(ids) < 2:

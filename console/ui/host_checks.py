@@ -7,8 +7,8 @@ import streamlit as st
 from backend.hosts.known_hosts import OnChange, Verdict
 from backend.hosts.ssh import SSHOptions
 from console.cluster_actions import trust
-from console.errors import ConsoleError
 from console.plain import md_escape
+from console.ui.widgets import action_button
 
 
 def _cell_style(value) -> str:
@@ -52,10 +52,12 @@ def show_host_key(info: dict | None, options: SSHOptions) -> None:
     st.caption("Compare it with the host's own (ssh-keygen -lf /etc/ssh/ssh_host_*.pub) before trusting.")
     label = "Replace the old key with this one" if verdict is Verdict.CHANGED else \
         f"Trust {info['target']} with this fingerprint"
-    if st.button(label, key="hostkey_trust", type="primary"):
-        try:
-            trust(info, options, on_change=on_change)
-            st.success(f"Trusted {info['label']} ({info['fingerprint']}) in {options.known_hosts}.")
-            st.session_state.host_key = None
-        except ConsoleError as err:
-            st.error(str(err))
+    # What it says shows under "Fetch host key": once trusted, this key and its button are gone.
+    action_button(label, "hostkey_trust", _trust, info, options, on_change, said_at="hostkey_fetch",
+                  type="primary")
+
+
+def _trust(info: dict, options: SSHOptions, on_change: OnChange) -> str:
+    trust(info, options, on_change=on_change)
+    st.session_state.host_key = None
+    return f"Trusted {info['label']} ({info['fingerprint']}) in {options.known_hosts}."

@@ -1,18 +1,64 @@
-"""Small Streamlit pieces that several pages share: run header, task states, stop with confirm."""
+"""Small Streamlit pieces that several pages share: the action button, run header, task states,
+stop with confirm."""
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import pandas as pd
 import streamlit as st
 
-from backend.errors import ConsoleError
 from console import live_run as live_mod
+from console.errors import ConsoleError, messages
 from console.ui import auth, state
 from console.plain import md_escape
 
 
 ACTION_SHOWN_S = 120.0   # how long a finished action stays on the page
+LEVELS = ("success", "info", "warning", "error")
+
+
+def action_button(label: str, key: str, act: Callable, *args, where=None, said_at: str | None = None,
+                  spinner: str | None = None, **button) -> None:
+    """A button that does ``act(*args)`` in its ``on_click`` callback; what it says shows below.
+
+    Every action button goes through here. Streamlit calls a callback as soon as the click reaches
+    the server, whichever script run comes next; read as ``if st.button(...)``, a click that
+    lands while the page's live panels rerun on their timers could be taken by a panel-only run
+    and lost (seen once in CI: Stop's confirm stayed up and the run trained on). So ``act`` runs
+    before the page is drawn, reads what other widgets hold from ``st.session_state`` (their
+    values at the click, not ``args`` bound at the last draw), and draws nothing itself: it
+    returns what to say (a text, shown as a success, or ``(level, text)``, level one of
+    ``LEVELS``), or raises ConsoleError, each of whose problems shows as an error, as text.
+    ``where``: the column or container to draw in; ``said_at``: the key of the button whose place
+    shows what this one says (a confirm's Yes, gone once answered, says it at the first button);
+    ``button``: ``st.button``'s other arguments (type, disabled, help).
+    """
+    (where or st).button(label, key=key, on_click=_act, args=(said_at or key, act, args, spinner), **button)
+    for level, text in st.session_state.pop(_said_key(key), []):
+        getattr(where or st, level)(text)
+
+
+def _said_key(key: str) -> str:
+    return f"{key}__said"
+
+
+def _act(said_at: str, act: Callable, args: tuple, spinner: str | None) -> None:
+    if not auth.holds_token():   # callbacks run before the page's guard(), which then refuses
+        return
+    try:
+        if spinner:
+            with st.spinner(spinner):
+                said = act(*args)
+        else:
+            said = act(*args)
+    except ConsoleError as err:
+        said = [("error", md_escape(m)) for m in messages(err)]   # may quote hosts, logs, paths
+    if isinstance(said, str):
+        said = [("success", said)]
+    elif isinstance(said, tuple):
+        said = [said]
+    st.session_state[_said_key(said_at)] = said or []
 
 
 def run_header(live) -> None:
@@ -53,40 +99,23 @@ def attempts_table(live) -> None:
 
 
 def stop_controls(live, *, key: str) -> None:
-    """A Stop button that asks before it stops; the stop then runs in the background.
-
-    The buttons act in ``on_click`` callbacks, not in ``if st.button(...)``: Streamlit calls a
-    callback as soon as the click reaches the server, whichever run comes next. Read as a return
-    value, a click that lands while the page's live panels rerun on their timers could be taken
-    by a panel-only run and lost (seen once in CI: the confirm stayed up and the run trained on).
-    Callbacks run before the page's ``guard()``, so the one that stops checks the token itself.
-    """
+    """A Stop button that asks before it stops; the stop then runs in the background. Both act
+    in their callbacks (``action_button``): a Stop click must never be lost."""
     ss = st.session_state
-    flag, failed = f"{key}_confirm", f"{key}_stop_error"
-    st.button("Stop run", key=f"{key}_stop", disabled=live is None, on_click=_ask_to_stop, args=(flag,))
-    if ss.get(failed):
-        st.error(md_escape(ss.pop(failed)))
+    flag = f"{key}_confirm"
+    action_button("Stop run", f"{key}_stop", ss.__setitem__, flag, True, disabled=live is None)
     if live is not None and ss.get(flag):
         st.warning(f"Stop run {live.run_id}? Every task gets TERM, then KILL after 10 s.")
         yes, no = st.columns(2)
-        yes.button("Yes, stop it", key=f"{key}_yes", type="primary", on_click=_stop, args=(live, flag, failed))
-        no.button("Cancel", key=f"{key}_no", on_click=ss.__setitem__, args=(flag, False))
+        action_button("Yes, stop it", f"{key}_yes", _stop, live, flag, where=yes, said_at=f"{key}_stop",
+                      type="primary")
+        action_button("Cancel", f"{key}_no", ss.__setitem__, flag, False, where=no, said_at=f"{key}_stop")
 
 
-def _ask_to_stop(flag: str) -> None:
-    st.session_state[flag] = True
-
-
-def _stop(live, flag: str, failed: str) -> None:
-    ss = st.session_state
-    ss[flag] = False
-    if not auth.holds_token():   # callbacks run before the page's guard(), which then refuses
-        return
-    try:
-        live_mod.begin_stop(live, state.registry().actions)
-        ss.action_run_id = live.run_id
-    except ConsoleError as err:
-        ss[failed] = str(err)
+def _stop(live, flag: str) -> None:
+    st.session_state[flag] = False
+    live_mod.begin_stop(live, state.registry().actions)
+    st.session_state.action_run_id = live.run_id
 
 
 def action_panel(action, *, key: str) -> None:

@@ -70,7 +70,7 @@ def test_a_stop_clicked_after_the_token_is_revoked_does_nothing(page, runs_dir):
     assert not at.exception
     assert [t.value for t in at.title] == ["Login token needed"]
     assert RunStore(runs_dir).load(run_id).live  # the click reached no run
-    assert "monitor_stop_error" not in at.session_state
+    assert "monitor_stop__said" not in at.session_state   # nor said anything
 
 
 def test_log_filter_and_highlight():

@@ -33,3 +33,17 @@ def test_pace_is_seconds_and_the_other_params_whole_numbers(tmp_path):
     (tmp_path / "job.py").write_text("")
     job = build_job(source="module", module=str(tmp_path / "job.py"), params={"pace_s": 0.05, "epochs": 2.0})
     assert job.params == {"pace_s": 0.05, "epochs": 2}
+
+
+def test_the_form_values_give_back_the_job_they_show(tmp_path):
+    """Start reads the form's values at the click (console/forms.py, job_from_form): the job a
+    form shows, read back, is that job again; a command job's params are not the harness's."""
+    from console.forms import job_from_form
+    (tmp_path / "digits.py").write_text("")
+    job = {"kind": "harness", "module": str(tmp_path / "digits.py"), "params": {"epochs": 1, "pace_s": 0.5},
+           "restart": {"mode": "on_failure", "max_restarts": 7}}
+    back = job_from_form(launch_form(job, EXAMPLES), tmp_path)
+    assert back.module == str(tmp_path / "digits.py") and back.params["epochs"] == 1
+    assert back.params["pace_s"] == 0.5 and back.restart.max_restarts == 7
+    command = job_from_form(launch_form({"kind": "command", "command": ["python", "a b.py"]}, EXAMPLES), tmp_path)
+    assert list(command.command) == ["python", "a b.py"]
