@@ -58,8 +58,6 @@ class Run:
         raise RunError(f"run {self.run_id} has no task {name!r}",
                        f"Use one of: {', '.join(t.name for t in self.state.tasks)}.")
 
-    _task = task   # older callers
-
     def task_spec(self, name: str) -> TaskSpec:
         return self.cluster.tasks[self.task(name).position]
 

@@ -37,7 +37,7 @@ from backend.errors import ConsoleError, RunError
 from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
-from backend.runs.detached import KEEPER_LOCK, KEEPER_LOG, KEEPER_PID, POLL_S, REPO_ROOT, keeper_pid  # noqa: F401
+from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, POLL_S, keeper_pid
 from backend.runs.outcome import Conclusion, Verdict, conclude
 from backend.runs.handle import Run
 from backend.runs.store import Phase, RunStore
@@ -54,7 +54,7 @@ LOAD_TRIES = 5
 
 
 @dataclass
-class Progress:
+class MetricsSeen:
     """The chief's metrics.jsonl as last seen: its size, when it last grew, the last step."""
     size: int = -1
     changed: float = 0.0
@@ -69,7 +69,7 @@ class Keeper:
         self.run_id, self.store = run_id, store or RunStore()
         self.pool, self.poll_s = Pool(options), poll_s
         self.log = log or (lambda msg: print(time.strftime("%H:%M:%S"), msg, flush=True))
-        self.progress = Progress(changed=time.time())
+        self.progress = MetricsSeen(changed=time.time())
         self.unreachable_since: float | None = None
         self.casualties_since: float | None = None
         self.delay = poll_s
@@ -278,7 +278,7 @@ class Keeper:
         except ConsoleError as err:
             self.log(f"attempt {run.state.attempt} failed to start: {err}")
             return None
-        self.progress = Progress(changed=time.time())
+        self.progress = MetricsSeen(changed=time.time())
         return None
 
     def _give_up(self, run: Run, reason: str, *, why: str) -> Phase | None:

@@ -15,17 +15,15 @@ from pathlib import Path
 from backend.config import jobfit
 from backend.runs import detached
 from backend.runs.attempts import begin_attempt
-from backend.errors import ConsoleError
 from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.resolve import tf_hosts
 from backend.hosts.ssh import SSHOptions
-from backend.runs.outcome import TaskStatus  # noqa: F401  (re-exported for older callers)
 from backend.hosts.preflight import require_preflight
 from backend.runs.handle import Run
 from backend.runs.store import Phase, RunState, RunStore, TaskState, check_run_id, new_run_id
 from backend.config.slurm_spec import SlurmSpec, slurm_to_dict
-from backend.config.spec import ClusterSpec, JobKind, JobSpec, RestartMode, cluster_to_dict, job_to_dict
+from backend.config.spec import ClusterSpec, JobKind, JobSpec, cluster_to_dict, job_to_dict
 
 
 class Preflight(enum.Enum):
@@ -84,4 +82,4 @@ def attach(run_id: str, *, store: RunStore | None = None, options: SSHOptions | 
     return Run(store.load(run_id), store, Pool(options))
 
 
-__all__ = ["Preflight", "launch", "attach", "Run", "TaskStatus", "ConsoleError", "RestartMode"]
+__all__ = ["Preflight", "launch", "attach"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.runs import keeper
+from backend.runs import detached
 from backend.runs.store import RunStore
 from backend.config.spec import job_from_dict
 from tests.conftest import FAULT_RESULTS, processes_of, wait_for
@@ -75,7 +75,7 @@ def wait_phase(store, run_id: str, phases: tuple[str, ...], timeout: float):
 
 def kill_task(run, name: str) -> float:
     """kill -9 the task's training process (not its supervisor, which records the exit code)."""
-    info = json.loads(Path(_local(run._task(name).remote_run_dir), "tasks", f"{name}.json").read_text())
+    info = json.loads(Path(_local(run.task(name).remote_run_dir), "tasks", f"{name}.json").read_text())
     os.kill(info["pid"], signal.SIGKILL)
     return time.time()
 
@@ -86,7 +86,7 @@ def _local(path: str) -> str:
 
 def assert_nothing_left(run, store) -> None:
     """No keeper, no task process of the run anywhere, every TF port bindable."""
-    wait_for(lambda: keeper.keeper_pid(store.path(run.run_id)) is None, 30, "the keeper to exit")
+    wait_for(lambda: detached.keeper_pid(store.path(run.run_id)) is None, 30, "the keeper to exit")
     wait_for(lambda: processes_of(run) == [], 30, f"no process of the run: {processes_of(run)}")
     for spec in run.cluster.tasks:
         wait_for(lambda: port_free(spec.tf_port), 30, f"TF port {spec.tf_port} to bind")

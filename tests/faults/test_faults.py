@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from backend.engines import direct as hosts_engine
-from backend.runs import keeper
+from backend.runs import detached
 from backend.runs import launcher
 from backend.errors import ConsoleError
 from backend.config.spec import cluster_to_dict, job_to_dict
@@ -86,7 +86,7 @@ def test_kill_the_cli_training_goes_on(local_cluster, store, tmp_path):
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job_to_dict(harness_job())))
     cli = subprocess.Popen([sys.executable, "-m", "backend", "--runs", str(store.root), "launch",
                             str(tmp_path / "cluster.yaml"), str(tmp_path / "job.yaml"), "--run-id", "cli-1",
-                            "--wait", "600"], cwd=keeper.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            "--wait", "600"], cwd=detached.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wait_for(lambda: store.path("cli-1").exists() and store.load("cli-1").phase == "running", 120, "launch")
     run = launcher.attach("cli-1", store=store)
     wait_for(lambda: any(r["step"] >= 20 for r in metrics(run)), 150, "training")
@@ -95,7 +95,7 @@ def test_kill_the_cli_training_goes_on(local_cluster, store, tmp_path):
     killed_at = max(r["step"] for r in metrics(run))
     # A new process attaches: the keeper and the tasks outlived the CLI.
     again = launcher.attach("cli-1", store=store)
-    assert keeper.keeper_pid(again.local_dir) and [s.state for s in again.status()] == ["running"] * 2
+    assert detached.keeper_pid(again.local_dir) and [s.state for s in again.status()] == ["running"] * 2
     seen = MetricsStore()
     monitor = again.monitor(seen).start()
     try:
@@ -143,7 +143,7 @@ def test_failing_job_ends_failed_with_its_traceback(local_cluster, store, tmp_pa
     assert state.phase == "failed" and len(state.attempts) == 2, state.attempts   # one restart, then no more
     assert all("boom" in a.reason or "failed to start" in a.reason for a in state.attempts), state.attempts
     out = subprocess.run([sys.executable, "-m", "backend", "--runs", str(store.root), "status", run.run_id],
-                         capture_output=True, text=True, cwd=keeper.REPO_ROOT).stdout
+                         capture_output=True, text=True, cwd=detached.REPO_ROOT).stdout
     assert "Traceback (most recent call last)" in out and "RuntimeError: boom" in out, out
     assert out.count("attempt ") >= 2, out
     record("job raising at start (max_restarts=1)", failed_after_s=time.time() - started,
@@ -159,5 +159,5 @@ def test_job_raising_at_import_is_refused_by_launch(local_cluster, store, tmp_pa
                         preflight=launcher.Preflight.SKIP)
     state = store.load("imp-1")
     assert state.phase == "failed" and len(state.attempts) == 1
-    assert keeper.keeper_pid(store.path("imp-1")) is None
+    assert detached.keeper_pid(store.path("imp-1")) is None
     assert_nothing_left(launcher.attach("imp-1", store=store), store)

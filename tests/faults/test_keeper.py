@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.runs import keeper
-from backend.runs import launcher
+from backend.runs import detached, keeper
+from backend.runs import launcher, restore
 from tests.faults.conftest import assert_nothing_left, command_job, wait_phase
 
 HANG = "import time; time.sleep(600)"
@@ -24,7 +24,7 @@ def test_user_stop_wins_over_a_pending_restart(local_cluster, store, python_path
     flag = tmp_path / "fail-now"
     job = command_job(fail_when(flag), python_path, max_restarts=3, backoff_s=8)
     run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
-    assert keeper.keeper_pid(run.local_dir), "launch started no keeper"
+    assert detached.keeper_pid(run.local_dir), "launch started no keeper"
     assert store.load(run.run_id).phase == "running"         # both tasks passed the start check
     flag.touch()
     wait_phase(store, run.run_id, ("restarting",), 60)      # the keeper is in its backoff
@@ -33,7 +33,7 @@ def test_user_stop_wins_over_a_pending_restart(local_cluster, store, python_path
     state = store.load(run.run_id)
     assert state.phase == "stopped" and len(state.attempts) == 1, state
     assert "exited(3)" in state.attempts[0].reason
-    assert "stopped" in (run.local_dir / keeper.KEEPER_LOG).read_text()
+    assert "stopped" in (run.local_dir / detached.KEEPER_LOG).read_text()
 
 
 @pytest.mark.slow
@@ -69,7 +69,7 @@ def test_the_attempt_names_the_cause_even_when_a_casualty_shows_first(local_clus
     flag.touch()
     state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 60)
     assert state.phase == "failed" and state.attempts[0].reason.startswith("worker-0 exited(7)"), state
-    assert "lost its collective" in (run.local_dir / keeper.KEEPER_LOG).read_text()
+    assert "lost its collective" in (run.local_dir / detached.KEEPER_LOG).read_text()
     assert_nothing_left(run, store)
 
 
@@ -78,7 +78,7 @@ def test_a_second_keeper_is_refused(local_cluster, store, python_path, tmp_path)
     from backend.errors import RunError
     from backend.runs.store import RunState
     store.save(RunState("r1", 0.0, {"tasks": []}, {"kind": "command", "command": ["x"]}, []))
-    with open(store.path("r1") / keeper.KEEPER_LOCK, "a") as lock:
+    with open(store.path("r1") / detached.KEEPER_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with pytest.raises(RunError, match="already has a keeper"):
             keeper.Keeper("r1", store=store).run()
@@ -123,13 +123,13 @@ def test_a_restored_run_is_kept_again(local_cluster, store):
     run = launcher.launch(local_cluster, harness_job(steps_per_epoch=600, pace_s=0.02), store=store,
                           preflight=launcher.Preflight.SKIP)
     first = wait_for(lambda: checkpoints.list_checkpoints(run), 120, "a first checkpoint")[0]["step"]
-    old_keeper = keeper.keeper_pid(run.local_dir)
-    checkpoints.restore(run, first)
-    new_keeper = wait_for(lambda: keeper.keeper_pid(run.local_dir), 60, "a keeper for the restored run")
+    old_keeper = detached.keeper_pid(run.local_dir)
+    restore.restore(run, first)
+    new_keeper = wait_for(lambda: detached.keeper_pid(run.local_dir), 60, "a keeper for the restored run")
     assert new_keeper != old_keeper
     state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 240)
     assert state.phase == "finished" and state.attempts[-1].resume_step == first, state
-    assert f"keeping run {run.run_id} (pid {new_keeper})" in (run.local_dir / keeper.KEEPER_LOG).read_text()
+    assert f"keeping run {run.run_id} (pid {new_keeper})" in (run.local_dir / detached.KEEPER_LOG).read_text()
     assert_nothing_left(run, store)
 
 
@@ -161,13 +161,13 @@ def test_a_keeper_started_by_a_restore_waits_for_the_old_one_then_keeps_the_run(
         pid = start_keeper("restored", store.root, SSHOptions(), take_over=True)
         try:
             wait_for(lambda: _waits_for_flock(pid), 60, "the new keeper waiting for the old one's lock")
-            assert keeper.keeper_pid(folder) == pid   # a status read meanwhile finds a keeper
+            assert detached.keeper_pid(folder) == pid   # a status read meanwhile finds a keeper
         except BaseException:
             with contextlib.suppress(ProcessLookupError):   # nothing left behind, even on failure
                 os.kill(pid, signal.SIGKILL)
             raise
-    wait_for(lambda: keeper.keeper_pid(folder) is None, 60, "the new keeper to keep the run and exit")
-    log = (folder / keeper.KEEPER_LOG).read_text()
+    wait_for(lambda: detached.keeper_pid(folder) is None, 60, "the new keeper to keep the run and exit")
+    log = (folder / detached.KEEPER_LOG).read_text()
     assert f"keeping run restored (pid {pid})" in log and "run restored: finished" in log, log
     assert "already has a keeper" not in log and "Traceback" not in log, log
     assert not (folder / KEEPER_PID).exists()

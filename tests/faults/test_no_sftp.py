@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from backend import checkpoints
-from backend.runs import keeper
+from backend.runs import detached
 from backend.runs import launcher
 from backend.hosts import remote
 from backend.hosts.ssh import SSHTransport
@@ -102,7 +102,7 @@ def test_harness_run_with_its_chief_there(no_sftp_host, ssh_hosts, client_key, p
     state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 300)
     assert state.phase == "finished" and len(state.attempts) == 2, state.attempts
     assert state.attempts[1].resume_step, state.attempts   # restarted from a checkpoint it listed
-    keeper_log = (run.local_dir / keeper.KEEPER_LOG).read_text()
+    keeper_log = (run.local_dir / detached.KEEPER_LOG).read_text()
     assert "Traceback" not in keeper_log and "Channel closed" not in keeper_log, keeper_log
     assert "step" in (run.local_dir / "logs" / "chief-0.log").read_text()   # mirrored home
     assert_nothing_left(run, store)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.runs import keeper
+from backend.runs import detached
 from backend.runs import launcher
 from backend.runs.outcome import TaskPhase
 from backend.config.spec import cluster_from_dict
@@ -77,7 +77,7 @@ def test_every_sshd_of_a_worker_host_killed_for_25_s(h8, ssh_hosts, client_key, 
     host.start(keys, home=str(conftest.HOME))
     state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 600)
     assert state.phase == "finished" and len(state.attempts) == 1, state.attempts
-    log = (run.local_dir / keeper.KEEPER_LOG).read_text()
+    log = (run.local_dir / detached.KEEPER_LOG).read_text()
     assert "Traceback" not in log, log
     steps = [r["step"] for r in metrics(run) if r["task"] == "worker-0"]
     assert max(steps) == 4000 and max(r["step"] for r in metrics(run) if r["time"] < down_at + OUTAGE_S) > step_at_kill
