@@ -1,6 +1,6 @@
 """How a run's tasks are started, inspected and stopped: one ``Engine`` per kind of cluster.
 
-``hosts.HostsEngine`` starts tasks itself over SSH or as local processes. ``slurm.SlurmEngine``
+``direct.HostsEngine`` starts tasks itself over SSH or as local processes. ``slurm.SlurmEngine``
 hands them to Slurm. Which one a run uses follows from its saved cluster (``kind: slurm``);
 nothing above ``Run`` knows which one it talks to.
 """

@@ -1,1 +1,1 @@
-"""Host transports: one protocol (``base.Transport``), a local adapter and an SSH adapter."""
+"""Reaching hosts: transports (local, SSH), names, known hosts and trust, preflight, the host command client."""

@@ -1,4 +1,4 @@
-"""Live view of a run: the watch agent (runs on the chief) and the run monitor (runs here).
+"""Live view of a run: the watch agent (on the chief), the run monitor, the metrics store, log copies.
 
 ``agent.py`` is a standalone script copied to the chief's host; ``RunMonitor`` starts it through a
 transport and feeds a ``backend.watch.metrics.MetricsStore``.
