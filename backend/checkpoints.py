@@ -1,7 +1,8 @@
 """Checkpoint actions, on the chief only: list, hold, save now, export, restore.
 
-The harness does the work on the hosts (``ckpt_tool.py``, ``export.py``, the training loop); this
-module runs those over the run's transports and turns their answers into typed results.
+The harness does the work on the hosts (``hostctl.py``'s checkpoint and export subcommands, the
+training loop); this module asks for it through ``backend.hosts.remote`` and turns the answers
+into typed results.
 
 Every action holds the checkpoint it uses (``pin``: a hold file that the training's retention
 respects) from the moment it picks it until it ends, success or failure; "latest" is resolved once,
@@ -9,7 +10,6 @@ by the pin, and the step it names is the one used. docs/checkpoints.md says how 
 """
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 import time
@@ -66,7 +66,7 @@ def host_name(name: object, host: str, what: str) -> str:
 
 
 def _checked_listing(run: Run, task: str, listing: object) -> list[dict]:
-    """A ckpt_tool listing whose file names are all plain names (restore copies them by name)."""
+    """A hostctl listing whose file names are all plain names (restore copies them by name)."""
     host = run.task_spec(task).host
     if not isinstance(listing, list) or not all(isinstance(c, dict) for c in listing):
         raise HostError(host, "the checkpoint listing is not a list of checkpoints",
@@ -77,58 +77,67 @@ def _checked_listing(run: Run, task: str, listing: object) -> list[dict]:
     return listing
 
 
-def _tool(run: Run, task: str, *args: str, timeout: float = 60):
-    """``ckpt_tool.py`` on ``task``'s host; its JSON answer, or ArtifactError with its refusal."""
-    # -S: the tool needs only the standard library, and skipping site-packages starts it faster.
-    result = _harness(run, task, "ckpt_tool.py", *args, python_flags=("-S",), timeout=timeout)
-    if result.ok:
-        return json.loads(result.stdout)
-    refused = [ln[len("CKPT REFUSED: "):] for ln in result.stderr.splitlines() if ln.startswith("CKPT REFUSED: ")]
-    if refused:
-        raise ArtifactError(refused[-1] + ".", "Pick a step from the list as it is now.")
-    raise HostError(run.task_spec(task).host, f"checkpoint command {args[0]} failed",
-                    "Check that the run directory exists on that host.", stderr_tail=result.stderr)
+@contextmanager
+def _refusal_is_artifact(fix: str = "Pick a step from the list as it is now."):
+    """hostctl's refusal of a checkpoint action (a step gone, a hold expired) is about the
+    checkpoint, not the host: an ArtifactError with the host's reason."""
+    try:
+        yield
+    except remote.Refused as err:
+        raise ArtifactError(err.reason.rstrip(".") + ".", fix) from None
 
 
-def _harness(run: Run, task: str, script: str, *args: str, python_flags: tuple[str, ...] = (),
-             timeout: float = 60):
-    """``python RUN/harness/<script> args...`` on ``task``'s host."""
-    t = run.task(task)
-    return run.transport(task).run([run.task_spec(task).python, *python_flags,
-                                    f"{t.remote_run_dir}/{layout.HARNESS}/{script}", *args], timeout=timeout)
+def _chief_or(run: Run, task: str | None) -> str:
+    return task or run.state.chief.name
 
 
 def checkpoint_dir(run: Run, task: str) -> str:
-    t = run.task(task)
+    """``task``'s checkpoint folder on its host (the chief's real ones, a worker's own copy)."""
+    return f"{run.task(task).remote_run_dir}/{_folder(run, task)}"
+
+
+def _folder(run: Run, task: str) -> str:
+    """``checkpoint_dir``, relative to the run directory (hostctl's ``--dir``)."""
     if task == run.state.chief.name:
-        return f"{t.remote_run_dir}/{layout.CHECKPOINTS}"
-    return layout.worker_checkpoint_dir(t.remote_run_dir, task)
+        return layout.CHECKPOINTS
+    return f"{layout.WORKER_CHECKPOINTS}/{task}"
 
 
 def list_checkpoints(run: Run, task: str | None = None) -> list[dict]:
     """Checkpoints of the chief (or of ``task``) that retention keeps, oldest first: each with
     its meta, files and sizes, and ``held`` (the purposes of the actions holding it)."""
-    task = task or run.state.chief.name
-    return _checked_listing(run, task, _tool(run, task, "list", checkpoint_dir(run, task)))
+    task = _chief_or(run, task)
+    with _refusal_is_artifact():
+        listing = remote.checkpoint_list(run.remote(task), _folder(run, task))
+    return _checked_listing(run, task, listing)
 
 
 def list_abandoned(run: Run, task: str | None = None) -> list[dict]:
     """Checkpoints that restores moved aside (each names its ``abandoned`` folder)."""
-    task = task or run.state.chief.name
-    return _checked_listing(run, task, _tool(run, task, "abandoned", checkpoint_dir(run, task)))
+    task = _chief_or(run, task)
+    with _refusal_is_artifact():
+        listing = remote.checkpoint_abandoned(run.remote(task), _folder(run, task))
+    return _checked_listing(run, task, listing)
 
 
 def pin(run: Run, step: int | None, *, purpose: str, ttl_s: float | None) -> Hold:
     """Hold ``step`` in the chief's folder (None: the newest, resolved now); ArtifactError if gone."""
     chief = run.state.chief.name
-    args = ["pin", checkpoint_dir(run, chief), "--step", "latest" if step is None else str(int(step)),
-            "--purpose", purpose] + ([] if ttl_s is None else ["--ttl", str(ttl_s)])
-    answer = _tool(run, chief, *args)
+    with _refusal_is_artifact():
+        answer = remote.checkpoint_hold(run.remote(chief), _folder(run, chief), step, purpose=purpose, ttl_s=ttl_s)
     return Hold(chief, int(answer["step"]), answer["hold"], purpose)
 
 
 def release(run: Run, hold: Hold) -> None:
-    _tool(run, hold.task, "release", checkpoint_dir(run, hold.task), "--hold", hold.hold_id)
+    with _refusal_is_artifact():
+        remote.checkpoint_release(run.remote(hold.task), _folder(run, hold.task), hold.hold_id)
+
+
+def abandon_after(run: Run, task: str, step: int, *, tag: str, keep: Hold) -> list[int]:
+    """Move ``task``'s checkpoints newer than ``step`` aside (a restore); the steps moved."""
+    with _refusal_is_artifact():
+        return remote.checkpoint_abandon(run.remote(task), _folder(run, task), after=step, tag=tag,
+                                         keep_hold=keep.hold_id)
 
 
 @contextmanager
@@ -178,19 +187,13 @@ def export(run: Run, *, step: int | None = None, name: str | None = None,
 
 
 def _export_step(run: Run, step: int, name: str | None, formats: tuple[str, ...]) -> dict:
-    chief = run.state.chief
-    args = ["--run-dir", chief.remote_run_dir, "--job",
-            f"{chief.remote_run_dir}/{layout.JOB}/{Path(run.job.module).name}",
-            "--formats", ",".join(formats), "--step", str(step)] + (["--name", name] if name else [])
-    result = _harness(run, chief.name, "export.py", *args, timeout=EXPORT_TIMEOUT_S)
-    ok = [line for line in result.stdout.splitlines() if line.startswith("EXPORT OK ")]
-    if result.ok and ok:
-        answer = json.loads(ok[-1][len("EXPORT OK "):])
-        host_name(answer.get("name"), run.task_spec(chief.name).host, "export")   # a download folder's name
-        return answer
-    reason = [line for line in result.stderr.splitlines() if line.startswith("EXPORT ")]
-    raise ArtifactError(reason[-1] if reason else f"export failed (exit {result.exit_code})",
-                        "Earlier exports and checkpoints are untouched; pick another checkpoint or fix the cause.")
+    chief = run.state.chief.name
+    with _refusal_is_artifact("Earlier exports and checkpoints are untouched; pick another checkpoint "
+                              "or fix the cause."):
+        answer = remote.export(run.remote(chief), f"{layout.JOB}/{Path(run.job.module).name}", step=step,
+                               name=name, formats=formats, timeout=EXPORT_TIMEOUT_S)
+    host_name(answer.get("name"), run.task_spec(chief).host, "export")   # a download folder's name
+    return answer
 
 
 def list_exports(run: Run) -> list[dict]:
@@ -233,8 +236,7 @@ def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RE
         if run.state.live:
             run.stop(reason=f"restore from step {step}")
         attempt = run.state.attempt + 1
-        moved = {t.name: _tool(run, t.name, "abandon", checkpoint_dir(run, t.name), "--after", str(step),
-                               "--tag", f"attempt-{attempt}-restore-{step}", "--keep-hold", hold.hold_id)["moved"]
+        moved = {t.name: abandon_after(run, t.name, step, tag=f"attempt-{attempt}-restore-{step}", keep=hold)
                  for t in run.state.tasks}
         for t in run.state.tasks:
             if t.name != run.state.chief.name:
@@ -258,8 +260,7 @@ def wait_resumed(run: Run, wait_s: float) -> dict[str, int]:
         ended = []
         for t in run.state.tasks:
             if t.name not in found:
-                answer = _tool(run, t.name, "resumed", t.remote_run_dir,
-                               "--attempt", str(run.state.attempt), "--task", t.name)
+                answer = remote.resumed(run.remote(t.name), run.state.attempt, [t.name])
                 found.update(answer["resumed"])
                 ended += [n for n in answer["ended"] if n not in answer["resumed"]]
         if len(found) == len(run.state.tasks) or ended or time.time() > deadline:

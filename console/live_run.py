@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backend.errors import ConsoleError, RunError
+from backend.hosts import remote
 from console.background import Actions
 from backend.hosts.ssh import SSHOptions
 from backend.runs.launcher import attach
@@ -142,15 +143,13 @@ class LiveRun:
         """The chief's train.json (total_steps, steps_per_epoch, ...), read once per attempt."""
         if self._train_info is not None and self._train_attempt == self.run.state.attempt:
             return self._train_info
-        chief = self.run.state.chief
         try:
-            result = self.run.transport(chief.name).run(
-                ["cat", f"{chief.remote_run_dir}/train.json"], timeout=10)
+            data = remote.read_file(self.run.remote(self.run.state.chief.name), "train.json", timeout=10)
         except ConsoleError:
             return self._train_info
-        if result.ok and result.stdout.strip():
+        if data and data.strip():
             try:
-                info = json.loads(result.stdout)
+                info = json.loads(data)
             except ValueError:
                 return self._train_info
             if info.get("attempt", self.run.state.attempt) == self.run.state.attempt:

@@ -4,8 +4,13 @@
 Restores a COMPLETE checkpoint from RUN/checkpoints into a freshly built model, writes
 RUN/exports/.tmp-<name>/{saved_model/, model.keras}, reloads both in a FRESH process and
 compares predictions on a probe batch, writes result.json, then renames the folder to
-RUN/exports/<name>/. Never overwrites: an existing name is refused with exit code 2, as is a
-checkpoint that is not complete. Any other failure exits 1 and removes only its own tmp folder.
+RUN/exports/<name>/. Never overwrites: an existing name is refused, as is a checkpoint that is not
+complete (``EXPORT REFUSED: ...``, nothing attempted). Any other failure (``EXPORT FAILED: ...``)
+removes only its own tmp folder.
+
+``hostctl.py export`` runs this file and relays its answer: hostctl's protocol (its docstring),
+exit 0 with the result as the last stdout line, or exit ``FAILED`` with ``{"error", "missing"}``;
+the error's last line also goes to stderr, after any traceback.
 
 The chosen checkpoint is held (``retention.pin``) from the moment it is chosen until this process
 ends, so the training's retention cannot delete it mid-export. The process runs with small thread
@@ -27,6 +32,7 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""   # before TensorFlow loads: export neve
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import ckpt_index  # noqa: E402
+import hostctl  # noqa: E402 - the protocol: FAILED and the answer's shape
 import jobs  # noqa: E402
 import tfload  # noqa: E402
 import layout  # noqa: E402
@@ -39,7 +45,7 @@ HOLD_TTL_S = 1800   # past any export's end: a hold left by a killed export expi
 
 
 class Refused(Exception):
-    """Nothing was attempted: exit code 2."""
+    """Nothing was attempted: ``EXPORT REFUSED``."""
 
 
 def parse_args(argv):
@@ -252,15 +258,19 @@ def main(argv=None) -> int:
             raise Refused(f"--formats {args.formats!r}: choose from {','.join(FORMATS)}")
         result = export(args, formats)
     except Refused as exc:
-        print(f"EXPORT REFUSED: {exc}", file=sys.stderr, flush=True)
-        return 2
+        return failed(f"EXPORT REFUSED: {exc}")
     except Exception as exc:  # noqa: BLE001 - one clear last line for the console
         import traceback
         traceback.print_exc()
-        print(f"EXPORT FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return 1
-    print("EXPORT OK " + json.dumps(result), flush=True)
+        return failed(f"EXPORT FAILED: {type(exc).__name__}: {exc}")
+    print(json.dumps(result), flush=True)
     return 0
+
+
+def failed(error: str) -> int:
+    print(error, file=sys.stderr, flush=True)
+    print(json.dumps({"error": error, "missing": False}), flush=True)
+    return hostctl.FAILED
 
 
 if __name__ == "__main__":

@@ -1,12 +1,21 @@
 """The host-side command line: every action the console takes on a host, one subcommand each.
 
 The console runs ``python -S RUN/harness/hostctl.py SUBCOMMAND --run RUN ...`` (``backend.hosts.remote``
-is its client). Standard library only, so ``-S`` skips site-packages: it starts fast and works
-before and without the job's packages. Each subcommand prints ONE JSON object on stdout and exits
-0; a failure it understands prints ``{"error": ..., "missing": bool}`` and exits ``FAILED``.
-Exit 2 is argparse's (a usage error) or Python's own "can't open file" (nothing installed here).
+is its only client). Standard library only, so ``-S`` skips site-packages: it starts fast and works
+before and without the job's packages. ``export`` loads TensorFlow, so it runs ``export.py`` in a
+child process (the same Python, with site-packages) and answers with that child's JSON answer.
 
-Paths given to ``read`` and ``write`` are relative to the run directory and stay inside it.
+The protocol, the same for every subcommand:
+
+- stdout: ONE JSON object (its last line), the answer; exit 0.
+- exit ``FAILED`` (3): a failure this command understands (a refused checkpoint hold, a missing
+  file, a full disk, a failed export): stdout is ``{"error": "...", "missing": bool}``.
+- exit 2: argparse's usage error, or Python's own "can't open file" (nothing installed here).
+- ``follow`` is the one stream: it writes the file's bytes as they are appended (``tail -F``) until
+  the client closes it; a refusal before its first byte is answered as above.
+
+Paths given to ``read``, ``write``, ``follow``, ``--dir`` and ``--job`` are relative to the run
+directory and stay inside it.
 """
 from __future__ import annotations
 
@@ -15,16 +24,19 @@ import base64
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 
 import layout
+import retention
 import spawn
 import stackdump
 
 FAILED = 3
 READ_LIMIT = 16 << 20     # bytes per read answer: one call stays short on a slow link
 PROGRESS_WINDOW = 1 << 16  # the last metrics line is looked for in this many trailing bytes
+FOLLOW_POLL_S = 0.2       # how often ``follow`` looks for new bytes (tail -F's default is 1 s)
 SAVE_NAME = re.compile(r"^save-[A-Za-z0-9_-]{1,80}\.json$")
 
 
@@ -166,6 +178,120 @@ def cmd_exports(a) -> dict:
     return {"exports": out}
 
 
+def cmd_follow(a) -> None:
+    """The file's bytes from its start, then as they are appended, like ``tail -n +1 -F``: a file
+    not there yet is waited for, one replaced or cut short is read again from its start."""
+    path = inside(a.run, a.path)
+    try:
+        _follow(path, sys.stdout.buffer)
+    except BrokenPipeError:   # the client closed the stream: the normal end
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no error at exit's flush
+    return None
+
+
+def _follow(path: str, out) -> None:
+    fh, ident, pos = None, None, 0
+    while True:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and (fh is None or (st.st_dev, st.st_ino) != ident or st.st_size < pos):
+            if fh is not None:
+                fh.close()
+            fh, ident, pos = open(path, "rb"), (st.st_dev, st.st_ino), 0
+        data = fh.read(READ_LIMIT) if fh is not None else b""
+        if data:
+            out.write(data)
+            out.flush()   # a closed channel shows here: BrokenPipeError ends the stream
+            pos += len(data)
+        else:
+            time.sleep(FOLLOW_POLL_S)
+
+
+# -- checkpoints (``retention.py``): --dir is the task's checkpoint folder, run-relative ----------
+def _held(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except retention.HoldError as err:
+        raise Refused(str(err)) from None
+
+
+def cmd_ckpt_list(a) -> dict:
+    """Checkpoints users may pick (retention keeps them), each with the purposes holding it."""
+    return {"checkpoints": retention.listed(inside(a.run, a.dir))}
+
+
+def cmd_ckpt_abandoned(a) -> dict:
+    """Checkpoints that restores moved aside."""
+    return {"checkpoints": retention.list_abandoned(inside(a.run, a.dir))}
+
+
+def cmd_ckpt_hold(a) -> dict:
+    """Hold a step (``latest``: the newest, resolved now): {"hold", "step", ...}."""
+    step = None if a.step == "latest" else _int(a.step, "--step")
+    return _held(retention.pin, inside(a.run, a.dir), step, purpose=a.purpose, ttl_s=a.ttl)
+
+
+def cmd_ckpt_release(a) -> dict:
+    return {"released": _held(retention.release, inside(a.run, a.dir), a.hold)}
+
+
+def cmd_ckpt_abandon(a) -> dict:
+    """Move checkpoints newer than ``--after`` aside (a restore), but never the one held."""
+    return {"moved": _held(retention.abandon, inside(a.run, a.dir), a.after, a.tag, keep_hold=a.keep_hold)}
+
+
+def cmd_resumed(a) -> dict:
+    """``resumed``: task -> step for the tasks that restored in ``--attempt`` (session.py writes
+    it); ``ended``: tasks whose process has exited (spawn.py clears that file at each start)."""
+    out: dict = {"resumed": {}, "ended": []}
+    for task in a.task:
+        if os.path.exists(layout.task_file(a.run, task, "exit")):
+            out["ended"].append(task)
+        try:
+            with open(layout.task_file(a.run, task, "resumed")) as fh:
+                info = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if info.get("attempt") == a.attempt:
+            out["resumed"][task] = info["step"]
+    return out
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise Refused(f"{what} {text!r} is not a number") from None
+
+
+def cmd_export(a) -> dict:
+    """Export a checkpoint in a child process: it loads TensorFlow, which ``-S`` leaves out, and
+    its answer (the last stdout line, this protocol's JSON) becomes this one. Its stderr (a
+    traceback) passes through, for the client's stderr tail."""
+    argv = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "export.py"),
+            "--run-dir", a.run, "--job", inside(a.run, a.job), "--formats", a.formats]
+    argv += (["--step", str(a.step)] if a.step is not None else []) + (["--name", a.name] if a.name else [])
+    child = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    answer = last_json(child.stdout.decode(errors="replace"))
+    if child.returncode == 0 and answer is not None and "error" not in answer:
+        return answer
+    raise Refused((answer or {}).get("error") or f"export failed (exit {child.returncode})")
+
+
+def last_json(text: str) -> dict | None:
+    """The last stdout line that is a JSON object (a job may print its own lines before it)."""
+    for line in reversed(text.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hostctl.py", description="The console's actions on this host.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -201,6 +327,32 @@ def parser() -> argparse.ArgumentParser:
     add("request-save", cmd_request_save, "ask the chief to save at its next sync point")
     add("save-done", cmd_save_done, "the step a save request was saved at").add_argument("--name", required=True)
     add("exports", cmd_exports, "finished exports' result.json")
+    add("follow", cmd_follow, "a file's bytes as they are written (a stream, like tail -F)").add_argument(
+        "--path", required=True)
+    for name, fn, help in (("ckpt-list", cmd_ckpt_list, "checkpoints users may pick, with their holds"),
+                           ("ckpt-abandoned", cmd_ckpt_abandoned, "checkpoints moved aside by restores")):
+        add(name, fn, help).add_argument("--dir", required=True, help="the checkpoint folder")
+    s = add("ckpt-hold", cmd_ckpt_hold, "hold a checkpoint step: retention keeps it until released")
+    s.add_argument("--dir", required=True)
+    s.add_argument("--step", required=True, help="a step, or latest")
+    s.add_argument("--purpose", required=True)
+    s.add_argument("--ttl", type=float, default=None, help="seconds; none: held until released")
+    s = add("ckpt-release", cmd_ckpt_release, "end a hold")
+    s.add_argument("--dir", required=True)
+    s.add_argument("--hold", required=True)
+    s = add("ckpt-abandon", cmd_ckpt_abandon, "move checkpoints newer than a step aside")
+    s.add_argument("--dir", required=True)
+    s.add_argument("--after", type=int, required=True)
+    s.add_argument("--tag", required=True)
+    s.add_argument("--keep-hold", default=None)
+    s = add("resumed", cmd_resumed, "the step each task resumed from in an attempt")
+    s.add_argument("--attempt", type=int, required=True)
+    s.add_argument("--task", action="append", default=[])
+    s = add("export", cmd_export, "export a checkpoint and verify it in a fresh process (export.py)")
+    s.add_argument("--job", required=True, help="the job module, run-relative")
+    s.add_argument("--step", type=int, default=None, help="default: the newest complete checkpoint")
+    s.add_argument("--name", default=None)
+    s.add_argument("--formats", default="savedmodel,keras")
     v = sub.add_parser("supervise", help=argparse.SUPPRESS)   # spawn.start runs it: one per task
     v.add_argument("--run", required=True)
     v.add_argument("--task", required=True)
@@ -215,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         return spawn.supervise(a.run, a.task, a.argv, a.cwd)
     try:
         out = a.fn(a)
+        if out is None:   # a stream (follow): its bytes were the answer
+            return 0
     except Refused as err:
         print(json.dumps({"error": str(err), "missing": err.missing}))
         return FAILED

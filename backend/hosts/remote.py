@@ -1,10 +1,22 @@
-"""Client of ``harness/hostctl.py``: one function per subcommand, typed answers, our errors.
+"""Client of ``harness/hostctl.py``, its only one: one function per subcommand, typed answers, our errors.
 
 Every remote action on a run's host goes through here, as plain argv commands: ``install``
 unpacks the harness with ``mkdir`` and ``tar`` (no boot string), then everything else runs
-``python -S RUN/harness/hostctl.py SUBCOMMAND``. No SFTP: files travel as hostctl ``read`` and
-``write`` calls, so hosts whose sshd has no SFTP subsystem work (docs/facts.md #14). Failures
-raise ``HostError``.
+``python -S RUN/harness/hostctl.py SUBCOMMAND``: tasks, files (read, write, follow), the chief's
+save requests, checkpoints (list, hold, release, abandon, resumed) and export. No SFTP: files
+travel as hostctl ``read`` and ``write`` calls, so hosts whose sshd has no SFTP subsystem work
+(docs/facts.md #14).
+
+The exit codes, read here and nowhere else (hostctl's docstring says what it answers):
+
+- 0: the answer is the JSON object on stdout's last line;
+- ``FAILED`` (3): stdout is ``{"error", "missing"}``; raised as ``MissingFile`` (missing) or
+  ``Refused`` (anything else: its ``reason`` is the host's text);
+- ``NOT_INSTALLED`` (2, "can't open file") or ``NO_PYTHON`` (127) with nothing on stdout:
+  ``NotInstalled``;
+- anything else: ``HostError`` with the stderr tail.
+
+Every ``HostError`` names the host (a ``Result`` carries it).
 """
 from __future__ import annotations
 
@@ -16,7 +28,7 @@ from typing import Iterator
 
 from backend.errors import HostError
 from backend.harness import layout
-from backend.hosts.base import Result, Transport
+from backend.hosts.base import Result, Stream, Transport
 
 CHUNK = 8 << 20        # bytes per read or write call: a slow link still answers within TIMEOUT_S
 TIMEOUT_S = 60.0
@@ -67,24 +79,38 @@ class NotInstalled(HostError):
     """The host answered, but no harness is in that run directory (or its Python is missing)."""
 
 
+class Refused(HostError):
+    """hostctl understood the request and said no (a checkpoint gone, an export refused, a full
+    disk): ``reason`` is its text, as the host wrote it."""
+
+    def __init__(self, host: str, reason: str, problem: str, fix: str, **kw) -> None:
+        self.reason = reason
+        super().__init__(host, problem, fix, **kw)
+
+
 class MissingFile(HostError):
     """The run directory has no such file (yet)."""
 
 
 def _call(h: Host, sub: str, *args: str, stdin: bytes | None = None, timeout: float = TIMEOUT_S) -> dict:
-    argv = [h.python, "-S", f"{h.run_dir}/{layout.HARNESS}/hostctl.py", sub, "--run", h.run_dir, *args]
-    result = h.transport.run(argv, stdin=stdin, timeout=timeout)
+    result = h.transport.run(_argv(h, sub, *args), stdin=stdin, timeout=timeout)
     if result.exit_code in (NOT_INSTALLED, NO_PYTHON) and not result.stdout.strip():
         raise NotInstalled(h.name, f"no harness in {h.run_dir} (or no Python at {h.python})",
                            "Nothing of this run was started there; check the run directory.",
                            command=result.command, exit_code=result.exit_code, stderr_tail=result.stderr)
     answer = _answer(result)
     if result.exit_code == FAILED and "error" in answer:
-        kind = MissingFile if answer.get("missing") else HostError
-        raise kind(h.name, f"{sub}: {answer['error']}", "Check the run directory on that host.",
-                   command=result.command, exit_code=FAILED)
+        problem, fix = f"{sub}: {answer['error']}", "Check the run directory on that host."
+        if answer.get("missing"):
+            raise MissingFile(h.name, problem, fix, command=result.command, exit_code=FAILED)
+        raise Refused(h.name, str(answer["error"]), problem, fix, command=result.command, exit_code=FAILED,
+                      stderr_tail=result.stderr)
     result.check(f"hostctl {sub} failed", "Check the host's Python and disk; the stderr tail says more.")
     return answer
+
+
+def _argv(h: Host, sub: str, *args: str) -> list[str]:
+    return [h.python, "-S", f"{h.run_dir}/{layout.HARNESS}/hostctl.py", sub, "--run", h.run_dir, *args]
 
 
 def _answer(result: Result) -> dict:
@@ -175,6 +201,21 @@ def read_tail(h: Host, rel: str, max_bytes: int) -> bytes:
         return b""
 
 
+def read_file(h: Host, rel: str, *, timeout: float = TIMEOUT_S) -> bytes | None:
+    """A small run file whole (``train.json``), in one call; None when it does not exist."""
+    try:
+        answer = _call(h, "read", "--path", rel, "--offset", "0", "--limit", str(CHUNK), timeout=timeout)
+    except MissingFile:
+        return None
+    return base64.b64decode(answer["data"])
+
+
+def follow(h: Host, rel: str) -> Stream:
+    """A run file's bytes from its start, then as they are written (``hostctl follow``, like
+    ``tail -F``); read ``.stdout`` line by line, ``close()`` to end it."""
+    return h.transport.stream(_argv(h, "follow", "--path", rel))
+
+
 def fetch_file(h: Host, rel: str, local_path: str | Path) -> int:
     """Copy a run file to this machine, in chunks; returns its size."""
     size = 0
@@ -226,3 +267,43 @@ def saved_step(h: Host, name: str) -> int | None:
 def exports(h: Host) -> list[dict]:
     """Every finished export's result.json, by name."""
     return list(_call(h, "exports", timeout=30)["exports"])
+
+
+# -- checkpoints: ``folder`` is a task's checkpoint folder, relative to the run directory ---------
+def checkpoint_list(h: Host, folder: str) -> object:
+    """Checkpoints retention keeps in ``folder``, oldest first, each with ``held`` (as listed:
+    the caller checks its names before they name anything here)."""
+    return _call(h, "ckpt-list", "--dir", folder).get("checkpoints")
+
+
+def checkpoint_abandoned(h: Host, folder: str) -> object:
+    """Checkpoints that restores moved aside in ``folder``."""
+    return _call(h, "ckpt-abandoned", "--dir", folder).get("checkpoints")
+
+
+def checkpoint_hold(h: Host, folder: str, step: int | None, *, purpose: str, ttl_s: float | None) -> dict:
+    """Hold ``step`` (None: the newest, resolved now): ``{"hold", "step", ...}``; ``Refused`` if gone."""
+    args = ["--dir", folder, "--step", "latest" if step is None else str(int(step)), "--purpose", purpose]
+    return _call(h, "ckpt-hold", *args, *([] if ttl_s is None else ["--ttl", str(ttl_s)]))
+
+
+def checkpoint_release(h: Host, folder: str, hold_id: str) -> bool:
+    return bool(_call(h, "ckpt-release", "--dir", folder, "--hold", hold_id).get("released"))
+
+
+def checkpoint_abandon(h: Host, folder: str, *, after: int, tag: str, keep_hold: str | None) -> list[int]:
+    """Move the checkpoints newer than ``after`` aside (under ``tag``); the steps moved."""
+    args = ["--dir", folder, "--after", str(after), "--tag", tag]
+    return list(_call(h, "ckpt-abandon", *args, *(["--keep-hold", keep_hold] if keep_hold else []))["moved"])
+
+
+def resumed(h: Host, attempt: int, tasks: list[str]) -> dict:
+    """``{"resumed": {task: step}, "ended": [task]}`` for ``attempt``'s tasks in this run directory."""
+    return _call(h, "resumed", "--attempt", str(attempt), *_tasks(tasks))
+
+
+def export(h: Host, job: str, *, step: int, name: str | None, formats: tuple[str, ...], timeout: float) -> dict:
+    """Export checkpoint ``step`` with the job module ``job`` (run-relative) and verify it in a
+    fresh process; the result (export.py's result.json). ``Refused`` says why not."""
+    args = ["--job", job, "--formats", ",".join(formats), "--step", str(step)] + (["--name", name] if name else [])
+    return _call(h, "export", *args, timeout=timeout)

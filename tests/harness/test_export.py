@@ -8,6 +8,7 @@ import subprocess
 from .conftest import HARNESS, PYTHON, SYNTHETIC, worker_env
 
 EXPORT = os.path.join(HARNESS, "export.py")
+FAILED = 3   # hostctl's protocol: export.py answers in it
 
 
 def export(run_dir, *args):
@@ -31,6 +32,7 @@ def test_export_verify_and_never_overwrite(trained_run):
     first = export(run, "--step", "100", "--name", "first")
     assert first.returncode == 0, first.stderr[-3000:]
     result = json.load(open(os.path.join(run, "exports", "first", "result.json")))
+    assert json.loads(first.stdout.splitlines()[-1]) == result   # the answer hostctl relays
     assert result["step"] == 100 and result["match"] is True
     assert result["max_abs_diff"] <= 1e-5
     for fmt in ("savedmodel", "keras"):
@@ -44,7 +46,8 @@ def test_export_verify_and_never_overwrite(trained_run):
     assert tree_digest(os.path.join(run, "exports", "first")) == digest
 
     again = export(run, "--step", "150", "--name", "first")
-    assert again.returncode == 2 and "already exists" in again.stderr
+    assert again.returncode == FAILED and "already exists" in again.stderr
+    assert json.loads(again.stdout.splitlines()[-1])["error"].startswith("EXPORT REFUSED: export 'first' already exists")
     assert tree_digest(os.path.join(run, "exports", "first")) == digest
     assert not [n for n in os.listdir(os.path.join(run, "exports")) if n.startswith(".tmp-")]
 
@@ -55,7 +58,7 @@ def test_export_refuses_a_partial_checkpoint_naming_the_next_good_one(trained_ru
                     os.path.join(run, "checkpoints"))
     os.unlink(os.path.join(run, "checkpoints", "ckpt-150.meta.json"))   # save cut short
     out = export(run, "--step", "150")
-    assert out.returncode == 2
+    assert out.returncode == FAILED and "EXPORT REFUSED" in out.stderr
     assert "step 150 is not complete" in out.stderr and "next good one is step 100" in out.stderr
     assert not os.path.exists(os.path.join(run, "exports")) or \
         not os.listdir(os.path.join(run, "exports"))
@@ -68,7 +71,7 @@ def test_export_of_a_corrupt_checkpoint_fails_and_cleans_up(trained_run, tmp_pat
     with open(os.path.join(run, "checkpoints", "ckpt-200.data-00000-of-00001"), "r+b") as fh:
         fh.truncate(10)
     out = export(run, "--name", "bad")
-    assert out.returncode == 1, out.stderr[-2000:]
+    assert out.returncode == FAILED and "EXPORT FAILED" in out.stderr, out.stderr[-2000:]
     assert "next good one is step 150" in out.stderr
     assert os.listdir(os.path.join(run, "exports")) == []
 

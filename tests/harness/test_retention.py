@@ -1,4 +1,5 @@
-"""Retention and holds on a checkpoint folder (backend/harness/retention.py, ckpt_tool.py).
+"""Retention and holds on a checkpoint folder (backend/harness/retention.py, and hostctl.py's
+checkpoint subcommands).
 No TensorFlow: checkpoints are the files the harness writes, made by hand."""
 import json
 import os
@@ -27,9 +28,10 @@ def steps_on_disk(folder) -> list[int]:
     return sorted(int(n.split("-")[1].split(".")[0]) for n in os.listdir(folder) if n.endswith(".index"))
 
 
-def tool(*args):
-    return subprocess.run([PYTHON, os.path.join(HARNESS, "ckpt_tool.py"), *map(str, args)],
-                          capture_output=True, text=True, timeout=60)
+def tool(sub, folder, *args):
+    """``hostctl.py SUB`` on the checkpoint folder ``folder`` (its run directory: the parent)."""
+    return subprocess.run([PYTHON, "-S", os.path.join(HARNESS, "hostctl.py"), sub, "--run", str(folder.parent),
+                           "--dir", folder.name, *map(str, args)], capture_output=True, text=True, timeout=60)
 
 
 def test_keeps_last_n_then_deletes_after_the_grace(tmp_path):
@@ -120,17 +122,21 @@ def test_pins_race_a_busy_retention_and_every_pinned_step_survives(tmp_path):
         thread.join()
 
 
-def test_ckpt_tool_commands(tmp_path):
+def test_hostctl_checkpoint_commands(tmp_path):
     for step in (10, 20):
         make_ckpt(tmp_path, step, t=0)
-    pinned = tool("pin", tmp_path, "--step", "latest", "--purpose", "export", "--ttl", 60)
+    pinned = tool("ckpt-hold", tmp_path, "--step", "latest", "--purpose", "export", "--ttl", 60)
     assert pinned.returncode == 0, pinned.stderr
     hold = json.loads(pinned.stdout)
     assert hold["step"] == 20
-    listed = json.loads(tool("list", tmp_path).stdout)
+    listed = json.loads(tool("ckpt-list", tmp_path).stdout)["checkpoints"]
     assert [(c["step"], c["held"]) for c in listed] == [(10, []), (20, ["export"])]
-    gone = tool("pin", tmp_path, "--step", 99, "--purpose", "restore")
-    assert gone.returncode == 2 and "CKPT REFUSED: checkpoint step 99 is not complete" in gone.stderr
-    assert json.loads(tool("release", tmp_path, "--hold", hold["hold"]).stdout) == {"released": True}
-    assert json.loads(tool("abandon", tmp_path, "--after", 10, "--tag", "t1").stdout) == {"moved": [20]}
-    assert [c["step"] for c in json.loads(tool("abandoned", tmp_path).stdout)] == [20]
+    gone = tool("ckpt-hold", tmp_path, "--step", 99, "--purpose", "restore")
+    assert gone.returncode == 3, gone.stderr   # hostctl's FAILED: the same JSON shape as every refusal
+    answer = json.loads(gone.stdout)
+    assert answer["error"].startswith("checkpoint step 99 is not complete") and answer["missing"] is False
+    assert json.loads(tool("ckpt-release", tmp_path, "--hold", hold["hold"]).stdout) == {"released": True}
+    assert json.loads(tool("ckpt-abandon", tmp_path, "--after", 10, "--tag", "t1").stdout) == {"moved": [20]}
+    assert [c["step"] for c in json.loads(tool("ckpt-abandoned", tmp_path).stdout)["checkpoints"]] == [20]
+    outside = tool("ckpt-list", tmp_path / "x", "--dir", "../..")
+    assert outside.returncode == 3 and "not inside the run directory" in json.loads(outside.stdout)["error"]

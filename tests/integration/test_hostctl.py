@@ -126,6 +126,59 @@ def test_exports_lists_finished_ones(local_host):
     assert remote.exports(local_host) == [{"name": "a"}]
 
 
+def make_ckpt(folder: Path, step: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for suffix in ("index", "data-00000-of-00001"):
+        (folder / f"ckpt-{step}.{suffix}").write_text("x")
+    (folder / f"ckpt-{step}.meta.json").write_text(json.dumps({"step": step, "time": 0, "global_loss": 1.0}))
+
+
+def test_checkpoint_actions_are_hostctl_subcommands(local_host):
+    """List, hold, release, abandon and resumed answer in hostctl's protocol; a refusal is a
+    ``Refused`` naming the host, with the host's own reason."""
+    for step in (10, 20):
+        make_ckpt(Path(local_host.run_dir, layout.CHECKPOINTS), step)
+    hold = remote.checkpoint_hold(local_host, layout.CHECKPOINTS, None, purpose="export", ttl_s=60)
+    assert hold["step"] == 20
+    listed = remote.checkpoint_list(local_host, layout.CHECKPOINTS)
+    assert [(c["step"], c["held"]) for c in listed] == [(10, []), (20, ["export"])]
+    with pytest.raises(remote.Refused) as err:
+        remote.checkpoint_hold(local_host, layout.CHECKPOINTS, 99, purpose="restore", ttl_s=None)
+    assert err.value.host == local_host.name and err.value.reason.startswith("checkpoint step 99 is not complete")
+    assert remote.checkpoint_release(local_host, layout.CHECKPOINTS, hold["hold"]) is True
+    assert remote.checkpoint_abandon(local_host, layout.CHECKPOINTS, after=10, tag="t1", keep_hold=None) == [20]
+    assert [c["step"] for c in remote.checkpoint_abandoned(local_host, layout.CHECKPOINTS)] == [20]
+    assert remote.resumed(local_host, 1, ["worker-0"]) == {"resumed": {}, "ended": []}
+
+
+def test_an_export_refusal_comes_back_in_the_same_shape(local_host):
+    """export.py runs in hostctl's child process; its refusal is hostctl's FAILED answer."""
+    with pytest.raises(remote.Refused) as err:
+        remote.export(local_host, "job/none.py", step=5, name=None, formats=("keras",), timeout=120)
+    assert err.value.reason.startswith("EXPORT REFUSED: no complete checkpoint"), err.value.reason
+    assert err.value.host == local_host.name and err.value.exit_code == remote.FAILED
+
+
+def test_read_file_and_follow(local_host):
+    """``train.json`` is read through hostctl (no ``cat``); a log is followed through hostctl's
+    ``follow`` stream (no ``tail -F``): lines written before and after it started."""
+    assert remote.read_file(local_host, "train.json") is None
+    Path(local_host.run_dir, "train.json").write_text('{"total_steps": 7}')
+    assert json.loads(remote.read_file(local_host, "train.json")) == {"total_steps": 7}
+    log = Path(local_host.run_dir, "logs", "worker-0.log")
+    log.parent.mkdir()
+    log.write_text("first\n")
+    stream = remote.follow(local_host, "logs/worker-0.log")
+    try:
+        lines = iter(stream.stdout)
+        assert next(lines) == b"first\n"
+        with open(log, "a") as fh:
+            fh.write("second\n")
+        assert next(lines) == b"second\n"
+    finally:
+        stream.close()
+
+
 def test_a_host_without_the_harness_says_so(tmp_path):
     h = remote.Host(LocalTransport(), sys.executable, str(tmp_path / "never-installed"))
     with pytest.raises(remote.NotInstalled, match="no harness"):

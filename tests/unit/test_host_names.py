@@ -15,6 +15,7 @@ import pytest
 
 from backend import checkpoints
 from backend.errors import HostError
+from backend.hosts import remote
 from backend.hosts.base import Result
 from backend.runs.store import TaskState
 from backend.config.spec import JobKind, JobSpec, Role, TaskSpec, TransportKind
@@ -30,6 +31,8 @@ class Host:
 
     def run(self, argv, *, stdin=None, timeout=None):
         self.commands.append(list(argv))
+        if "read" in argv:
+            pytest.fail("nothing may be fetched for a refused name")
         return Result(0, self.stdout, "", self.host, " ".join(argv))
 
 
@@ -41,14 +44,14 @@ def fake_run(tmp_path: Path, stdout: str):
         state=SimpleNamespace(chief=chief, tasks=[chief], live=False), task=lambda name: chief,
         task_spec=lambda name: spec, transport=lambda name: host, local_dir=tmp_path / "runs" / "r1",
         job=JobSpec(kind=JobKind.HARNESS, module=str(tmp_path / "job.py")),
-        remote=lambda name: pytest.fail("nothing may be fetched for a refused name"))
+        remote=lambda name: remote.Host(host, "python3", chief.remote_run_dir))
 
 
 @pytest.mark.parametrize("name", ["/tmp/evil", "../../evil", "ckpt-1/../../../evil", "..", ""])
 def test_a_checkpoint_listing_with_a_path_for_a_name_is_refused(tmp_path, name):
     listing = [{"step": 1, "epoch": 0, "dir": "x", "files": {"ckpt-1.index": 10, name: 10}}]
     with pytest.raises(HostError) as err:
-        checkpoints.list_checkpoints(fake_run(tmp_path, json.dumps(listing)))
+        checkpoints.list_checkpoints(fake_run(tmp_path, json.dumps({"checkpoints": listing})))
     text = str(err.value)
     assert text.startswith("chief-host: the checkpoint file name ") and "is not a plain file name" in text, text
     assert "nothing was copied to this machine" in text, text
@@ -56,7 +59,7 @@ def test_a_checkpoint_listing_with_a_path_for_a_name_is_refused(tmp_path, name):
 
 def test_an_ordinary_listing_still_loads(tmp_path):
     listing = [{"step": 1, "files": {"ckpt-1.index": 10, "ckpt-1.data-00000-of-00001": 5, "ckpt-1.meta.json": 1}}]
-    assert checkpoints.list_checkpoints(fake_run(tmp_path, json.dumps(listing))) == listing
+    assert checkpoints.list_checkpoints(fake_run(tmp_path, json.dumps({"checkpoints": listing}))) == listing
 
 
 def test_an_export_named_with_a_path_makes_no_folder(tmp_path):
@@ -74,10 +77,9 @@ def test_an_export_named_with_a_path_makes_no_folder(tmp_path):
 def test_an_export_result_with_a_path_for_a_name_is_refused(tmp_path):
     run = fake_run(tmp_path, "")
     host = run.transport("chief-0")
-    answers = {"pin": json.dumps({"step": 1, "hold": "h1"}), "release": "{}",
-               "export.py": "EXPORT OK " + json.dumps({"name": "/etc/evil", "step": 1})}
-    host.run = lambda argv, **kw: Result(0, next(a for k, a in answers.items() if k in " ".join(argv)),
-                                         "", host.host, " ".join(argv))
+    answers = {"ckpt-hold": json.dumps({"step": 1, "hold": "h1"}), "ckpt-release": "{}",
+               "export": json.dumps({"name": "/etc/evil", "step": 1})}
+    host.run = lambda argv, **kw: Result(0, answers[argv[3]], "", host.host, " ".join(argv))
     with pytest.raises(HostError) as err:
         checkpoints.export(run, step=1)
     assert "the export name '/etc/evil'" in str(err.value), str(err.value)
