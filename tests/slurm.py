@@ -15,8 +15,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from tests.sshd import free_port
 
@@ -40,16 +41,26 @@ def node_name() -> str:
 
 
 def slurm_conf(folder: Path, node: str, cpus: int) -> str:
+    """One node: this machine, named after its short hostname, on 127.0.0.1."""
+    return cluster_conf(folder, ctld=(node, "127.0.0.1"), nodes=[(node, "127.0.0.1")], cpus=cpus)
+
+
+def cluster_conf(folder: Path, *, ctld: tuple[str, str], nodes: list[tuple[str, str]], cpus: int) -> str:
+    """slurm.conf for slurmctld on ``ctld`` (name, address) and one slurmd per ``nodes`` entry.
+
+    Per-node files carry ``%n`` (the node's name): several slurmd share this folder.
+    """
     ctld_port, slurmd_port = free_port(), free_port()
+    names = ",".join(name for name, _ in nodes)
     return "\n".join([
         f"ClusterName=tfc{os.getpid()}",
-        f"SlurmctldHost={node}(127.0.0.1)",
+        f"SlurmctldHost={ctld[0]}({ctld[1]})",
         f"SlurmctldPort={ctld_port}", f"SlurmdPort={slurmd_port}",
         "SlurmUser=root", "SlurmdUser=root",
         "AuthType=auth/munge", f"AuthInfo=socket={folder}/sock/munge.socket",
-        f"StateSaveLocation={folder}/state", f"SlurmdSpoolDir={folder}/spool",
-        f"SlurmctldPidFile={folder}/slurmctld.pid", f"SlurmdPidFile={folder}/slurmd.pid",
-        f"SlurmctldLogFile={folder}/slurmctld.log", f"SlurmdLogFile={folder}/slurmd.log",
+        f"StateSaveLocation={folder}/state", f"SlurmdSpoolDir={folder}/spool/%n",
+        f"SlurmctldPidFile={folder}/slurmctld.pid", f"SlurmdPidFile={folder}/slurmd-%n.pid",
+        f"SlurmctldLogFile={folder}/slurmctld.log", f"SlurmdLogFile={folder}/slurmd-%n.log",
         # No cgroups here (no systemd): process groups track a step's processes.
         "ProctrackType=proctrack/pgid", "TaskPlugin=task/none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
@@ -58,26 +69,40 @@ def slurm_conf(folder: Path, node: str, cpus: int) -> str:
         "JobCompType=jobcomp/none", "MpiDefault=none", "ReturnToService=2",
         # A finished job stays visible to `scontrol show job` for 10 minutes; TERM -> KILL in 5 s.
         "MinJobAge=600", "KillWait=5", "InactiveLimit=0", "OverTimeLimit=0",
-        f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
-        f"PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP",
+        *[f"NodeName={name} NodeAddr={address} CPUs={cpus} State=UNKNOWN" for name, address in nodes],
+        f"PartitionName={PARTITION} Nodes={names} Default=YES MaxTime=INFINITE State=UP",
         ""])
 
 
 @dataclass
 class SlurmCluster:
     folder: Path
-    node: str
-    cpus: int
+    node: str                 # the first node (the only one, on a one-node cluster)
+    cpus: int                 # per node
     env: dict[str, str]
     procs: list[subprocess.Popen]
+    nodes: tuple[str, ...] = ()
+    addresses: dict[str, str] = field(default_factory=dict)   # node -> its address (multi-node)
+    # What stop() ends after munged, in order (a multi-node cluster's namespaces, then its bridge).
+    teardown: list[Callable[[], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.nodes = self.nodes or (self.node,)
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, check=check,
                               timeout=60)
 
+    def node_states(self) -> dict[str, str]:
+        out = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout
+        return dict(line.split(None, 1) for line in out.splitlines() if " " in line)
+
     def node_state(self) -> str:
-        out = self.run("sinfo", "-h", "-N", "-o", "%T", check=False)
-        return out.stdout.strip()
+        """One word when every node says the same (``idle``), else ``node1=idle node2=mixed``."""
+        states = self.node_states()
+        if set(states) == set(self.nodes) and len(set(states.values())) == 1:
+            return next(iter(states.values()))
+        return " ".join(f"{n}={s}" for n, s in sorted(states.items()))
 
     def wait_idle(self, timeout: float = 60) -> None:
         deadline = time.time() + timeout
@@ -85,7 +110,7 @@ class SlurmCluster:
             if self.node_state() == "idle":
                 return
             time.sleep(0.2)
-        raise RuntimeError(f"the Slurm node is {self.node_state()!r}, not idle, after {timeout:.0f} s; "
+        raise RuntimeError(f"the Slurm nodes are {self.node_state()!r}, not idle, after {timeout:.0f} s; "
                            f"logs in {self.folder}: {self.logs()}")
 
     def cancel_all(self, timeout: float = 60) -> None:
@@ -112,14 +137,15 @@ class SlurmCluster:
 
     def logs(self) -> str:
         parts = []
-        for name in ("slurmctld.log", "slurmd.log", "munged.log"):
-            path = self.folder / name
+        for path in [self.folder / "slurmctld.log", *sorted(self.folder.glob("slurmd*.log")),
+                     self.folder / "munge" / "munged.log"]:
             if path.exists():
-                parts.append(f"--- {name}\n" + path.read_text()[-2000:])
+                parts.append(f"--- {path.name}\n" + path.read_text(errors="replace")[-2000:])
         return "\n".join(parts)
 
     def stop(self) -> None:
-        """Cancel every job, stop the daemons, and end any step daemon of ours still waiting.
+        """Cancel every job, stop the daemons, end any step daemon of ours still waiting, munged,
+        then ``teardown`` (namespaces, bridge).
 
         A slurmstepd outlives ``scontrol shutdown`` while it waits to report a job's end; left
         alone it retries for a long time and then signals its job's old process group, whose
@@ -144,18 +170,18 @@ class SlurmCluster:
                 os.kill(int(munge_pid.read_text()), signal.SIGTERM)
             except (ProcessLookupError, ValueError):
                 pass
+        for step in self.teardown:
+            step()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start(*, cpus: int = 2) -> SlurmCluster:
-    """munged, slurmctld and slurmd, foreground children of this process; wait for an idle node.
+def prepare(folder: Path, conf_text: str) -> dict[str, str]:
+    """State, spool and munge folders, the key, slurm.conf and a running munged; the clients' env.
 
-    The folder is a fresh one under /tmp, readable by all: munged (as the munge user) must reach
-    its own sub-folder, which a pytest temporary folder (mode 0700) would not allow.
+    The folder must be readable by all: munged (as the munge user) must reach its own sub-folder,
+    which a pytest temporary folder (mode 0700) would not allow.
     """
-    folder = Path(tempfile.mkdtemp(prefix="tfconsole-slurm-"))
     os.chmod(folder, 0o755)
-    node = node_name()
     (folder / "state").mkdir()
     (folder / "spool").mkdir()
     munge = folder / "munge"
@@ -165,10 +191,9 @@ def start(*, cpus: int = 2) -> SlurmCluster:
     shutil.chown(munge, "munge", "munge")
     shutil.chown(munge / "munge.key", "munge", "munge")
     conf = folder / "slurm.conf"
-    conf.write_text(slurm_conf(folder, node, cpus))
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    procs = []
-    # munged as the munge user (it refuses root); its socket folder must be writable by it.
+    conf.write_text(conf_text)
+    # munged as the munge user (it refuses root); its socket folder must be writable by it. One
+    # munged serves every node: its socket is a file on the filesystem they share.
     (folder / "sock").mkdir()
     shutil.chown(folder / "sock", "munge", "munge")
     subprocess.run(["runuser", "-u", "munge", "--", DAEMONS[0],
@@ -176,10 +201,22 @@ def start(*, cpus: int = 2) -> SlurmCluster:
                     f"--pid-file={munge}/munged.pid", f"--log-file={munge}/munged.log",
                     f"--seed-file={munge}/munged.seed"], check=True, timeout=30)
     (folder / "munged.pid").symlink_to(munge / "munged.pid")
-    for daemon in DAEMONS[1:]:
-        log = open(folder / f"{Path(daemon).name}.out", "w")
-        procs.append(subprocess.Popen([daemon, "-D", "-f", str(conf)], env=env, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True))
+    return {**os.environ, "SLURM_CONF": str(conf)}
+
+
+def daemon(folder: Path, env: dict, argv: list[str], log_name: str) -> subprocess.Popen:
+    """A Slurm daemon in the foreground (-D), a child of this process in its own session."""
+    with open(folder / log_name, "w") as log:
+        return subprocess.Popen([*argv, "-D", "-f", env["SLURM_CONF"]], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def start(*, cpus: int = 2) -> SlurmCluster:
+    """munged, slurmctld and slurmd, foreground children of this process; wait for an idle node."""
+    folder = Path(tempfile.mkdtemp(prefix="tfconsole-slurm-"))
+    node = node_name()
+    env = prepare(folder, slurm_conf(folder, node, cpus))
+    procs = [daemon(folder, env, [d], f"{Path(d).name}.out") for d in DAEMONS[1:]]
     cluster = SlurmCluster(folder, node, cpus, env, procs)
     try:
         cluster.wait_idle()
