@@ -7,6 +7,7 @@ from typing import Callable
 
 from backend import checkpoints
 from backend.errors import ArtifactError, ConsoleError, SpecError
+from backend.runs import restore as run_restore
 from backend.runs.launcher import Preflight, launch
 from backend.runs.store import new_run_id
 from backend.config.slurm_spec import SlurmSpec
@@ -189,11 +190,11 @@ def release_hold(live: LiveRun, hold: checkpoints.Hold) -> None:
         pass
 
 
-def restore(live: LiveRun, hold: checkpoints.Hold) -> checkpoints.RestoreResult:
+def restore(live: LiveRun, hold: checkpoints.Hold) -> run_restore.RestoreResult:
     """Relaunch from the held step; the hold ends with the action, success or failure."""
     try:
         with live.lock:
-            result = checkpoints.restore(live.run, hold.step, hold=hold)
+            result = run_restore.restore(live.run, hold.step, hold=hold)
     finally:
         release_hold(live, hold)
     live.ensure_monitor()
@@ -203,7 +204,7 @@ def restore(live: LiveRun, hold: checkpoints.Hold) -> checkpoints.RestoreResult:
 
 def begin_restore(live: LiveRun, registry: Registry, hold: checkpoints.Hold):
     """Restore in the background from the step the user confirmed (held since the pick)."""
-    def work(action) -> checkpoints.RestoreResult:
+    def work(action) -> run_restore.RestoreResult:
         action.say(f"stopping the run, then relaunching every worker from step {hold.step}")
         outcome = restore(live, hold)
         aside = "; ".join(f"{t}: steps {s}" for t, s in sorted(outcome.moved_aside.items()))

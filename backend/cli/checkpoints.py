@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict
 
 from backend import checkpoints
-from backend.runs import launcher
+from backend.runs import launcher, restore
 from backend.errors import SpecError
 from backend.runs.store import RunStore
 
@@ -93,7 +93,7 @@ def cmd_export(a) -> int:
 
 def cmd_restore(a) -> int:
     run = _attach(a)
-    checkpoints.restore(run, a.step)
+    restore.restore(run, a.step)
     print(f"run {run.run_id}: attempt {run.reload().attempt} started from step {a.step}")
     return 0
 

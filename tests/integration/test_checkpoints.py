@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backend import checkpoints
-from backend.runs import launcher
+from backend.runs import launcher, restore
 from backend.errors import ArtifactError, RunError
 from backend.runs.store import RunStore
 from backend.config.spec import job_from_dict
@@ -55,7 +55,7 @@ def test_save_export_restore(ssh_cluster, ssh_options, tmp_path):
     for f in worker_dir.glob(f"ckpt-{saved}.*"):
         f.unlink()
     last_before = [m for m in metrics(run) if m["step"] <= saved][-1]
-    checkpoints.restore(run, saved)
+    restore.restore(run, saved)
     run.wait(timeout=300)
     assert saved in [c["step"] for c in checkpoints.list_checkpoints(run, "worker-0")]
     resumed = [m for m in metrics(run) if m["attempt"] == run.state.attempt]
@@ -91,7 +91,7 @@ def test_export_latest_and_restore_oldest_while_checkpoints_rotate(ssh_cluster, 
         listed = [c["step"] for c in checkpoints.list_checkpoints(run)]
         oldest, newest = listed[0], listed[-1]
         began = time.time()
-        outcome = checkpoints.restore(run, oldest)
+        outcome = restore.restore(run, oldest)
         assert outcome.step == oldest and outcome.attempt == run.state.attempt
         assert outcome.resumed == {t.name: oldest for t in run.state.tasks}
         assert newest in outcome.moved_aside[run.state.chief.name]

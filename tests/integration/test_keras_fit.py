@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from backend import checkpoints
-from backend.runs import launcher
+from backend.runs import launcher, restore
 from backend.watch.metrics import MetricsStore
 from backend.runs.store import RunStore
 from backend.config.spec import job_from_dict
@@ -65,7 +65,7 @@ def test_fit_job_shows_both_workers_saves_now_on_both_and_restores(ssh_cluster, 
     steps, global_loss = store.global_loss()
     assert float(global_loss[-1]) < float(global_loss[0])
 
-    checkpoints.restore(run, 60)
+    restore.restore(run, 60)
     run.wait(timeout=300)
     assert run.state.phase == "finished"
     resumed = [m for m in metrics(run) if m["attempt"] == run.state.attempt]
