@@ -219,6 +219,28 @@ def download_dir(run: Run, name: object) -> Path:
     return folder
 
 
+CLOCK = "%Y-%m-%d %H:%M:%S"
+
+
+def checkpoint_rows(found: list[dict], *, columns: tuple[str, ...] = ("step", "epoch", "loss", "time", "bytes"),
+                    clock: str = CLOCK) -> list[dict]:
+    """Checkpoints as table rows, oldest first: the one builder, for the command line and the
+    page. ``columns`` from: step, epoch, loss, time (``clock``), bytes, size (KB), held by, and
+    moved by (only a checkpoint a restore moved aside has one)."""
+    rows = []
+    for c in sorted(found, key=lambda c: c.get("step", 0)):
+        files = c.get("files") or {}
+        size = sum(files.values()) if files else None
+        cells = {"step": c.get("step"), "epoch": c.get("epoch"), "loss": c.get("global_loss"),
+                 "time": time.strftime(clock, time.localtime(c["time"])) if c.get("time") else "",
+                 "bytes": size, "size (KB)": None if size is None else round(size / 1024, 1),
+                 "held by": ", ".join(c.get("held") or [])}
+        if "abandoned" in c:
+            cells["moved by"] = c["abandoned"]
+        rows.append({k: cells[k] for k in columns if k in cells})
+    return rows
+
+
 def common_checkpoint(run: Run) -> int | None:
     """The newest step that every task holds complete; None means start from scratch."""
     steps = [{c["step"] for c in list_checkpoints(run, t.name)} for t in run.state.tasks]

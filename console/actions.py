@@ -102,18 +102,12 @@ def list_checkpoints(live: LiveRun) -> list[dict]:
         raise
 
 
+PAGE_COLUMNS = ("step", "epoch", "loss", "time", "size (KB)", "held by", "moved by")
+
+
 def checkpoint_rows(found: list[dict]) -> list[dict]:
-    import time
-    rows = []
-    for c in sorted(found, key=lambda c: c.get("step", 0)):
-        files = c.get("files") or {}
-        rows.append({"step": c.get("step"), "epoch": c.get("epoch"),
-                     "loss": c.get("global_loss"),
-                     "time": time.strftime("%H:%M:%S", time.localtime(c["time"])) if c.get("time") else "",
-                     "size (KB)": round(sum(files.values()) / 1024, 1) if files else None,
-                     "held by": ", ".join(c.get("held") or []),
-                     **({"moved by": c["abandoned"]} if "abandoned" in c else {})})
-    return rows
+    """The page's columns of ``backend.checkpoints.checkpoint_rows`` (the one row builder)."""
+    return checkpoints.checkpoint_rows(found, columns=PAGE_COLUMNS, clock="%H:%M:%S")
 
 
 def step_options(steps: list[int], chosen) -> list[int]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import asdict
 
 from backend import checkpoints
@@ -36,16 +35,6 @@ def _attach(a):
                            options=SSHOptions(known_hosts=a.known_hosts, ssh_config=a.ssh_config))
 
 
-def checkpoint_rows(found: list[dict]) -> list[dict]:
-    rows = []
-    for c in sorted(found, key=lambda c: c.get("step", 0)):
-        files = c.get("files") or {}
-        rows.append({"step": c.get("step"), "epoch": c.get("epoch"), "loss": c.get("global_loss"),
-                     "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c["time"])) if c.get("time") else "",
-                     "bytes": sum(files.values()) if files else None})
-    return rows
-
-
 def print_table(rows: list[dict], header: list[str]) -> None:
     widths = {h: max(len(h), *(len(str(r.get(h, ""))) for r in rows)) for h in header}
     print("  ".join(h.ljust(widths[h]) for h in header))
@@ -54,7 +43,7 @@ def print_table(rows: list[dict], header: list[str]) -> None:
 
 
 def cmd_checkpoints(a) -> int:
-    rows = checkpoint_rows(checkpoints.list_checkpoints(_attach(a)))
+    rows = checkpoints.checkpoint_rows(checkpoints.list_checkpoints(_attach(a)))
     if a.json:
         print_json(rows)
     elif rows:
