@@ -193,7 +193,8 @@ def launch_form(job: dict, example_names: tuple[str, ...] = ()) -> dict:
     restart = job.get("restart") or {}
     form = {"job_source": "Example", "job_example": Path(job.get("module") or "synthetic.py").name,
             "job_module": "", "job_command": "", "restart_mode": restart.get("mode", "never"),
-            "max_restarts": int(restart.get("max_restarts", 3))}
+            "max_restarts": int(restart.get("max_restarts", 3)),
+            "stall_timeout_s": float(restart.get("stall_timeout_s", 300.0))}
     if job.get("kind") == "command":
         form.update(job_source="Command", job_command=shlex.join(job.get("command") or []))
     elif example_names and form["job_example"] not in example_names:
@@ -221,7 +222,8 @@ def _split_command(command: str) -> list[str]:
 def job_from_form(values: dict, examples_dir: Path, base_dir: Path | None = None) -> JobSpec:
     """The JobSpec the launch form's values describe (by widget key, as ``launch_form`` makes
     them): an example of ``examples_dir``, a module path or a command. Raises SpecErrors."""
-    restart = {"restart_mode": values["restart_mode"], "max_restarts": values["max_restarts"]}
+    restart = {"restart_mode": values["restart_mode"], "max_restarts": values["max_restarts"],
+               "stall_timeout_s": values.get("stall_timeout_s", 300.0)}
     if values["job_source"] == "Command":
         return build_job(source="command", command=values["job_command"], base_dir=base_dir, **restart)
     module = (str(examples_dir / values["job_example"]) if values["job_source"] == "Example"
@@ -231,12 +233,13 @@ def job_from_form(values: dict, examples_dir: Path, base_dir: Path | None = None
 
 
 def build_job(*, source: str, module: str = "", command: str = "", params: dict | None = None,
-              restart_mode: str = "never", max_restarts: int = 3, base_dir: Path | None = None) -> JobSpec:
+              restart_mode: str = "never", max_restarts: int = 3, stall_timeout_s: float = 300.0,
+              base_dir: Path | None = None) -> JobSpec:
     """A JobSpec from the launch form; raises SpecErrors (e.g. "no file at ...") for bad input.
 
     ``source`` is "module" (a harness job file) or "command" (a program run on every host).
     """
-    restart = {"mode": restart_mode, "max_restarts": int(max_restarts)}
+    restart = {"mode": restart_mode, "max_restarts": int(max_restarts), "stall_timeout_s": stall_timeout_s}
     if source == "command":
         data = {"kind": "command", "command": _split_command(command), "restart": restart}
     else:

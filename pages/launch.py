@@ -51,13 +51,17 @@ if source != "Command":
         low = 0 if name == "checkpoint_every" else 1
         col.number_input(name, min_value=low, value=form[f"param_{name}"], step=1, **state.kept(f"param_{name}"))
 
-r1, r2 = st.columns(2)
+r1, r2, r3 = st.columns(3)
 mode = r1.selectbox("Restart policy", forms.RESTART_MODES,
                     index=forms.RESTART_MODES.index(form["restart_mode"]),
                     help="on_failure relaunches from the latest checkpoint when a task fails",
                     **state.kept("restart_mode"))
 r2.number_input("Max restarts", 0, 100, form["max_restarts"], disabled=mode == "never",
                 **state.kept("max_restarts"))
+r3.number_input("Stall timeout (s)", min_value=0.0, value=form["stall_timeout_s"], step=30.0,
+                disabled=mode == "never",
+                help="Restart when no task shows a sign of life (new metrics, log output or CPU "
+                     "use) for this long; 0: never", **state.kept("stall_timeout_s"))
 
 
 def start() -> None:

@@ -138,6 +138,12 @@ def cmd_progress(a) -> dict:
     return {"size": size, "last": complete.decode(errors="replace") or None}
 
 
+def cmd_liveness(a) -> dict:
+    """Each task's signs of life (``spawn.signs_of_life``): state, live processes, CPU seconds,
+    log size; the keeper judges a stall by them, not by missing metrics alone."""
+    return {task: spawn.signs_of_life(a.run, task) for task in a.task}
+
+
 def cmd_request_save(a) -> dict:
     """Leave a save-now request for the chief (``requests_dir.py``); written whole, then renamed."""
     folder = os.path.join(a.run, layout.REQUESTS)
@@ -324,6 +330,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--final", action="store_true")
     s.add_argument("--private", action="store_true", help="mode 0600 (the file holds secrets)")
     add("progress", cmd_progress, "size and last line of metrics.jsonl")
+    add("liveness", cmd_liveness, "each task's processes, CPU seconds and log size").add_argument(
+        "--task", action="append", required=True)
     add("request-save", cmd_request_save, "ask the chief to save at its next sync point")
     add("save-done", cmd_save_done, "the step a save request was saved at").add_argument("--name", required=True)
     add("exports", cmd_exports, "finished exports' result.json")

@@ -187,6 +187,35 @@ def status_one(run: str, task: str) -> dict:
     return {**info, "state": "exited", "exit_code": code}
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time of these processes and of their children they have reaped (/proc/PID/stat
+    utime, stime, cutime, cstime), in seconds."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue   # ended since it was listed
+        fields = stat[stat.rfind(")") + 2:].split()
+        ticks += sum(int(v) for v in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def signs_of_life(run: str, task: str) -> dict:
+    """What says a task is working even when it writes no metrics: its live processes, their CPU
+    time (None where its processes are not on this host: a Slurm task seen from the login host)
+    and its log's size (None: no log yet). The keeper compares them from poll to poll."""
+    info = status_one(run, task)
+    members = ours(run, task, info) if info.get("pgid") and info["state"] == "running" else []
+    try:
+        log_size = os.stat(layout.log_file(run, task)).st_size
+    except OSError:
+        log_size = None
+    return {"state": info["state"], "pids": len(members),
+            "cpu_s": round(cpu_seconds(members), 2) if members else None, "log_size": log_size}
+
+
 def stop(run: str, tasks: list[str], grace_s: float = KILL_AFTER_S) -> dict:
     """Stop each task's group: INT and TERM to every group at once; a group still alive
     ``grace_s`` later gets KILL; report per task what is left and whether it had to be killed.

@@ -75,6 +75,21 @@ class Progress:
     last_line: str | None
 
 
+@dataclass(frozen=True)
+class Liveness:
+    """A task's signs of life as its host reports them: live processes in its group, their CPU
+    seconds (None: its processes are not on that host) and its log's size (None: no log)."""
+    state: str
+    pids: int = 0
+    cpu_s: float | None = None
+    log_size: int | None = None
+
+    @classmethod
+    def of(cls, info: dict) -> "Liveness":
+        return cls(str(info.get("state", "lost")), int(info.get("pids") or 0), info.get("cpu_s"),
+                   info.get("log_size"))
+
+
 class NotInstalled(HostError):
     """The host answered, but no harness is in that run directory (or its Python is missing)."""
 
@@ -252,6 +267,12 @@ def _write(h: Host, rel: str, chunks: Iterator[bytes], *, private: bool) -> int:
 def progress(h: Host) -> Progress:
     answer = _call(h, "progress", timeout=30)
     return Progress(answer.get("size"), answer.get("last"))
+
+
+def liveness(h: Host, tasks: list[str]) -> dict[str, Liveness]:
+    """Each task's signs of life on this host (``hostctl liveness``)."""
+    answer = _call(h, "liveness", *_tasks(tasks), timeout=30)
+    return {name: Liveness.of(answer.get(name) or {}) for name in tasks}
 
 
 def request_save(h: Host) -> str:

@@ -4,8 +4,10 @@
 browser or killing the CLI leaves both training and restarts going. Each poll reads every task and
 lets ``outcome.conclude`` judge the attempt:
 
-- finished: the run is finished; failed (a task exited non-zero or vanished), or no new metrics
-  for ``stall_timeout_s``: every task is stopped (a survivor would only hang or abort), and after
+- finished: the run is finished; failed (a task exited non-zero or vanished), or stalled: no
+  sign of life for ``stall_timeout_s`` (no new metrics, no task's log grew, no task's processes
+  used CPU: ``outcome.LifeWatch``), so a job that writes no metrics is not taken for a hung one:
+  every task is stopped (a survivor would only hang or abort), and after
   ``backoff_s`` a new attempt starts from the newest checkpoint step that EVERY task holds;
 - unknown (a host did not answer): nothing is touched; the host is asked again, less and less
   often, for ``unreachable_grace_s``, and only then counts as a failure.
@@ -38,7 +40,9 @@ from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, POLL_S, keeper_pid
-from backend.runs.outcome import Conclusion, Verdict, conclude
+from backend.hosts.pool import parallel
+from backend.hosts.tasks import by_host
+from backend.runs.outcome import Conclusion, LifeWatch, Signs, Verdict, conclude, stall_reason
 from backend.runs.handle import Run
 from backend.runs.store import Phase, RunStore
 
@@ -55,9 +59,7 @@ LOAD_TRIES = 5
 
 @dataclass
 class MetricsSeen:
-    """The chief's metrics.jsonl as last seen: its size, when it last grew, the last step."""
-    size: int = -1
-    changed: float = 0.0
+    """The last step in the chief's metrics.jsonl, for the attempt's record."""
     last_step: int | None = None
 
 
@@ -69,7 +71,8 @@ class Keeper:
         self.run_id, self.store = run_id, store or RunStore()
         self.pool, self.poll_s = Pool(options), poll_s
         self.log = log or (lambda msg: print(time.strftime("%H:%M:%S"), msg, flush=True))
-        self.progress = MetricsSeen(changed=time.time())
+        self.progress = MetricsSeen()
+        self.life = LifeWatch(changed=time.time())
         self.unreachable_since: float | None = None
         self.casualties_since: float | None = None
         self.delay = poll_s
@@ -187,6 +190,8 @@ class Keeper:
             return None if self._await_cause(found) else found.reason
         self.casualties_since = None
         self._read_progress(run)
+        if run.job.restart.stall_timeout_s:
+            self._read_life(run)
         return self._stalled(run)
 
     def _await_cause(self, found: Conclusion) -> bool:
@@ -203,7 +208,7 @@ class Keeper:
 
     def _stalled(self, run: Run) -> str | None:
         limit = run.job.restart.stall_timeout_s
-        idle = time.time() - self.progress.changed
+        idle = self.life.idle(time.time())
         if not (limit and idle > limit):
             return None
         # Before anything is stopped: where each worker hangs is the only clue to why.
@@ -213,24 +218,36 @@ class Keeper:
                  + (f"; stuck in the job's own code: {', '.join(in_job)}" if in_job else "")
                  if folder else f"stalled: no stacks ({found[0].error if found else 'no tasks'})")
         where = f"; stacks in {layout.STACKS}/{folder.name}/" if folder else ""
-        return f"stalled: no new metrics for {idle:.0f} s{where}"
+        return stall_reason(idle, [t.name for t in run.state.tasks]) + where
 
     def _read_progress(self, run: Run) -> None:
         """Size and last line of the chief's metrics.jsonl, in one command."""
         try:
             found = remote.progress(run.remote(run.state.chief.name))
         except ConsoleError:
-            self.progress.changed = time.time()   # an unreachable chief is judged by its grace
+            self.life.changed = time.time()   # an unreachable chief is judged by its grace
             return
-        size = -1 if found.size is None else found.size
-        if size != self.progress.size:
-            self.progress.size, self.progress.changed = size, time.time()
+        self.life.observe(time.time(), metrics_size=-1 if found.size is None else found.size)
         try:
             last = json.loads(found.last_line or "{}")
             if last.get("attempt") == run.state.attempt:
                 self.progress.last_step = int(last["step"])
         except (ValueError, TypeError, KeyError, AttributeError):
             return   # not a metrics record (the monitor quarantines such lines)
+
+    def _read_life(self, run: Run) -> None:
+        """Every task's CPU time and log size, one command per host, all hosts at once."""
+        groups = [(g.name, g) for g in by_host(run.state.tasks, run.cluster)]
+        answers = parallel(lambda g: remote.liveness(g.host(run.pool), g.names), groups)
+        signs: dict[str, Signs] = {}
+        for key, group in groups:
+            if isinstance(answers[key], Exception):
+                # What cannot be seen is not taken for a hang: an unreachable host has its grace.
+                self.log(f"no signs of life from {group.spec.host}: {answers[key]}")
+                self.life.changed = time.time()
+                continue
+            signs.update({name: Signs(a.cpu_s, a.log_size) for name, a in answers[key].items()})
+        self.life.observe(time.time(), signs=signs)
 
     def _recover(self, run: Run, reason: str) -> Phase | None:
         """End the attempt, stop every task, then restart (or give up)."""
@@ -278,7 +295,8 @@ class Keeper:
         except ConsoleError as err:
             self.log(f"attempt {run.state.attempt} failed to start: {err}")
             return None
-        self.progress = MetricsSeen(changed=time.time())
+        self.progress = MetricsSeen()
+        self.life = LifeWatch(changed=time.time())
         return None
 
     def _give_up(self, run: Run, reason: str, *, why: str) -> Phase | None:

@@ -6,7 +6,7 @@ both decide through ``conclude``, so every reader agrees on how a run ended.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from backend.diagnosis import diagnose
 
@@ -91,3 +91,64 @@ def failure_reason(bad: list[TaskStatus]) -> str:
                                        s.diagnosis == diagnose.PEER_DIED))[0]
     detail = first.diagnosis if first.diagnosis and first.diagnosis != diagnose.PEER_DIED else ""
     return f"{first.name} {first.label}" + (f": {detail[:300]}" if detail else "")
+
+
+# -- stalls: judged by signs of life, not by missing metrics alone -----------------------------
+# CPU counts as a sign of life from this share of one core on: a process blocked for good (in a
+# sleep, a lock, a collective that will never complete) burns almost none, but TensorFlow's own
+# background threads burn a little (their timers, gRPC), which must not pass for work.
+MIN_CPU_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Signs:
+    """One task's signs of life at one poll (``hostctl liveness``): CPU seconds of its process
+    group (None where they cannot be seen) and its log's size (None: no log yet)."""
+    cpu_s: float | None = None
+    log_size: int | None = None
+
+
+@dataclass
+class LifeWatch:
+    """When the run last showed a sign of life: its metrics grew, a task's log grew, or a task's
+    processes used CPU (``MIN_CPU_SHARE`` of a core or more since the last poll). A stall is a
+    run that showed none for the stall timeout."""
+    changed: float
+    metrics_size: int = -1
+    seen: dict[str, Signs] = field(default_factory=dict)   # task -> its signs at the last poll
+    seen_at: float | None = None
+
+    def observe(self, now: float, *, metrics_size: int | None = None,
+                signs: dict[str, Signs] | None = None) -> list[str]:
+        """Take one poll's readings; returns what advanced ("metrics", task names)."""
+        moved = []
+        if metrics_size is not None and metrics_size != self.metrics_size:
+            self.metrics_size = metrics_size
+            moved.append("metrics")
+        wall = now - self.seen_at if self.seen_at is not None else None
+        for task, new in (signs or {}).items():
+            old = self.seen.get(task)
+            if old is None or _advanced(old, new, wall):
+                moved.append(task)
+            self.seen[task] = new
+        if signs is not None:
+            self.seen_at = now
+        if moved:
+            self.changed = now
+        return moved
+
+    def idle(self, now: float) -> float:
+        return now - self.changed
+
+
+def _advanced(old: Signs, new: Signs, wall: float | None) -> bool:
+    if new.log_size is not None and new.log_size != old.log_size:
+        return True   # it wrote (or its log was replaced)
+    if new.cpu_s is None or old.cpu_s is None or not wall:
+        return False
+    return new.cpu_s - old.cpu_s >= MIN_CPU_SHARE * wall
+
+
+def stall_reason(idle_s: float, tasks: list[str]) -> str:
+    """What the attempt's record says about a stall: which sign was missing, from which tasks."""
+    return f"stalled: no metrics, log output or CPU time for {idle_s:.0f} s from {', '.join(tasks)}"

@@ -87,3 +87,24 @@ def test_unbalanced_quote_in_command_is_a_field_error(page, runs_dir):
     assert not at.exception
     assert any(m.startswith("Command:") and "quote" in m for m in errors(at)), errors(at)
     assert RunStore(runs_dir).list() == []
+
+
+def test_stall_timeout_is_a_launch_field_that_reaches_the_job(page, runs_dir):
+    """Issue 26 item 3: the stall timeout is set on the form, next to the restart policy, and the
+    started run's job carries it (as a job file's ``restart.stall_timeout_s`` would)."""
+    import sys
+    at = page("launch", cluster_rows=local_rows())
+    field = at.number_input(key="stall_timeout_s")
+    assert field.value == 300.0 and field.disabled          # the default; no keeper under `never`
+    at.radio(key="job_source").set_value("Command").run()
+    at.text_input(key="job_command").input(f"{sys.executable} -c pass")
+    at.selectbox(key="restart_mode").set_value("on_failure").run()
+    assert not at.number_input(key="stall_timeout_s").disabled
+    at.number_input(key="stall_timeout_s").set_value(45.0)
+    at.button(key="start_button").click().run()
+    assert not at.exception and not errors(at), errors(at)
+    run_id = at.session_state["run_id"]
+    saved = wait_for(lambda: (RunStore(runs_dir).path(run_id) / "state.json").exists()
+                     and RunStore(runs_dir).load(run_id), 120, "the run's record")
+    assert saved.job["restart"] == {**saved.job["restart"], "mode": "on_failure", "stall_timeout_s": 45.0}
+    wait_for(lambda: not RunStore(runs_dir).load(run_id).live, 120, "the one-line job to finish")
