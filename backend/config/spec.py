@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 
+from backend.alerts import settings as alert_settings
 from backend.errors import SpecError, SpecErrors
 
 
@@ -185,6 +186,7 @@ _JOB_FIELDS = {
     "params": (_params, {}),
     "env": (_env, {}),
     "restart": (_restart, RestartPolicy()),
+    "alerts": (alert_settings.parse, {}),   # a webhook: a secret, kept out of the run's state
 }
 
 
@@ -196,6 +198,7 @@ class JobSpec:
     params: Mapping[str, int | float | str | bool] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     restart: RestartPolicy = RestartPolicy()
+    alerts: Mapping[str, str] = field(default_factory=dict)   # backend.alerts.settings.parse
 
     def __post_init__(self) -> None:
         values, errors = _parse_fields({k: getattr(self, k) for k in _JOB_FIELDS}, _JOB_FIELDS, "")
@@ -313,6 +316,8 @@ def job_to_dict(job: JobSpec) -> dict:
         out["env"] = dict(job.env)
     if job.restart != RestartPolicy():
         out["restart"] = {k: _plain(getattr(job.restart, k)) for k in _RESTART_FIELDS}
+    if job.alerts:
+        out["alerts"] = dict(job.alerts)
     return out
 
 

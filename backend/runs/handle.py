@@ -8,10 +8,12 @@ new one, so no run is left live with nothing watching it.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
-from backend.runs import detached
+from backend.alerts import outbox
+from backend.runs import detached, record
 from backend.hosts import remote
 from backend.engines.base import Engine, StopReport
 from backend.engines import engine_for, tasks_view
@@ -82,6 +84,8 @@ class Run:
         """Move the run's phase (``RunStore.move``: a compare-and-set under its lock) and take the
         result; whether it moved."""
         self.state, moved = self.store.move(self.run_id, to, **how)
+        if moved:   # exactly one mover per change: it queues the alert (the sender is detached)
+            _alert(self.local_dir, self.state, to)
         return moved
 
     # -- reading ------------------------------------------------------------------------
@@ -218,6 +222,7 @@ class Run:
                 continue
             if text:
                 (self.local_dir / layout.LOGS / f"{t.name}.log").write_text(text)
+        record.keep_host_versions(self)   # what each host ran with, kept while its hosts answer
 
     def wait(self, timeout: float, poll_s: float = 1.0) -> list[TaskStatus]:
         """Block until the run has ended (whoever settles it); the tasks' last statuses."""
@@ -234,6 +239,16 @@ class Run:
     def request_save(self) -> str:
         """Ask the chief to save at its next sync point: a request file in its run directory."""
         return remote.request_save(self.remote(self.state.chief.name))
+
+
+def _alert(local_dir: Path, state: RunState, to: Phase) -> None:
+    """Queue the webhook alert for a move to ``to`` (backend.alerts.outbox); never fails the move."""
+    last = state.attempts[-1] if state.attempts else None
+    try:
+        outbox.on_move(local_dir, state.run_id, str(to), reason=last.reason if last else None,
+                       step=last.last_step if last else None, attempt=state.attempt)
+    except OSError as err:   # a full disk, say: the run's record matters more than its alert
+        print(f"alert for run {state.run_id} not queued: {err}", file=sys.stderr)
 
 
 def _saved_job(job: dict, local_dir: Path) -> JobSpec:

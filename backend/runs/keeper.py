@@ -30,6 +30,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from backend.alerts import outbox
 from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.diagnosis import stacks
@@ -232,6 +233,8 @@ class Keeper:
             last = json.loads(found.last_line or "{}")
             if last.get("attempt") == run.state.attempt:
                 self.progress.last_step = int(last["step"])
+                outbox.on_nonfinite(run.local_dir, run.run_id, attempt=run.state.attempt,   # once
+                                    step=self.progress.last_step, loss=last.get("global_loss", last.get("loss")))
         except (ValueError, TypeError, KeyError, AttributeError):
             return   # not a metrics record (the monitor quarantines such lines)
 
@@ -295,6 +298,7 @@ class Keeper:
         except ConsoleError as err:
             self.log(f"attempt {run.state.attempt} failed to start: {err}")
             return None
+        outbox.on_restart(run.local_dir, run.state)   # the webhook hears why, once the new attempt runs
         self.progress = MetricsSeen()
         self.life = LifeWatch(changed=time.time())
         return None

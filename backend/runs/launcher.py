@@ -1,7 +1,9 @@
 """Launch a run on every host (all or nothing) and attach to existing runs.
 
 The run's record is written first; its job module is copied into the local run directory once,
-so the record reloads without the user's files and every restart ships the same code.
+so the record reloads without the user's files and every restart ships the same code. Beside it:
+what ran (``record.json``: the module's hash, its folder's git state) and where alerts go
+(``alerts/settings.json``, owner-only: a webhook URL is a secret, never in the state).
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from backend.config import jobfit
-from backend.runs import detached
+from backend.alerts import outbox, settings as alert_settings
+from backend.runs import detached, record
 from backend.runs.attempts import begin_attempt
 from backend.harness import layout
 from backend.hosts.pool import Pool
@@ -53,8 +56,11 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
     # The remote folder carries a fresh suffix: a reused run id (after `make clean`, say) never
     # meets an older run's metrics or checkpoints on a host.
     remote_name = f"{run_id}.{secrets.token_hex(3)}"
+    alerts = alert_settings.resolve(job.alerts, store.root)   # a console file others may read refuses
     local_dir = store.reserve(run_id)
-    job = _keep_module(job, local_dir)
+    source, job = job.module, _keep_module(replace(job, alerts={}), local_dir)   # the URL: a secret
+    outbox.keep_settings(local_dir, alerts)
+    record.write(local_dir, record.build(job.module, source, job.command))
     state = RunState(run_id, time.time(), saved, job_to_dict(job),
                      [TaskState(n, i, t.host, layout.run_dir(t.workdir, remote_name))
                       for i, (n, t) in enumerate(zip(cluster.task_names(), cluster.tasks))])

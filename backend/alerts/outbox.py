@@ -1,0 +1,251 @@
+"""A run's alerts on their way out: queued in the run's folder, sent by a detached sender.
+
+Whoever records a run's end (``Run.move``: the keeper, or for a run that never restarts the
+reader that settles it, the CLI or the console) queues its alert: the move is a compare-and-set
+under the run's lock, so exactly one process queues each end. A restart (after a failure, a
+stall, a preemption or a NaN) is the keeper's to tell, once the next attempt runs; a NaN/Inf
+loss in the chief's metrics too, once per attempt. Each alert has a key, queued once. Queueing writes
+one small file and starts ``python -m backend.alerts.outbox RUN_DIR`` in a session of its own,
+so neither training, the keeper nor the console ever waits on a webhook, and an alert queued by
+a CLI command that exits at once is still delivered. The sender holds ``sender.lock`` (one per
+run), posts each pending alert with a timeout, retries a 5xx, a 429 or a connection error with
+backoff (``BACKOFF_S`` doubling, ``TRIES`` tries), and records each alert ``sent`` or ``failed``
+(with why) in ``outbox.json``. The queue is bounded (``MAX_EVENTS``): a run's alerts are few.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+from backend.alerts import settings as alert_settings
+from backend.runs.store import write_private
+
+OUTBOX = "outbox.json"
+LOCK = "outbox.lock"
+SENDER_LOCK = "sender.lock"
+SENDER_LOG = "sender.log"
+MAX_EVENTS = 100
+TRIES = 8
+BACKOFF_S = 2.0          # 2, 4, 8 ... s between tries: about 8 minutes in all
+TIMEOUT_S = 10.0         # one POST
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KINDS = ("finished", "failed", "restarted", "preempted", "nan", "stall")
+
+
+def kind_for(phase: str, reason: str | None) -> str | None:
+    """The alert for ``phase`` (None: none): a run's end (finished, failed), or "restarted"
+    named by why the attempt before ended (preempted, nan, stall, or restarted)."""
+    why = (reason or "").lower()
+    if phase in ("finished", "failed"):   # the run's end says so, whatever the reason
+        return phase
+    if phase != "restarted":   # the keeper's, once the next attempt runs (``on_restart``)
+        return None
+    if "preempted" in why:
+        return "preempted"
+    if "not finite" in why or "nonfiniteloss" in why:
+        return "nan"
+    if why.startswith("stalled"):
+        return "stall"
+    return "restarted"
+
+
+def event(run_id: str, kind: str, *, reason: str | None, step: int | None, attempt: int,
+          phase: str, console_url: str) -> dict:
+    """The alert, as a generic JSON body; ``body`` turns it into what the webhook takes."""
+    link = f"{console_url.rstrip('/')}/runs"
+    words = {"finished": "finished", "failed": "failed", "restarted": "failed",
+             "preempted": "was preempted", "nan": "has a NaN/Inf loss", "stall": "stalled"}[kind]
+    at = f" at step {step}" if step is not None else ""
+    because = f": {reason}" if reason and reason != "finished" else ""
+    because += f"; restarted as attempt {attempt + 1}" if phase == "restarted" else ""
+    return {"run": run_id, "event": kind, "phase": phase, "attempt": attempt, "step": step,
+            "reason": reason or "", "link": link, "time": time.time(),
+            "text": f"tfconsole run {run_id} {words}{at} (attempt {attempt}){because}. {link}"}
+
+
+def body(alert: dict, fmt: str) -> bytes:
+    """Slack's incoming-webhook body ({"text": ...}, which Mattermost, Teams' and Discord's
+    Slack-compatible endpoints take too), or the generic JSON alert."""
+    if fmt == "slack":
+        return json.dumps({"text": alert["text"]}).encode()
+    return json.dumps({k: v for k, v in alert.items()}).encode()
+
+
+# ---- the queue ------------------------------------------------------------------------------
+
+def _folder(run_dir: Path) -> Path:
+    folder = Path(run_dir) / alert_settings.ALERTS_DIR
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+@contextlib.contextmanager
+def _locked(run_dir: Path) -> Iterator[list]:
+    """The outbox's entries, under its lock; written back when the block ends."""
+    folder = _folder(run_dir)
+    with open(folder / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = read(run_dir)
+        before = json.dumps(entries)
+        yield entries
+        if json.dumps(entries) != before:
+            write_private(folder / OUTBOX, json.dumps(entries, indent=1))
+
+
+def keep_settings(run_dir: Path, settings: dict) -> None:
+    """Keep the run's webhook beside its state, owner-only (nothing when it has none)."""
+    if settings:
+        write_private(_folder(run_dir) / alert_settings.SETTINGS, json.dumps(settings))
+
+
+def read(run_dir: Path) -> list[dict]:
+    """Every alert of the run with how it went: {"id", "alert", "state", "tries", "error"}."""
+    try:
+        data = json.loads((Path(run_dir) / alert_settings.ALERTS_DIR / OUTBOX).read_text())
+    except (FileNotFoundError, ValueError):
+        return []
+    return data if isinstance(data, list) else []
+
+
+def queue(run_dir: Path, alert: dict, *, key: str | None = None, start: bool = True) -> bool:
+    """Add an alert for the sender (once per ``key``) and wake the sender; False when the run has
+    no webhook, the key was queued before, or the queue is full."""
+    if not alert_settings.load(run_dir):
+        return False
+    with _locked(run_dir) as entries:
+        key = key or f"{alert['event']}-{len(entries) + 1}"
+        if any(e.get("id") == key for e in entries) or len(entries) >= MAX_EVENTS:
+            return False
+        entries.append({"id": key, "alert": alert, "state": "pending", "tries": 0, "error": ""})
+    if start:
+        start_sender(run_dir)
+    return True
+
+
+def on_move(run_dir: Path, run_id: str, phase: str, *, reason: str | None, step: int | None,
+            attempt: int) -> bool:
+    """The alert for a phase change just recorded, if it is one that alerts."""
+    kind = kind_for(phase, reason)
+    found = alert_settings.load(run_dir) if kind else {}
+    if not found:
+        return False
+    console_url = found.get("console_url") or os.environ.get("TFCONSOLE_URL") or alert_settings.DEFAULT_CONSOLE_URL
+    return queue(run_dir, event(run_id, kind, reason=reason, step=step, attempt=attempt, phase=phase,
+                                console_url=console_url), key=f"{kind}-attempt-{attempt}-{phase}")
+
+
+def on_restart(run_dir: Path, state) -> bool:
+    """The keeper has started the next attempt (``state``: the run's ``RunState``): say why the
+    last one ended (a failure, a stall, a preemption, a NaN) and at which step."""
+    if len(state.attempts) < 2:
+        return False
+    ended = state.attempts[-2]
+    return on_move(run_dir, state.run_id, "restarted", reason=ended.reason, step=ended.last_step,
+                   attempt=ended.number)
+
+
+def on_nonfinite(run_dir: Path, run_id: str, *, attempt: int, step: int | None, loss: object) -> bool:
+    """A NaN/Inf loss seen in the chief's metrics: one alert per attempt."""
+    try:
+        if math.isfinite(float(loss)):
+            return False
+    except (TypeError, ValueError):
+        return False
+    found = alert_settings.load(run_dir)
+    if not found:
+        return False
+    console_url = found.get("console_url") or os.environ.get("TFCONSOLE_URL") or alert_settings.DEFAULT_CONSOLE_URL
+    return queue(run_dir, event(run_id, "nan", reason=f"loss is {loss}", step=step, attempt=attempt,
+                                phase="running", console_url=console_url), key=f"nan-attempt-{attempt}")
+
+
+def pending(run_dir: Path) -> list[dict]:
+    return [e for e in read(run_dir) if e.get("state") == "pending"]
+
+
+# ---- the sender -----------------------------------------------------------------------------
+
+def start_sender(run_dir: Path) -> None:
+    """Start the detached sender (it exits at once if another holds the run's sender lock)."""
+    folder = _folder(run_dir)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    with open(folder / SENDER_LOG, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "backend.alerts.outbox", str(Path(run_dir).resolve())],
+                                cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    threading.Thread(target=proc.wait, daemon=True).start()   # reaped: no zombies in a console
+
+
+def post(url: str, data: bytes, timeout: float = TIMEOUT_S) -> tuple[bool, bool, str]:
+    """One try: (delivered, worth retrying, why not). The URL never appears in the why."""
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Content-Type": "application/json", "User-Agent": "tfconsole"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            resp.read(1 << 16)
+            return True, False, ""
+    except urllib.error.HTTPError as err:
+        return False, err.code >= 500 or err.code == 429, f"HTTP {err.code}"
+    except (urllib.error.URLError, OSError) as err:
+        why = getattr(err, "reason", err)
+        return False, True, f"{type(why).__name__}: {why}" if not isinstance(why, str) else why
+
+
+def deliver(run_dir: Path, *, backoff_s: float = BACKOFF_S, tries: int = TRIES,
+            log=lambda msg: print(time.strftime("%H:%M:%S"), msg, flush=True)) -> int:
+    """Send every pending alert, retrying with backoff; how many were delivered."""
+    found = alert_settings.load(run_dir)
+    if not found:
+        return 0
+    sent = 0
+    for entry in pending(run_dir):
+        delay = backoff_s
+        while True:
+            ok, again, why = post(found["webhook"], body(entry["alert"], found.get("format", "slack")))
+            with _locked(run_dir) as entries:
+                mine = next(e for e in entries if e["id"] == entry["id"])
+                mine["tries"] += 1
+                mine["state"] = "sent" if ok else ("pending" if again and mine["tries"] < tries else "failed")
+                mine["error"] = why
+                mine["at"] = time.time()
+                state, count = mine["state"], mine["tries"]
+            log(f"{entry['id']} to {alert_settings.mask(found['webhook'])}: "
+                f"{'sent' if ok else why} (try {count})")
+            if state != "pending":
+                sent += state == "sent"
+                break
+            time.sleep(delay)
+            delay *= 2
+    return sent
+
+
+def serve(run_dir: Path) -> int:
+    """The sender process: deliver while alerts are pending, one sender per run."""
+    folder = _folder(run_dir)
+    while alert_settings.load(run_dir):   # its settings gone (the run deleted): nothing to send
+        with open(folder / SENDER_LOCK, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return 0   # the sender at work sees this alert: it looks again after its lock
+            deliver(run_dir)
+        # An alert queued while we held the lock was left to us by its own sender, which exited.
+        if not pending(run_dir):
+            return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve(Path(sys.argv[1])))

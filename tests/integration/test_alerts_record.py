@@ -1,0 +1,111 @@
+"""Alerts and the record of what ran, for real runs (local tasks, small scripts, no TensorFlow):
+each end or restart reaches a real webhook receiver once, a dead receiver never delays the run's
+end, and the webhook URL appears in no state, record or output."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from backend.config.spec import job_from_dict
+from backend.runs import launcher
+from backend.runs.launcher import Preflight
+from backend.runs.store import Phase, RunStore
+from tests.webhook import Receiver
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def hook():
+    made = []
+
+    def make(answers=(200,), hang_s=0.0):
+        made.append(Receiver(answers, hang_s))
+        return made[-1]
+    yield make
+    for r in made:
+        r.close()
+
+
+def job(python: str, code: str, url: str, **extra):
+    return job_from_dict({"kind": "command", "command": [python, "-c", code],
+                          "alerts": {"webhook": url, "format": "json", "console_url": "http://console.test:8501"},
+                          **extra})
+
+
+def cli(*args: str, runs: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "backend", "--runs", str(runs), *args],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+
+
+def test_a_run_that_finishes_sends_one_finished_alert(local_cluster, python_path, tmp_path, hook):
+    receiver = hook()
+    store = RunStore(tmp_path / "runs")
+    run = launcher.launch(local_cluster, job(python_path, "pass", receiver.url), store=store,
+                          preflight=Preflight.SKIP)
+    run.wait(timeout=60)
+    assert run.state.phase == Phase.FINISHED
+    bodies = receiver.wait(1)
+    time.sleep(1.0)   # nothing more comes
+    assert [(b["run"], b["event"]) for b in receiver.bodies] == [(run.run_id, "finished")], bodies
+    assert bodies[0]["link"] == "http://console.test:8501/runs"
+    # The URL (a secret) is in the run's owner-only settings alone.
+    for path in run.local_dir.rglob("*"):
+        if path.is_file() and path.name != "settings.json":
+            assert "SECRET-TOKEN" not in path.read_text(errors="replace"), path
+    shown = cli("runs", "show", run.run_id, "--json", runs=store.root)
+    assert shown.returncode == 0, shown.stderr
+    assert "SECRET-TOKEN" not in shown.stdout
+    data = json.loads(shown.stdout)
+    assert data["alerts"]["webhook"] == "http://127.0.0.1/***"
+    deadline = time.monotonic() + 10
+    while json.loads(cli("runs", "show", run.run_id, "--json", runs=store.root).stdout)["alerts"]["sent"][0]["state"] \
+            != "sent" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    sent = json.loads(cli("runs", "show", run.run_id, "--json", runs=store.root).stdout)["alerts"]["sent"]
+    assert [(e["state"], e["tries"]) for e in sent] == [("sent", 1)]
+
+
+def test_a_failing_run_sends_failed_with_the_reason(local_cluster, python_path, tmp_path, hook):
+    receiver = hook()
+    store = RunStore(tmp_path / "runs")
+    run = launcher.launch(local_cluster, job(python_path, "import sys, time; time.sleep(4); sys.exit(3)", receiver.url),
+                          store=store, preflight=Preflight.SKIP)
+    run.wait(timeout=60)
+    assert run.state.phase == Phase.FAILED
+    body = receiver.wait(1)[0]
+    assert (body["event"], body["run"]) == ("failed", run.run_id)
+    assert "exited(3)" in body["reason"] and "exited(3)" in body["text"]
+
+
+def test_a_kept_run_alerts_each_restart_and_its_end_from_the_keeper(local_cluster, python_path, tmp_path, hook):
+    receiver = hook()
+    store = RunStore(tmp_path / "runs")
+    run = launcher.launch(local_cluster, job(python_path, "import sys, time; time.sleep(4); sys.exit(3)", receiver.url,
+                                             restart={"mode": "on_failure", "max_restarts": 1, "backoff_s": 0}),
+                          store=store, preflight=Preflight.SKIP)
+    run.wait(timeout=90)
+    assert run.state.phase == Phase.FAILED
+    receiver.wait(2)
+    assert [(b["event"], b["attempt"]) for b in receiver.bodies] == [("restarted", 1), ("failed", 2)]
+    assert "exited(3); restarted as attempt 2" in receiver.bodies[0]["text"]
+
+
+def test_a_dead_receiver_does_not_delay_the_runs_end(local_cluster, python_path, tmp_path, hook):
+    receiver = hook(hang_s=60)   # takes the request and never answers in time
+    store = RunStore(tmp_path / "runs")
+    run = launcher.launch(local_cluster, job(python_path, "pass", receiver.url), store=store,
+                          preflight=Preflight.SKIP)
+    started = time.monotonic()
+    run.wait(timeout=60, poll_s=0.2)
+    took = time.monotonic() - started
+    assert run.state.phase == Phase.FINISHED
+    assert receiver.wait(1)          # the alert was on its way while the run ended
+    assert took < 10, took            # well under the receiver's 60 s and the sender's timeouts

@@ -1,0 +1,140 @@
+"""Alerts: the webhook's settings (a secret), the bodies, and delivery to a real local receiver."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+
+import pytest
+
+from backend.alerts import outbox, settings
+from backend.config.spec import job_from_dict, job_to_dict
+from backend.errors import ConsoleError, SpecErrors
+from tests.webhook import Receiver
+
+
+@pytest.fixture
+def receiver():
+    made = []
+
+    def make(answers=(200,), hang_s=0.0):
+        made.append(Receiver(answers, hang_s))
+        return made[-1]
+    yield make
+    for r in made:
+        r.close()
+
+
+def _run_dir(tmp_path, url, fmt="json"):
+    run_dir = tmp_path / "run-1"
+    run_dir.mkdir()
+    outbox.keep_settings(run_dir, {"webhook": url, "format": fmt})
+    return run_dir
+
+
+def test_the_job_file_takes_a_webhook_and_refuses_a_bad_one_without_echoing_it():
+    job = job_from_dict({"kind": "command", "command": ["true"],
+                         "alerts": {"webhook": "https://hooks.example.com/T1/SECRET", "format": "json"}})
+    assert job.alerts == {"webhook": "https://hooks.example.com/T1/SECRET", "format": "json"}
+    assert job_to_dict(job)["alerts"]["format"] == "json"
+    with pytest.raises(SpecErrors) as bad:
+        job_from_dict({"kind": "command", "command": ["true"], "alerts": {"webhook": "ftp://x/SECRET"}})
+    assert "alerts.webhook: expected an http(s) URL" in str(bad.value) and "SECRET" not in str(bad.value)
+    with pytest.raises(SpecErrors, match="alerts.format"):
+        job_from_dict({"kind": "command", "command": ["true"], "alerts": {"webhook": "https://x/", "format": "xml"}})
+
+
+def test_the_url_is_kept_owner_only_and_shown_masked(tmp_path):
+    run_dir = _run_dir(tmp_path, "https://hooks.slack.com/services/T0/B0/SECRET")
+    path = run_dir / "alerts" / "settings.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert settings.shown(settings.load(run_dir))["webhook"] == "https://hooks.slack.com/***"
+
+
+def test_a_console_webhook_file_others_may_read_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("TFCONSOLE_WEBHOOK", raising=False)
+    path = tmp_path / "webhook.json"
+    path.write_text(json.dumps({"webhook": "https://h.example/SECRET", "format": "slack"}))
+    os.chmod(path, 0o644)
+    with pytest.raises(ConsoleError, match="chmod 600"):
+        settings.resolve({}, tmp_path)
+    os.chmod(path, 0o600)
+    assert settings.resolve({}, tmp_path)["format"] == "slack"
+    monkeypatch.setenv("TFCONSOLE_WEBHOOK", "https://env.example/SECRET")
+    assert settings.resolve({}, tmp_path)["webhook"] == "https://env.example/SECRET"
+    assert settings.resolve({"webhook": "https://job.example/x", "format": "json"}, tmp_path)["format"] == "json"
+
+
+@pytest.mark.parametrize("phase, reason, kind", [
+    ("finished", "finished", "finished"), ("failed", "worker-1 exited(3)", "failed"),
+    ("restarted", "worker-1 exited(3)", "restarted"), ("restarted", "stalled: no new metrics for 61 s", "stall"),
+    ("restarted", "chief-0 lost: preempted by a job with higher priority", "preempted"),
+    ("restarted", "chief-0 exited(1): NonFiniteLoss: loss is not finite at step 4", "nan"),
+    ("restarting", "worker-1 exited(3)", None),   # the keeper may give up instead: it tells later
+    ("stopped", "stopped", None), ("running", None, None)])
+def test_which_moves_alert(phase, reason, kind):
+    assert outbox.kind_for(phase, reason) == kind
+
+
+def test_slack_and_json_bodies_carry_run_reason_step_and_link():
+    alert = outbox.event("run-7", "failed", reason="worker-1 exited(3)", step=40, attempt=2, phase="failed",
+                         console_url="http://console.example:8501")
+    slack = json.loads(outbox.body(alert, "slack"))
+    assert list(slack) == ["text"]
+    assert slack["text"] == ("tfconsole run run-7 failed at step 40 (attempt 2): worker-1 exited(3). "
+                             "http://console.example:8501/runs")
+    generic = json.loads(outbox.body(alert, "json"))
+    assert (generic["run"], generic["event"], generic["reason"], generic["step"], generic["link"]) == \
+        ("run-7", "failed", "worker-1 exited(3)", 40, "http://console.example:8501/runs")
+
+
+def test_a_receiver_that_answers_500_twice_gets_the_alert_on_the_third_try(tmp_path, receiver):
+    hook = receiver(answers=(500, 500, 200))
+    run_dir = _run_dir(tmp_path, hook.url)
+    assert outbox.queue(run_dir, outbox.event("run-1", "finished", reason="finished", step=9, attempt=1,
+                                              phase="finished", console_url="http://c"), start=False)
+    logged = []
+    assert outbox.deliver(run_dir, backoff_s=0.05, log=logged.append) == 1
+    assert len(hook.bodies) == 3 and all(b["event"] == "finished" for b in hook.bodies)
+    entry = outbox.read(run_dir)[0]
+    assert (entry["state"], entry["tries"]) == ("sent", 3)
+    assert hook.times[2] - hook.times[1] > hook.times[1] - hook.times[0] > 0.04   # backoff doubles
+    assert not any("SECRET" in line for line in logged)                        # the URL is masked
+
+
+def test_a_receiver_that_keeps_failing_is_given_up_with_why(tmp_path, receiver):
+    hook = receiver(answers=(503,))
+    run_dir = _run_dir(tmp_path, hook.url)
+    outbox.queue(run_dir, outbox.event("run-1", "failed", reason="x", step=None, attempt=1, phase="failed",
+                                       console_url="http://c"), start=False)
+    assert outbox.deliver(run_dir, backoff_s=0.01, tries=3) == 0
+    entry = outbox.read(run_dir)[0]
+    assert (entry["state"], entry["tries"], entry["error"]) == ("failed", 3, "HTTP 503")
+
+
+def test_each_move_alerts_once_and_the_queue_is_bounded(tmp_path, receiver):
+    run_dir = _run_dir(tmp_path, receiver().url)
+    assert outbox.on_move(run_dir, "run-1", "failed", reason="x", step=3, attempt=1) is True
+    entries = outbox.read(run_dir)
+    assert [e["alert"]["event"] for e in entries] == ["failed"]
+    outbox.on_move(run_dir, "run-1", "failed", reason="x", step=3, attempt=1)   # the same move again
+    assert len(outbox.read(run_dir)) == 1
+    for i in range(outbox.MAX_EVENTS + 5):
+        outbox.queue(run_dir, {"event": "nan"}, key=f"k{i}", start=False)
+    assert len(outbox.read(run_dir)) == outbox.MAX_EVENTS
+
+
+def test_the_detached_sender_delivers_and_a_run_without_webhook_sends_nothing(tmp_path, receiver):
+    hook = receiver()
+    run_dir = _run_dir(tmp_path, hook.url, fmt="slack")
+    outbox.on_move(run_dir, "run-1", "finished", reason="finished", step=5, attempt=1)
+    assert hook.wait(1) and hook.bodies[0]["text"].startswith("tfconsole run run-1 finished at step 5")
+    deadline = time.monotonic() + 10
+    while outbox.read(run_dir)[0]["state"] != "sent" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert outbox.read(run_dir)[0]["state"] == "sent"
+    bare = tmp_path / "run-2"
+    bare.mkdir()
+    assert not outbox.on_move(bare, "run-2", "failed", reason="x", step=1, attempt=1)
+    assert not (bare / "alerts" / "outbox.json").exists()

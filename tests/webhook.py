@@ -1,0 +1,52 @@
+"""A real webhook receiver for alert tests: http.server on 127.0.0.1 in a thread.
+
+``answers`` is the status codes it gives, in order (the last repeats); ``hang_s`` makes it hold
+each request that long before answering (a receiver that does not answer). Every body it got is
+in ``bodies`` (parsed JSON) with its arrival time in ``times``.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Receiver:
+    def __init__(self, answers=(200,), hang_s: float = 0.0) -> None:
+        self.answers, self.hang_s = list(answers), hang_s
+        self.bodies: list[dict] = []
+        self.times: list[float] = []
+        self.paths: list[str] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):   # noqa: N802 - http.server's name
+                data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                code = owner.answers[min(len(owner.bodies), len(owner.answers) - 1)]
+                owner.bodies.append(json.loads(data or b"null"))
+                owner.times.append(time.monotonic())
+                owner.paths.append(self.path)
+                if owner.hang_s:
+                    time.sleep(owner.hang_s)
+                self.send_response(code)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/T000/SECRET-TOKEN"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait(self, count: int, timeout: float = 30.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while len(self.bodies) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.bodies
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
