@@ -194,6 +194,21 @@ def cmd_runs(a) -> int:
     return 0
 
 
+def cmd_runs_show(a) -> int:
+    from backend.runs import record
+    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    if run.state.live:   # versions.json is written at each task's start: keep what is there now
+        record.keep_host_versions(run)
+    shown = record.view(run.state, run.local_dir)
+    if a.json:
+        print_json(shown)
+        return 0
+    print(f"run {shown['run_id']}: {shown['phase']}, {len(shown['attempts'])} attempt(s)")
+    for line in record.summary(shown):
+        print(f"  {line}")
+    return 0
+
+
 def cmd_trust_host(a) -> int:
     options = _options(a)
     offered = fetch_host_key(a.host, port=a.port, options=options)
@@ -272,7 +287,15 @@ def parser() -> argparse.ArgumentParser:
     s = add("attach-slurm", cmd_attach_slurm, "follow a Slurm job the console did not submit: status, logs, stop")
     s.add_argument("cluster", help="a cluster file with kind: slurm (its login host)")
     s.add_argument("job_id", help="the job id squeue shows")
-    add("runs", cmd_runs, "list runs").add_argument("--json", action="store_true", help="print JSON for scripts")
+    s = add("runs", cmd_runs, "list runs; `runs show RUN` shows what one ran")
+    s.add_argument("--json", action="store_true", help="print JSON for scripts")
+    shows = s.add_subparsers(dest="runs_command", metavar="show")
+    r = shows.add_parser("show", help="what a run ran: code (hash, git commit, diff), specs, versions, packages",
+                         description="What a run ran: its code (module hash, git commit and uncommitted "
+                                     "diff), cluster and job specs, each host's versions, the chief's "
+                                     "packages, and its alerts (the webhook masked).")
+    r.add_argument("run"); r.add_argument("--json", action="store_true", help="print JSON for scripts")
+    r.set_defaults(fn=cmd_runs_show)
     add_commands(add)
     s = add("console", cmd_console, "open the console in a browser (prints the URL with its login token)")
     s.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501)")

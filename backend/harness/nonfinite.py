@@ -26,16 +26,30 @@ class NonFiniteLoss(Exception):
 def versions() -> dict:
     import keras
     import tensorflow as tf
+    build = tf.sysconfig.get_build_info()
     return {"tensorflow": tf.__version__, "keras": keras.__version__,
-            "python": platform.python_version(), "host": socket.gethostname()}
+            "python": platform.python_version(), "host": socket.gethostname(),
+            "cuda": build.get("cuda_version") or "none (CPU build)"}
+
+
+MAX_PACKAGES = 1000   # the file is read back with a 64 KiB bound (backend.diagnosis.health)
+
+
+def packages() -> list[str]:
+    """``pip freeze`` without pip: name==version of every installed distribution, sorted."""
+    from importlib import metadata
+    found = {f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]}
+    return sorted(found, key=str.lower)[:MAX_PACKAGES]
 
 
 def write_versions(run: str, task: str) -> dict:
+    """Write this task's versions and installed packages (the run's record keeps them); return
+    the versions alone."""
     info = versions()
     path = layout.task_file(run, task, "versions.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(f"{path}.tmp", "w") as fh:
-        json.dump(info, fh)
+        json.dump({**info, "packages": packages()}, fh)
     os.replace(f"{path}.tmp", path)
     return info
 
