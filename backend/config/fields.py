@@ -24,7 +24,7 @@ from backend.errors import SpecError, SpecErrors
 # Each parser takes (value, where) and returns the normalised value or raises SpecError(where, ...)
 # (SpecErrors for nested mappings). They never raise anything else, whatever the input type.
 
-_REQUIRED = object()
+REQUIRED = object()
 
 _HOSTNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")  # no leading '-': it would be an ssh option
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,31}")
@@ -50,7 +50,7 @@ _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 64, 64, 
 _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = _SHORT.maxfrozenset = 6
 
 
-def _show(value: object) -> str:
+def show_value(value: object) -> str:
     """A short repr for messages, at most 60 characters; never raises (huge ints refuse str()
     in Python 3.11+) and never walks more than a few items of a container."""
     try:
@@ -77,11 +77,11 @@ def _whole(value: object) -> int | None:
 
 def _text(value: object, where: str, fix: str) -> str:
     if not isinstance(value, str):
-        raise SpecError(where, f"expected text, got {_show(value)}", fix)
+        raise SpecError(where, f"expected text, got {show_value(value)}", fix)
     return value
 
 
-def _enum(kind: type[Enum]):
+def parse_enum(kind: type[Enum]):
     allowed = ", ".join(m.value for m in kind)
 
     def parse(value: object, where: str) -> Enum:
@@ -91,11 +91,11 @@ def _enum(kind: type[Enum]):
             for member in kind:
                 if member.value == value.strip().lower():
                     return member
-        raise SpecError(where, f"unknown value {_show(value)}", f"Use one of: {allowed}.")
+        raise SpecError(where, f"unknown value {show_value(value)}", f"Use one of: {allowed}.")
     return parse
 
 
-def _host(value: object, where: str) -> str:
+def parse_host(value: object, where: str) -> str:
     text = _text(value, where, _HOST_RULE).strip(" ")
     if not text:
         raise SpecError(where, "host is empty", _HOST_RULE)
@@ -108,19 +108,19 @@ def _host(value: object, where: str) -> str:
                 raise ValueError(text)
             ipaddress.IPv6Address(text)
         except ValueError:
-            raise SpecError(where, f"{_show(value)} is neither a hostname nor an IPv6 address",
+            raise SpecError(where, f"{show_value(value)} is neither a hostname nor an IPv6 address",
                             "Put the port in tf_port or ssh_port, not in host.") from None
         return text
     if not _HOSTNAME.fullmatch(text):
-        raise SpecError(where, f"{_show(value)} has characters a hostname cannot have", _HOST_RULE)
+        raise SpecError(where, f"{show_value(value)} has characters a hostname cannot have", _HOST_RULE)
     return text
 
 
-def _port(low: int):
+def parse_port(low: int):
     def parse(value: object, where: str) -> int:
         number = _whole(value)
         if number is None:
-            raise SpecError(where, f"expected a whole number, got {_show(value)}",
+            raise SpecError(where, f"expected a whole number, got {show_value(value)}",
                             f"Use a port number from {low} to 65535.")
         if not low <= number <= 65535:
             raise SpecError(where, f"port {number} is out of range", f"Use a port number from {low} to 65535.")
@@ -128,77 +128,77 @@ def _port(low: int):
     return parse
 
 
-def _user(value: object, where: str) -> str:
+def parse_user(value: object, where: str) -> str:
     fix = "Use a POSIX user name: a letter or '_' first, then letters, digits, '.', '-', '_' (at most 32)."
     if not _USER.fullmatch(_text(value, where, fix)):
-        raise SpecError(where, f"{_show(value)} is not a valid user name", fix)
+        raise SpecError(where, f"{show_value(value)} is not a valid user name", fix)
     return value
 
 
-def _plain_path(value: object, where: str) -> str:
+def parse_plain_path(value: object, where: str) -> str:
     text = _text(os.fspath(value) if isinstance(value, os.PathLike) else value, where, _PATH_RULE)
     if any(c in text for c in "\0\n\r") or text.startswith("-") or len(text) > 4096:
-        raise SpecError(where, f"{_show(value)} is not a plain path", _PATH_RULE)
+        raise SpecError(where, f"{show_value(value)} is not a plain path", _PATH_RULE)
     return text
 
 
-def _jump_host(value: object, where: str) -> str:
+def parse_jump_host(value: object, where: str) -> str:
     fix = "Write it as [user@]host[:port], with an IPv6 host in [brackets]."
     text = _text(value, where, fix)
     user, _, rest = text.rpartition("@")
     if user:
-        _user(user, where)
+        parse_user(user, where)
     if rest.startswith("["):
         host, bracket, port = rest[1:].partition("]")
         if not bracket or (port and not port.startswith(":")):
-            raise SpecError(where, f"{_show(value)} is not [user@]host[:port]", fix)
+            raise SpecError(where, f"{show_value(value)} is not [user@]host[:port]", fix)
         port = port[1:]
     else:
         if rest.count(":") > 1:
-            raise SpecError(where, f"{_show(value)} has an IPv6 host without brackets", fix)
+            raise SpecError(where, f"{show_value(value)} has an IPv6 host without brackets", fix)
         host, _, port = rest.partition(":")
-    _host(host, where)
+    parse_host(host, where)
     if port or rest.endswith(":"):
-        _port(1)(port, where)
+        parse_port(1)(port, where)
     return text
 
 
-def _command_name(value: object, where: str) -> str:
+def parse_command_name(value: object, where: str) -> str:
     fix = "Use an interpreter name or path with no spaces, quotes or shell characters, e.g. python3."
     text = _text(value, where, fix)
     if not _COMMAND_NAME.fullmatch(text) or text.startswith("-"):
-        raise SpecError(where, f"{_show(value)} is not a plain command name or path", fix)
+        raise SpecError(where, f"{show_value(value)} is not a plain command name or path", fix)
     if text.startswith("~"):
         # Commands are argv lists, never a shell, so nothing would expand "~" on the host.
-        raise SpecError(where, f"{_show(value)} starts with '~', which no shell expands here",
+        raise SpecError(where, f"{show_value(value)} starts with '~', which no shell expands here",
                         "Give the full path (e.g. /home/you/venv/bin/python), or a path relative "
                         "to the remote home without '~/' (e.g. venv/bin/python).")
     return text
 
 
-def _workdir(value: object, where: str) -> str:
+def parse_workdir(value: object, where: str) -> str:
     fix = ("Use a folder path relative to the remote home (or absolute), like tfconsole or /data/tf: "
            "no '..', no spaces or control characters, not starting with '-'.")
     text = _text(value, where, fix)
     if any(c.isspace() or not c.isprintable() for c in text) or len(text) > 4096:
         # Whitespace would split Slurm's #SBATCH --output line (sbatch reads it word by word).
-        raise SpecError(where, f"{_show(value)} has whitespace or a control character", fix)
+        raise SpecError(where, f"{show_value(value)} has whitespace or a control character", fix)
     # Relative paths already mean "under the home folder"; keeping "~" would need a shell to expand it.
     if text in ("~", "~/"):
         text = "."
     elif text.startswith("~/"):
         text = text[2:].lstrip("/") or "."
     elif text.startswith("~"):
-        raise SpecError(where, f"{_show(value)} names another user's home", fix)
+        raise SpecError(where, f"{show_value(value)} names another user's home", fix)
     if text.startswith("-"):
         # The run folder is an argument of python, mkdir, tar and srun: "-c..." would be code.
-        raise SpecError(where, f"{_show(value)} starts with '-', which commands read as an option", fix)
+        raise SpecError(where, f"{show_value(value)} starts with '-', which commands read as an option", fix)
     if ".." in PurePosixPath(text).parts:
-        raise SpecError(where, f"{_show(value)} has a '..' component", fix)
+        raise SpecError(where, f"{show_value(value)} has a '..' component", fix)
     return text
 
 
-def _gpus(value: object, where: str) -> tuple[int, ...]:
+def parse_gpus(value: object, where: str) -> tuple[int, ...]:
     fix = "List GPU indices as numbers, like [0, 1] or \"0,1\"; leave empty for CPU only."
     if value is None or value == "":
         return ()
@@ -212,59 +212,59 @@ def _gpus(value: object, where: str) -> tuple[int, ...]:
     for item in items:
         number = None if isinstance(item, float) else _whole(item)
         if number is None or number < 0:
-            raise SpecError(where, f"{_show(item)} is not a GPU index", fix)
+            raise SpecError(where, f"{show_value(item)} is not a GPU index", fix)
         if number in out:
             raise SpecError(where, f"GPU {number} is listed twice", fix)
         out.append(number)
     return tuple(out)
 
 
-def _count(value: object, where: str) -> int:
+def parse_count(value: object, where: str) -> int:
     if not _is_int(value) or value < 0:
-        raise SpecError(where, f"expected a whole number of 0 or more, got {_show(value)}", "Use 0, 1, 2, ...")
+        raise SpecError(where, f"expected a whole number of 0 or more, got {show_value(value)}", "Use 0, 1, 2, ...")
     return value
 
 
-def _seconds(value: object, where: str) -> float:
+def parse_seconds(value: object, where: str) -> float:
     number = value if _is_int(value) else value if isinstance(value, float) and math.isfinite(value) else None
     if number is None or number < 0:
-        raise SpecError(where, f"expected seconds of 0 or more, got {_show(value)}", "Use a number like 5 or 0.5.")
+        raise SpecError(where, f"expected seconds of 0 or more, got {show_value(value)}", "Use a number like 5 or 0.5.")
     return float(min(number, 1e12))  # a huge int would overflow float()
 
 
-def _module_path(value: object, where: str) -> str:
-    text = _plain_path(value, where)
+def parse_module_path(value: object, where: str) -> str:
+    text = parse_plain_path(value, where)
     if not text.endswith(".py"):
-        raise SpecError(where, f"{_show(value)} is not a .py file", "Give the path of a job module ending in .py.")
+        raise SpecError(where, f"{show_value(value)} is not a .py file", "Give the path of a job module ending in .py.")
     return text
 
 
-def _command(value: object, where: str) -> tuple[str, ...]:
+def parse_command(value: object, where: str) -> tuple[str, ...]:
     fix = "Give the command as a list of arguments, like [train.py, --lr, '0.1']."
     if isinstance(value, str):
         try:
             value = shlex.split(value)
         except ValueError as err:
-            raise SpecError(where, f"cannot split {_show(value)}: {err}", fix) from None
+            raise SpecError(where, f"cannot split {show_value(value)}: {err}", fix) from None
     if not isinstance(value, (list, tuple)):
-        raise SpecError(where, f"expected a list, got {_show(value)}", fix)
+        raise SpecError(where, f"expected a list, got {show_value(value)}", fix)
     out = []
     for i, arg in enumerate(value):
         if _is_int(arg) or (isinstance(arg, float) and math.isfinite(arg)):
             arg = str(arg)
         if not isinstance(arg, str) or "\0" in arg:
-            raise SpecError(f"{where}[{i}]", f"{_show(arg)} is not a text argument", fix)
+            raise SpecError(f"{where}[{i}]", f"{show_value(arg)} is not a text argument", fix)
         out.append(arg)
     return tuple(out)
 
 
 def _mapping(value: object, where: str, fix: str) -> Mapping:
     if not isinstance(value, Mapping):
-        raise SpecError(where, f"expected a mapping, got {_show(value)}", fix)
+        raise SpecError(where, f"expected a mapping, got {show_value(value)}", fix)
     return value
 
 
-def _params(value: object, where: str) -> dict:
+def parse_params(value: object, where: str) -> dict:
     fix = "Use identifier keys (like epochs) with number, text or true/false values."
     errors, out = [], {}
     for key, item in _mapping(value, where, fix).items():
@@ -280,7 +280,7 @@ def _params(value: object, where: str) -> dict:
 
 def _identifier(key: object, where: str, fix: str) -> str:
     if not isinstance(key, str) or not _IDENT.fullmatch(key):
-        raise SpecError(where, f"key {_show(key)} is not an identifier", fix)
+        raise SpecError(where, f"key {show_value(key)} is not an identifier", fix)
     return key
 
 
@@ -289,22 +289,22 @@ def _param_value(key: str, item: object, where: str, fix: str) -> object:
         low = _INT_PARAMS[key]
         if not _is_int(item) or (low is not None and item < low):
             raise SpecError(where, f"expected a whole number{'' if low is None else f' of {low} or more'}, "
-                                   f"got {_show(item)}", fix)
+                                   f"got {show_value(item)}", fix)
     if key in _SECONDS_PARAMS:
         low, inclusive, example = _SECONDS_PARAMS[key]
         number = isinstance(item, (int, float)) and not isinstance(item, bool) and math.isfinite(item)
         if not number or item < low or (item == low and not inclusive):
             raise SpecError(where, f"expected a number of seconds {'of' if inclusive else 'above'} {low:g}"
-                                   f"{' or more' if inclusive else ''}, got {_show(item)}",
+                                   f"{' or more' if inclusive else ''}, got {show_value(item)}",
                             f"Set {where} to e.g. {example}.")
     if isinstance(item, float) and not math.isfinite(item):
-        raise SpecError(where, f"{_show(item)} is not a finite number", fix)
+        raise SpecError(where, f"{show_value(item)} is not a finite number", fix)
     if not isinstance(item, (bool, int, float, str)) or (isinstance(item, str) and "\0" in item):
-        raise SpecError(where, f"{_show(item)} is not a number, text or true/false", fix)
+        raise SpecError(where, f"{show_value(item)} is not a number, text or true/false", fix)
     return item
 
 
-def _env(value: object, where: str) -> dict:
+def parse_env(value: object, where: str) -> dict:
     fix = "Use names like OMP_NUM_THREADS ([A-Za-z_][A-Za-z0-9_]*) with text values; quote true/false."
     errors, out = [], {}
     for key, item in _mapping(value, where, fix).items():
@@ -316,7 +316,7 @@ def _env(value: object, where: str) -> dict:
             if _is_int(item) or (isinstance(item, float) and math.isfinite(item)):
                 item = str(item)
             if not isinstance(item, str) or "\0" in item:
-                raise SpecError(name, f"{_show(item)} is not a text value", fix)
+                raise SpecError(name, f"{show_value(item)} is not a text value", fix)
             out[key] = item
         except SpecError as err:
             errors.append(err)
@@ -325,21 +325,21 @@ def _env(value: object, where: str) -> dict:
     return out
 
 
-def _unknown_keys(data: Mapping, allowed, prefix: str) -> list[SpecError]:
-    return [SpecError(prefix + (key if isinstance(key, str) else _show(key)), f"unknown key {_show(key)}",
+def unknown_keys(data: Mapping, allowed, prefix: str) -> list[SpecError]:
+    return [SpecError(prefix + (key if isinstance(key, str) else show_value(key)), f"unknown key {show_value(key)}",
                       f"Use only: {', '.join(allowed)}.")
             for key in data if key not in allowed]
 
 
-def _parse_fields(data: Mapping, table: dict, prefix: str) -> tuple[dict, list[SpecError]]:
+def parse_fields(data: Mapping, table: dict, prefix: str) -> tuple[dict, list[SpecError]]:
     """Parse every field in ``table`` from ``data``; return the values and all the errors."""
-    errors = _unknown_keys(data, table, prefix)
+    errors = unknown_keys(data, table, prefix)
     values = {}
     for name, (parse, default) in table.items():
         value = data.get(name)
         if value is None or (isinstance(value, str) and value == ""):
             # Empty form cells and YAML nulls mean "not given".
-            if default is _REQUIRED:
+            if default is REQUIRED:
                 errors.append(SpecError(prefix + name, f"{name} is missing", f"Give a value for {name}."))
             else:
                 values[name] = copy.copy(default)
@@ -353,7 +353,7 @@ def _parse_fields(data: Mapping, table: dict, prefix: str) -> tuple[dict, list[S
     return values, errors
 
 
-def _plain(value: object) -> object:
+def parse_plain(value: object) -> object:
     """Enums and tuples as YAML-friendly scalars and lists."""
     if isinstance(value, Enum):
         return value.value
@@ -432,7 +432,7 @@ def load_yaml_text(text: str | bytes, source: str) -> object:
                         "Fix the YAML at the line shown.") from None
 
 
-def _read_yaml(path: str | Path) -> object:
+def read_yaml(path: str | Path) -> object:
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_YAML_BYTES + 1)   # never more than the bound into memory
@@ -443,7 +443,7 @@ def _read_yaml(path: str | Path) -> object:
     return load_yaml_text(text, str(path))
 
 
-def _write_yaml(data: dict, path: str | Path, *, private: bool = False) -> None:
+def write_yaml(data: dict, path: str | Path, *, private: bool = False) -> None:
     # Write beside and rename, so a crash never leaves a half-written spec behind.
     # ``private``: readable by the owner only from the first byte on (0600).
     path = Path(path)
@@ -456,10 +456,10 @@ def _write_yaml(data: dict, path: str | Path, *, private: bool = False) -> None:
     os.replace(tmp, path)
 
 
-def _hostfile_slots(text: object) -> tuple[list[tuple[str, int]], list[SpecError]]:
+def hostfile_slots(text: object) -> tuple[list[tuple[str, int]], list[SpecError]]:
     """(host, slot index on that host) for every slot in a hostfile, and the bad lines."""
     if not isinstance(text, str):
-        return [], [SpecError("hostfile", f"expected text, got {_show(text)}", "Paste the hostfile's text.")]
+        return [], [SpecError("hostfile", f"expected text, got {show_value(text)}", "Paste the hostfile's text.")]
     fix = "Write each line as 'host slots=N' (N from 1 to 1024); '#' starts a comment."
     slots, errors, used = [], [], {}
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -472,10 +472,10 @@ def _hostfile_slots(text: object) -> tuple[list[tuple[str, int]], list[SpecError
             key, _, val = word.partition("=")
             count = _whole(val) if key == "slots" and _DIGITS.fullmatch(val) else None
             if count is None or not 1 <= count <= 1024:
-                errors.append(SpecError(where, f"cannot read {_show(word)}", fix))
+                errors.append(SpecError(where, f"cannot read {show_value(word)}", fix))
                 break
         try:
-            host = _host(words[0], where)
+            host = parse_host(words[0], where)
         except SpecError as err:
             errors.append(err)
             continue
@@ -490,7 +490,7 @@ def _hostfile_slots(text: object) -> tuple[list[tuple[str, int]], list[SpecError
 _HOST_LINE = re.compile(r"\s*host(?:\s*=\s*|\s+)(.*)", re.IGNORECASE)
 
 
-def _ssh_config_aliases(path: str | Path) -> list[str]:
+def ssh_config_aliases(path: str | Path) -> list[str]:
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
@@ -506,7 +506,7 @@ def _ssh_config_aliases(path: str | Path) -> list[str]:
             if any(c in word for c in "*?!"):
                 continue  # patterns match many hosts; only a concrete alias can be a task's host
             try:
-                alias = _host(word, "host")
+                alias = parse_host(word, "host")
             except SpecError:
                 continue
             if alias not in aliases:

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Mapping
 
-from backend.config.fields import (_REQUIRED, _command_name, _enum, _host, _jump_host, _parse_fields, _plain,
-                             _plain_path, _port, _show, _user, _workdir)
+from backend.config.fields import (REQUIRED, parse_command_name, parse_enum, parse_host, parse_jump_host, parse_fields, parse_plain,
+                             parse_plain_path, parse_port, show_value, parse_user, parse_workdir)
 from backend.errors import SpecError, SpecErrors
 from backend.config.spec import ClusterSpec, Role, TaskSpec, TransportKind, cluster_from_dict, load_cluster
 
@@ -42,20 +42,20 @@ def _name(kind: str):
 
     def parse(value: object, where: str) -> str:
         if not isinstance(value, str) or not _NAME.fullmatch(value.strip()):
-            raise SpecError(where, f"{_show(value)} is not a {kind} name", fix)
+            raise SpecError(where, f"{show_value(value)} is not a {kind} name", fix)
         return value.strip()
     return parse
 
 
 def _positive(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(where, f"expected a whole number of 1 or more, got {_show(value)}", "Use 1, 2, 3, ...")
+        raise SpecError(where, f"expected a whole number of 1 or more, got {show_value(value)}", "Use 1, 2, 3, ...")
     return value
 
 
 def _gpus_per_task(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SpecError(where, f"expected a whole number of 0 or more, got {_show(value)}",
+        raise SpecError(where, f"expected a whole number of 0 or more, got {show_value(value)}",
                         "Use 0 for CPU only, or the GPUs each task needs (1 for one GPU per worker).")
     return value
 
@@ -64,27 +64,27 @@ def _time_limit(value: object, where: str) -> str:
     fix = 'Use minutes (30) or Slurm\'s "HH:MM:SS" / "D-HH:MM:SS" (quote it in YAML: "04:00:00").'
     text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else None
     if text is None or not _TIME.fullmatch(text) or text.strip("0:-") == "":
-        raise SpecError(where, f"{_show(value)} is not a time limit", fix)
+        raise SpecError(where, f"{show_value(value)} is not a time limit", fix)
     return text
 
 
 def _extra(value: object, where: str) -> dict:
     fix = f"Use only these sbatch options: {', '.join(EXTRA_OPTIONS)} (e.g. mem: 16G)."
     if not isinstance(value, Mapping):
-        raise SpecError(where, f"expected a mapping of sbatch options, got {_show(value)}", fix)
+        raise SpecError(where, f"expected a mapping of sbatch options, got {show_value(value)}", fix)
     errors, out = [], {}
     for key, item in value.items():
         name = f"{where}.{key}"
         if key not in EXTRA_OPTIONS:
-            errors.append(SpecError(name, f"{_show(key)} is not an allowed sbatch option", fix))
+            errors.append(SpecError(name, f"{show_value(key)} is not an allowed sbatch option", fix))
         elif key in FLAG_OPTIONS:
             if item is not True:
-                errors.append(SpecError(name, f"{key} takes no value, got {_show(item)}",
+                errors.append(SpecError(name, f"{key} takes no value, got {show_value(item)}",
                                         f"Write `{key}: true` or leave it out."))
             else:
                 out[key] = True
         elif isinstance(item, bool) or not isinstance(item, (str, int)) or not _VALUE.fullmatch(str(item)):
-            errors.append(SpecError(name, f"{_show(item)} is not a plain sbatch value",
+            errors.append(SpecError(name, f"{show_value(item)} is not a plain sbatch value",
                                     "Use letters, digits and . , : = + @ % / [ ] - only (no spaces)."))
         else:
             out[key] = str(item)
@@ -96,27 +96,27 @@ def _extra(value: object, where: str) -> dict:
 def _slurm_workdir(value: object, where: str) -> str:
     """A workdir that also fits an #SBATCH line: sbatch splits those lines itself, without the
     shell's quoting, and reads '%' in --output as a file name pattern."""
-    text = _workdir(value, where)
+    text = parse_workdir(value, where)
     if any(c in text for c in "'\"\\%"):
-        raise SpecError(where, f"{_show(value)} has a quote, '\\' or '%', which #SBATCH lines cannot carry",
+        raise SpecError(where, f"{show_value(value)} has a quote, '\\' or '%', which #SBATCH lines cannot carry",
                         "Use a folder path of letters, digits, '/', '.', '_' and '-', like tfconsole.")
     return text
 
 
 def _kind(value: object, where: str) -> str:
     if value != KIND:
-        raise SpecError(where, f"expected {KIND!r}, got {_show(value)}", "Write `kind: slurm`.")
+        raise SpecError(where, f"expected {KIND!r}, got {show_value(value)}", "Write `kind: slurm`.")
     return value
 
 
 _FIELDS = {
-    "kind": (_kind, _REQUIRED),
-    "host": (_host, _REQUIRED),
-    "transport": (_enum(TransportKind), TransportKind.SSH),
-    "ssh_port": (_port(1), None),
-    "user": (_user, None),
-    "identity_file": (_plain_path, None),
-    "jump_host": (_jump_host, None),
+    "kind": (_kind, REQUIRED),
+    "host": (parse_host, REQUIRED),
+    "transport": (parse_enum(TransportKind), TransportKind.SSH),
+    "ssh_port": (parse_port(1), None),
+    "user": (parse_user, None),
+    "identity_file": (parse_plain_path, None),
+    "jump_host": (parse_jump_host, None),
     "partition": (_name("partition"), None),
     "nodes": (_positive, 1),
     "tasks_per_node": (_positive, 2),
@@ -126,9 +126,9 @@ _FIELDS = {
     "account": (_name("account"), None),
     "qos": (_name("QoS"), None),
     "extra": (_extra, {}),
-    "python": (_command_name, "python3"),
+    "python": (parse_command_name, "python3"),
     "workdir": (_slurm_workdir, "tfconsole"),
-    "tf_port": (_port(1024), 23456),
+    "tf_port": (parse_port(1024), 23456),
 }
 
 
@@ -155,7 +155,7 @@ class SlurmSpec:
     tf_port: int = 23456                    # slot k on a node listens on tf_port + k
 
     def __post_init__(self) -> None:
-        values, errors = _parse_fields({f.name: getattr(self, f.name) for f in fields(self)}, _FIELDS, "")
+        values, errors = parse_fields({f.name: getattr(self, f.name) for f in fields(self)}, _FIELDS, "")
         if errors:
             raise SpecErrors(errors)
         for name, value in values.items():
@@ -189,9 +189,9 @@ def is_slurm(data: object) -> bool:
 
 def slurm_from_dict(data: object) -> SlurmSpec:
     if not isinstance(data, Mapping):
-        raise SpecErrors([SpecError("cluster", f"expected a mapping, got {_show(data)}",
+        raise SpecErrors([SpecError("cluster", f"expected a mapping, got {show_value(data)}",
                                     "Write `kind: slurm` and the fields of docs/slurm.md.")])
-    values, errors = _parse_fields(data, _FIELDS, "")
+    values, errors = parse_fields(data, _FIELDS, "")
     if errors:
         raise SpecErrors(errors)
     return SlurmSpec(**values)
@@ -201,8 +201,8 @@ def slurm_to_dict(spec: SlurmSpec) -> dict:
     out = {}
     for name, (_, default) in _FIELDS.items():
         value = getattr(spec, name)
-        if default is _REQUIRED or value != default:
-            out[name] = dict(value) if isinstance(value, Mapping) else _plain(value)
+        if default is REQUIRED or value != default:
+            out[name] = dict(value) if isinstance(value, Mapping) else parse_plain(value)
     return out
 
 
@@ -215,6 +215,6 @@ def any_cluster_from_dict(data: object) -> AnyCluster:
 
 
 def load_any_cluster(path) -> AnyCluster:
-    from backend.config.fields import _read_yaml
-    data = _read_yaml(path)
+    from backend.config.fields import read_yaml
+    data = read_yaml(path)
     return slurm_from_dict(data) if is_slurm(data) else load_cluster(path)

@@ -42,62 +42,62 @@ class JobKind(str, Enum):
     COMMAND = "command"
 
 from backend.config.fields import (  # noqa: F401  (parsers shared by the field tables below)
-    _REQUIRED,
-    _show,
-    _enum,
-    _host,
-    _port,
-    _user,
-    _plain_path,
-    _jump_host,
-    _command_name,
-    _workdir,
-    _gpus,
-    _count,
-    _seconds,
-    _module_path,
-    _command,
-    _params,
-    _env,
-    _unknown_keys,
-    _parse_fields,
-    _plain,
-    _read_yaml,
+    REQUIRED,
+    show_value,
+    parse_enum,
+    parse_host,
+    parse_port,
+    parse_user,
+    parse_plain_path,
+    parse_jump_host,
+    parse_command_name,
+    parse_workdir,
+    parse_gpus,
+    parse_count,
+    parse_seconds,
+    parse_module_path,
+    parse_command,
+    parse_params,
+    parse_env,
+    unknown_keys,
+    parse_fields,
+    parse_plain,
+    read_yaml,
     load_yaml_text,
-    _write_yaml,
-    _hostfile_slots,
-    _ssh_config_aliases,
+    write_yaml,
+    hostfile_slots,
+    ssh_config_aliases,
 )
 
-# Field tables: name -> (parser, default). _REQUIRED marks fields with no default. The order is
+# Field tables: name -> (parser, default). REQUIRED marks fields with no default. The order is
 # the order fields are written to YAML and listed in "unknown key" messages.
 _TASK_FIELDS = {
-    "role": (_enum(Role), _REQUIRED),
-    "host": (_host, _REQUIRED),
-    "tf_port": (_port(1024), _REQUIRED),
-    "transport": (_enum(TransportKind), TransportKind.SSH),
-    "ssh_port": (_port(1), None),
-    "user": (_user, None),
-    "identity_file": (_plain_path, None),
-    "jump_host": (_jump_host, None),
-    "python": (_command_name, "python3"),
-    "workdir": (_workdir, "tfconsole"),
-    "gpus": (_gpus, ()),
-    "address": (_host, None),
+    "role": (parse_enum(Role), REQUIRED),
+    "host": (parse_host, REQUIRED),
+    "tf_port": (parse_port(1024), REQUIRED),
+    "transport": (parse_enum(TransportKind), TransportKind.SSH),
+    "ssh_port": (parse_port(1), None),
+    "user": (parse_user, None),
+    "identity_file": (parse_plain_path, None),
+    "jump_host": (parse_jump_host, None),
+    "python": (parse_command_name, "python3"),
+    "workdir": (parse_workdir, "tfconsole"),
+    "gpus": (parse_gpus, ()),
+    "address": (parse_host, None),
 }
 
 _RESTART_FIELDS = {
-    "mode": (_enum(RestartMode), RestartMode.NEVER),
-    "max_restarts": (_count, 3),
-    "backoff_s": (_seconds, 5.0),
-    "stall_timeout_s": (_seconds, 300.0),
-    "unreachable_grace_s": (_seconds, 120.0),
+    "mode": (parse_enum(RestartMode), RestartMode.NEVER),
+    "max_restarts": (parse_count, 3),
+    "backoff_s": (parse_seconds, 5.0),
+    "stall_timeout_s": (parse_seconds, 300.0),
+    "unreachable_grace_s": (parse_seconds, 120.0),
 }
 
 
 def _init_from_table(obj: object, table: dict) -> None:
     """Validate and normalise a frozen dataclass's own fields, or raise SpecErrors."""
-    values, errors = _parse_fields({k: getattr(obj, k) for k in table}, table, "")
+    values, errors = parse_fields({k: getattr(obj, k) for k in table}, table, "")
     if errors:
         raise SpecErrors(errors)
     for name, value in values.items():
@@ -139,7 +139,7 @@ class ClusterSpec:
     def __post_init__(self) -> None:
         tasks = tuple(self.tasks) if isinstance(self.tasks, (list, tuple)) else None
         if tasks is None or not all(isinstance(t, TaskSpec) for t in tasks):
-            raise SpecError("tasks", f"expected a list of TaskSpec, got {_show(self.tasks)}",
+            raise SpecError("tasks", f"expected a list of TaskSpec, got {show_value(self.tasks)}",
                             "Build the cluster with cluster_from_dict or TaskSpec(...) objects.")
         object.__setattr__(self, "tasks", tasks)
 
@@ -171,20 +171,20 @@ def _restart(value: object, where: str) -> RestartPolicy:
     if isinstance(value, RestartPolicy):
         return value
     if not isinstance(value, Mapping):
-        raise SpecError(where, f"expected a mapping, got {_show(value)}",
+        raise SpecError(where, f"expected a mapping, got {show_value(value)}",
                         f"Write it as keys {', '.join(_RESTART_FIELDS)}.")
-    values, errors = _parse_fields(value, _RESTART_FIELDS, where + ".")
+    values, errors = parse_fields(value, _RESTART_FIELDS, where + ".")
     if errors:
         raise SpecErrors(errors)
     return RestartPolicy(**values)
 
 
 _JOB_FIELDS = {
-    "kind": (_enum(JobKind), _REQUIRED),
-    "module": (_module_path, None),
-    "command": (_command, ()),
-    "params": (_params, {}),
-    "env": (_env, {}),
+    "kind": (parse_enum(JobKind), REQUIRED),
+    "module": (parse_module_path, None),
+    "command": (parse_command, ()),
+    "params": (parse_params, {}),
+    "env": (parse_env, {}),
     "restart": (_restart, RestartPolicy()),
     "alerts": (alert_settings.parse, {}),   # a webhook: a secret, kept out of the run's state
 }
@@ -201,7 +201,7 @@ class JobSpec:
     alerts: Mapping[str, str] = field(default_factory=dict)   # backend.alerts.settings.parse
 
     def __post_init__(self) -> None:
-        values, errors = _parse_fields({k: getattr(self, k) for k in _JOB_FIELDS}, _JOB_FIELDS, "")
+        values, errors = parse_fields({k: getattr(self, k) for k in _JOB_FIELDS}, _JOB_FIELDS, "")
         errors += _job_cross_errors(values, "")
         if errors:
             raise SpecErrors(errors)
@@ -239,18 +239,18 @@ def cluster_from_dict(data: object) -> ClusterSpec:
     """Build a cluster from plain data (parsed YAML or a form); raise SpecErrors listing all problems."""
     fix = "Write it as `tasks:` followed by one `- role: ..., host: ..., tf_port: ...` entry per task."
     if not isinstance(data, Mapping):
-        raise SpecErrors([SpecError("cluster", f"expected a mapping with a tasks list, got {_show(data)}", fix)])
-    errors = _unknown_keys(data, ("tasks",), "")
+        raise SpecErrors([SpecError("cluster", f"expected a mapping with a tasks list, got {show_value(data)}", fix)])
+    errors = unknown_keys(data, ("tasks",), "")
     tasks = data.get("tasks")
     if not isinstance(tasks, (list, tuple)) or not tasks:
-        errors.append(SpecError("tasks", f"expected a non-empty list of tasks, got {_show(tasks)}", fix))
+        errors.append(SpecError("tasks", f"expected a non-empty list of tasks, got {show_value(tasks)}", fix))
         raise SpecErrors(errors)
     built = []
     for i, item in enumerate(tasks):
         if not isinstance(item, Mapping):
-            errors.append(SpecError(f"tasks[{i}]", f"expected a mapping, got {_show(item)}", fix))
+            errors.append(SpecError(f"tasks[{i}]", f"expected a mapping, got {show_value(item)}", fix))
             continue
-        values, task_errors = _parse_fields(item, _TASK_FIELDS, f"tasks[{i}].")
+        values, task_errors = parse_fields(item, _TASK_FIELDS, f"tasks[{i}].")
         errors += task_errors
         if not task_errors:
             built.append(TaskSpec(**values))
@@ -264,8 +264,8 @@ def _task_to_dict(task: TaskSpec) -> dict:
     for name, (_, default) in _TASK_FIELDS.items():
         value = getattr(task, name)
         # Required fields always; others only when they differ, so saved files stay short.
-        if default is _REQUIRED or value != default:
-            out[name] = _plain(value)
+        if default is REQUIRED or value != default:
+            out[name] = parse_plain(value)
     return out
 
 
@@ -274,11 +274,11 @@ def cluster_to_dict(cluster: ClusterSpec) -> dict:
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:
-    return cluster_from_dict(_read_yaml(path))
+    return cluster_from_dict(read_yaml(path))
 
 
 def save_cluster(cluster: ClusterSpec, path: str | Path) -> None:
-    _write_yaml(cluster_to_dict(cluster), path)
+    write_yaml(cluster_to_dict(cluster), path)
 
 
 # ---- jobs -------------------------------------------------------------------------------------
@@ -286,9 +286,9 @@ def save_cluster(cluster: ClusterSpec, path: str | Path) -> None:
 def job_from_dict(data: object, *, base_dir: Path | None = None) -> JobSpec:
     """Build a job; a relative module path resolves against ``base_dir`` (default: the cwd)."""
     if not isinstance(data, Mapping):
-        raise SpecErrors([SpecError("job", f"expected a mapping, got {_show(data)}",
+        raise SpecErrors([SpecError("job", f"expected a mapping, got {show_value(data)}",
                                     "Write it as keys kind, module or command, params, env, restart.")])
-    values, errors = _parse_fields(data, _JOB_FIELDS, "")
+    values, errors = parse_fields(data, _JOB_FIELDS, "")
     module = values.get("module")
     if module:
         # Resolved now so the spec means the same file whatever the cwd is later.
@@ -315,14 +315,14 @@ def job_to_dict(job: JobSpec) -> dict:
     if job.env:
         out["env"] = dict(job.env)
     if job.restart != RestartPolicy():
-        out["restart"] = {k: _plain(getattr(job.restart, k)) for k in _RESTART_FIELDS}
+        out["restart"] = {k: parse_plain(getattr(job.restart, k)) for k in _RESTART_FIELDS}
     if job.alerts:
         out["alerts"] = dict(job.alerts)
     return out
 
 
 def load_job(path: str | Path) -> JobSpec:
-    return job_from_dict(_read_yaml(path), base_dir=Path(path).absolute().parent)
+    return job_from_dict(read_yaml(path), base_dir=Path(path).absolute().parent)
 
 
 def save_job(job: JobSpec, path: str | Path) -> None:
@@ -331,7 +331,7 @@ def save_job(job: JobSpec, path: str | Path) -> None:
     if job.module and Path(job.module).is_relative_to(folder):
         # A module beside the job file stays relative so the pair can be moved together.
         data["module"] = str(Path(job.module).relative_to(folder))
-    _write_yaml(data, path, private=True)   # its env may hold an API key
+    write_yaml(data, path, private=True)   # its env may hold an API key
 
 
 # ---- imports and defaults ---------------------------------------------------------------------
@@ -343,8 +343,8 @@ def import_hostfile(text: str, *, tf_port: int = 12345, python: str = "python3",
     Slot k on a host gets ``tf_port + k``, counted across repeated lines for that host so ports
     never collide. Raises SpecError naming the line (SpecErrors when several lines are bad).
     """
-    slots, errors = _hostfile_slots(text)
-    tf_port = _port(1024)(tf_port, "tf_port")
+    slots, errors = hostfile_slots(text)
+    tf_port = parse_port(1024)(tf_port, "tf_port")
     tasks = []
     for host, k in slots:
         if tf_port + k > 65535:
@@ -364,7 +364,7 @@ def import_hostfile(text: str, *, tf_port: int = 12345, python: str = "python3",
 
 def import_ssh_config(path: str | Path) -> list[str]:
     """Concrete Host aliases from an ssh_config file, in order; [] if the file does not exist."""
-    return _ssh_config_aliases(path)
+    return ssh_config_aliases(path)
 
 
 DEFAULT_PORTS = (23456, 23457)

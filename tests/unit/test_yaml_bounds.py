@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.config.fields import MAX_YAML_BYTES, _show, load_yaml_text
+from backend.config.fields import MAX_YAML_BYTES, show_value, load_yaml_text
 from backend.errors import ConsoleError, SpecError
 from backend.config.spec import cluster_from_dict, load_cluster, load_job
 from backend.config.slurm_spec import load_any_cluster
@@ -85,4 +85,4 @@ def test_messages_show_a_bounded_repr_of_a_huge_value():
         cluster_from_dict(data)
     assert "tasks[8]: expected a mapping, got [[[[...], [...], [...], [...], [...], [...], ...], [[...]..." in str(err.value)
     assert all(len(str(e)) < 200 for e in err.value.errors)
-    assert len(_show(data["tasks"])) <= 60 and _show(data["tasks"]).endswith("...")
+    assert len(show_value(data["tasks"])) <= 60 and show_value(data["tasks"]).endswith("...")
