@@ -15,7 +15,7 @@ from pathlib import Path
 from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from backend.config.slurm_spec import SlurmSpec
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, Role
-from backend.config.tfconfig import Finding, _finding, raise_errors, require_valid as _require_cluster
+from backend.config.tfconfig import Finding, finding, raise_errors, require_valid as _require_cluster
 
 
 def replicas(cluster: ClusterSpec | SlurmSpec) -> int:
@@ -55,16 +55,16 @@ def check_job(cluster: ClusterSpec | SlurmSpec, job: JobSpec) -> list[Finding]:
     gbs = params.get("global_batch_size")
     if isinstance(gbs, int) and not isinstance(gbs, bool) and n and gbs % n:
         lower, upper = max(n, gbs - gbs % n), gbs - gbs % n + n
-        out.append(_finding("error", where, f"global_batch_size {gbs} is not divisible by the {n} "
+        out.append(finding("error", where, f"global_batch_size {gbs} is not divisible by the {n} "
                             f"replicas of this cluster ({_per(cluster)})",
                             f"Set params.global_batch_size to a multiple of {n}, e.g. {lower} or {upper}."))
     keep = params.get("keep_checkpoints")
     if isinstance(keep, int) and not isinstance(keep, bool) and keep < 0:
-        out.append(_finding("error", "keep_checkpoints", f"keep_checkpoints {keep} is negative",
+        out.append(finding("error", "keep_checkpoints", f"keep_checkpoints {keep} is negative",
                             "Set params.keep_checkpoints to the number to keep, or 0 to keep all."))
     timeout = params.get("startup_timeout_s")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        out.append(_finding("error", "startup_timeout_s", f"startup_timeout_s {timeout!r} is not a "
+        out.append(finding("error", "startup_timeout_s", f"startup_timeout_s {timeout!r} is not a "
                             "number of seconds above 0", "Set params.startup_timeout_s to e.g. 30."))
     return out
 

@@ -63,7 +63,7 @@ class Finding:
     fix: str = field(default="", compare=False, repr=False)
 
 
-def _finding(level: str, where: str, problem: str, fix: str = "") -> Finding:
+def finding(level: str, where: str, problem: str, fix: str = "") -> Finding:
     return Finding(level, where, f"{problem}. {fix}".strip(), problem=problem, fix=fix)
 
 
@@ -91,15 +91,15 @@ def _check_roles(cluster: ClusterSpec) -> list[Finding]:
     workers = [t for t in cluster.tasks if t.role is Role.WORKER]
     evaluators = [i for i, t in enumerate(cluster.tasks) if t.role is Role.EVALUATOR]
     for i in chiefs[1:]:
-        out.append(_finding("error", f"tasks[{i}].role", f"{len(chiefs)} tasks are chief",
+        out.append(finding("error", f"tasks[{i}].role", f"{len(chiefs)} tasks are chief",
                             "Make exactly one task the chief and the others workers."))
     if not chiefs and not workers:
-        out.append(_finding("error", "tasks", "the cluster has no chief and no worker",
+        out.append(finding("error", "tasks", "the cluster has no chief and no worker",
                             "Add at least one worker (or a chief) task."))
     elif not chiefs:
-        out.append(_finding("info", "tasks", f"no chief: worker 0 ({workers[0].endpoint}) acts as chief"))
+        out.append(finding("info", "tasks", f"no chief: worker 0 ({workers[0].endpoint}) acts as chief"))
     for i in evaluators[1:]:
-        out.append(_finding("warning", f"tasks[{i}].role", "TensorFlow runs a single evaluator",
+        out.append(finding("warning", f"tasks[{i}].role", "TensorFlow runs a single evaluator",
                             "Keep one evaluator task and make the others workers."))
     return out
 
@@ -111,15 +111,15 @@ def _check_ports(cluster: ClusterSpec, names: list[str], hosts: Sequence[str]) -
     local_ports: dict[int, int] = {}
     for i, task in enumerate(cluster.tasks):
         if not _is_int_in(task.tf_port, 1024, 65535):
-            out.append(_finding("error", f"tasks[{i}].tf_port", f"tf_port {task.tf_port!r} is out of range",
+            out.append(finding("error", f"tasks[{i}].tf_port", f"tf_port {task.tf_port!r} is out of range",
                                 "Use a port from 1024 to 65535."))
         if task.ssh_port is not None and not _is_int_in(task.ssh_port, 1, 65535):
-            out.append(_finding("error", f"tasks[{i}].ssh_port", f"ssh_port {task.ssh_port!r} is out of range",
+            out.append(finding("error", f"tasks[{i}].ssh_port", f"ssh_port {task.ssh_port!r} is out of range",
                                 "Use a port from 1 to 65535."))
         key = (_host_key(hosts[i]), task.tf_port)
         if key in by_address:
             j = by_address[key]
-            out.append(_finding("error", f"tasks[{i}].tf_port",
+            out.append(finding("error", f"tasks[{i}].tf_port",
                                 f"{names[j]} and {names[i]} both use {task.endpoint}",
                                 "Give each task on the same host its own tf_port."))
         else:
@@ -127,7 +127,7 @@ def _check_ports(cluster: ClusterSpec, names: list[str], hosts: Sequence[str]) -
             # Local tasks share this machine whatever address they name, so a port can serve only one.
             if task.transport is TransportKind.LOCAL and task.tf_port in local_ports:
                 j = local_ports[task.tf_port]
-                out.append(_finding("error", f"tasks[{i}].tf_port",
+                out.append(finding("error", f"tasks[{i}].tf_port",
                                     f"{names[j]} and {names[i]} both run on this machine on port {task.tf_port}",
                                     "Give each local task its own tf_port."))
         if task.transport is TransportKind.LOCAL:
@@ -144,7 +144,7 @@ def _check_loopback(cluster: ClusterSpec, hosts: Sequence[str]) -> list[Finding]
     if not loop or len(loop) == len(cluster.tasks):
         return []
     remote = next(h for h in hosts if not _is_loopback(h))
-    return [_finding("error", f"tasks[{i}].host",
+    return [finding("error", f"tasks[{i}].host",
                      f"{hosts[i]} is a loopback address, so remote hosts such as {remote} "
                      "could not reach this task",
                      "Use an address the other hosts can route to (this machine's LAN name or IP).")
@@ -157,7 +157,7 @@ def _check_gpus(cluster: ClusterSpec, names: list[str], hosts: Sequence[str]) ->
         machine = "this machine" if task.transport is TransportKind.LOCAL else _host_key(hosts[i])
         for gpu in task.gpus:
             if (machine, gpu) in owner:
-                out.append(_finding("warning", f"tasks[{i}].gpus",
+                out.append(finding("warning", f"tasks[{i}].gpus",
                                     f"{names[owner[machine, gpu]]} and {names[i]} share GPU {gpu}",
                                     "Give each task on a host its own GPUs, or expect them to compete for memory."))
             owner.setdefault((machine, gpu), i)

@@ -69,7 +69,7 @@ class TaskInfo:
 
 
 @dataclass(frozen=True)
-class Progress:
+class MetricsTail:
     """The chief's metrics.jsonl: its size (None: not written yet) and last complete line."""
     size: int | None
     last_line: str | None
@@ -264,9 +264,9 @@ def _write(h: Host, rel: str, chunks: Iterator[bytes], *, private: bool) -> int:
 
 
 # -- the chief ----------------------------------------------------------------------------------
-def progress(h: Host) -> Progress:
+def progress(h: Host) -> MetricsTail:
     answer = _call(h, "progress", timeout=30)
-    return Progress(answer.get("size"), answer.get("last"))
+    return MetricsTail(answer.get("size"), answer.get("last"))
 
 
 def liveness(h: Host, tasks: list[str]) -> dict[str, Liveness]:

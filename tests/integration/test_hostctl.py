@@ -99,7 +99,7 @@ def test_paths_stay_inside_the_run_directory(local_host, tmp_path, rel):
 
 
 def test_progress_reads_the_last_complete_line(local_host):
-    assert remote.progress(local_host) == remote.Progress(None, None)
+    assert remote.progress(local_host) == remote.MetricsTail(None, None)
     rows = [json.dumps({"step": s, "attempt": 1}) for s in (5, 10)]
     Path(local_host.run_dir, layout.METRICS).write_text("\n".join(rows) + '\n{"step": 15, "att')
     got = remote.progress(local_host)
