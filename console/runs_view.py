@@ -1,4 +1,5 @@
-"""Runs page helpers: a table of runs and each run's loss read back from its local folder."""
+"""Runs page helpers: a table of runs, what each ran (``backend.runs.record``), what two runs
+differ in, and each run's loss read back from its local folder."""
 from __future__ import annotations
 
 import json
@@ -6,7 +7,8 @@ import time
 from pathlib import Path
 
 from backend.watch.metrics import MetricsStore
-from backend.runs.store import RunState
+from backend.runs import record
+from backend.runs.store import RunState, RunStore
 from backend.watch.journal import METRICS, MIRROR_DIR
 
 
@@ -35,3 +37,17 @@ def load_metrics(run_dir: Path) -> MetricsStore:
                 continue
     store.add_many(records)
     return store
+
+
+def what_ran(store: RunStore, run_id: str) -> tuple[list[str], str]:
+    """The picked run's record as lines, and its uncommitted diff ("" when none): from the local
+    folder only (the hosts' versions are those kept when an attempt ended)."""
+    shown = record.view(store.load(run_id), store.path(run_id))
+    return record.summary(shown), (shown["code"].get("git") or {}).get("diff", "")
+
+
+def differences(store: RunStore, a: str, b: str) -> list[dict]:
+    """What differs between runs ``a`` and ``b``: one row per parameter, host field, version,
+    code identity or package, with the value in each."""
+    return record.differences(record.view(store.load(a), store.path(a)),
+                              record.view(store.load(b), store.path(b)))

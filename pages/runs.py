@@ -1,4 +1,5 @@
-"""Runs: past and live runs, reattach one as the current run, compare two runs' loss."""
+"""Runs: past and live runs, reattach one as the current run, what it ran, and two runs compared:
+what differs (parameters, hosts, versions, code) above their loss curves."""
 import pandas as pd
 import streamlit as st
 
@@ -37,13 +38,27 @@ def make_current() -> str | None:
 
 widgets.action_button("Make it the current run", "runs_select", make_current, disabled=pick == ss.run_id)
 
-st.subheader("Compare loss")
+st.subheader(f"What {pick} ran")
+lines, diff = runs_view.what_ran(store, pick)
+st.code("\n".join(lines), language=None)   # text from the record (paths, params): never Markdown
+if diff:
+    with st.expander("Uncommitted changes (git diff)"):
+        st.code(diff, language="diff")
+
+st.subheader("Compare two runs")
 if len(ids) < 2:
     st.info("Compare needs two runs.")
     st.stop()
 a_col, b_col = st.columns(2)
 a = a_col.selectbox("Run A", ids, index=0, key="compare_a")
 b = b_col.selectbox("Run B", ids, index=1, key="compare_b")
+rows = runs_view.differences(store, a, b)
+if rows:
+    st.caption(f"{len(rows)} difference(s) between {a} (A) and {b} (B): parameters, hosts, versions, "
+               "code and packages; what is not listed is the same.")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="compare_diff")
+else:
+    st.info("Same parameters, hosts, versions and code.")
 smoothing = st.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="compare_smoothing")
 stores = {r: runs_view.load_metrics(store.path(r)) for r in {a, b}}
 series = [stores[r].global_loss() for r in (a, b)]

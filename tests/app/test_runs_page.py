@@ -59,3 +59,32 @@ def test_an_older_run_made_current_stays_current_while_a_newer_one_is_live(page)
     at.run()                                                    # any later rerun, any page
     assert at.session_state["run_id"] == "old-run"
     assert any("Current run: old-run." in c.value for c in at.caption)
+
+
+def test_two_runs_compared_show_what_differs_above_their_loss(page):
+    """Issue 31 item 2: the Runs page shows what a run ran, and what two runs differ in."""
+    from backend.runs import record
+    from backend.runs.store import RunStore
+    from tests.unit.test_record import CODE_A, CODE_B, HOSTS_A, HOSTS_B, saved_run
+    store = RunStore()
+    saved_run(store, "run-a", params={"lr": 0.1, "epochs": 2}, host="h1", code=CODE_A, hosts=HOSTS_A,
+              packages=["numpy==2.0.1"])
+    saved_run(store, "run-b", params={"lr": 0.2, "epochs": 2}, host="h1", code=CODE_B, hosts=HOSTS_B,
+              packages=["numpy==2.0.1"])
+    record.write(store.path("run-a"), {**record.read(store.path("run-a")),
+                                       "git": {**CODE_B["git"], "diff": "-lr = 0.1\n+lr = 0.2\n"}})
+    at = page("runs")
+    at.selectbox(key="compare_a").set_value("run-a").run()
+    at.selectbox(key="compare_b").set_value("run-b").run()
+    at.selectbox(key="runs_pick").set_value("run-a").run()
+    assert not at.exception
+    assert "module sha256: " + "a" * 64 in at.code[0].value          # what run-a ran
+    assert "+lr = 0.2" in at.code[1].value                             # its uncommitted diff
+    table = at.dataframe[1].value                                      # below the runs table
+    got = {(w, i): (x, y) for w, i, x, y in table[["what", "item", "A", "B"]].itertuples(index=False)}
+    assert got[("parameters", "lr")] == ("0.1", "0.2")
+    assert got[("versions", "chief-0.tensorflow")] == ("2.18.0", "2.19.0")
+    assert ("code", "module sha256") in got and ("parameters", "epochs") not in got
+    assert any("difference(s) between run-a (A) and run-b (B)" in c.value for c in at.caption)
+    at.selectbox(key="compare_b").set_value("run-a").run()             # a run against itself
+    assert any("Same parameters, hosts, versions and code." in i.value for i in at.info)
