@@ -264,18 +264,23 @@ def _mapping(value: object, where: str, fix: str) -> Mapping:
     return value
 
 
-def parse_params(value: object, where: str) -> dict:
-    fix = "Use identifier keys (like epochs) with number, text or true/false values."
+def _each_entry(value: object, where: str, fix: str, parse) -> dict:
+    """A mapping checked entry by entry: every bad entry is reported, not only the first."""
     errors, out = [], {}
     for key, item in _mapping(value, where, fix).items():
         name = f"{where}.{key}" if isinstance(key, str) else where
         try:
-            out[_identifier(key, name, fix)] = _param_value(key, item, name, fix)
+            out[_identifier(key, name, fix)] = parse(key, item, name, fix)
         except SpecError as err:
             errors.append(err)
     if errors:
         raise SpecErrors(errors)
     return out
+
+
+def parse_params(value: object, where: str) -> dict:
+    fix = "Use identifier keys (like epochs) with number, text or true/false values."
+    return _each_entry(value, where, fix, _param_value)
 
 
 def _identifier(key: object, where: str, fix: str) -> str:
@@ -306,23 +311,17 @@ def _param_value(key: str, item: object, where: str, fix: str) -> object:
 
 def parse_env(value: object, where: str) -> dict:
     fix = "Use names like OMP_NUM_THREADS ([A-Za-z_][A-Za-z0-9_]*) with text values; quote true/false."
-    errors, out = [], {}
-    for key, item in _mapping(value, where, fix).items():
-        name = f"{where}.{key}" if isinstance(key, str) else where
-        try:
-            _identifier(key, name, fix)
-            if key == "TF_CONFIG":  # the console writes TF_CONFIG per task; a user copy would break it
-                raise SpecError(name, "TF_CONFIG is set by the console", "Remove it from env.")
-            if _is_int(item) or (isinstance(item, float) and math.isfinite(item)):
-                item = str(item)
-            if not isinstance(item, str) or "\0" in item:
-                raise SpecError(name, f"{show_value(item)} is not a text value", fix)
-            out[key] = item
-        except SpecError as err:
-            errors.append(err)
-    if errors:
-        raise SpecErrors(errors)
-    return out
+    return _each_entry(value, where, fix, _env_value)
+
+
+def _env_value(key: str, item: object, where: str, fix: str) -> str:
+    if key == "TF_CONFIG":  # the console writes TF_CONFIG per task; a user copy would break it
+        raise SpecError(where, "TF_CONFIG is set by the console", "Remove it from env.")
+    if _is_int(item) or (isinstance(item, float) and math.isfinite(item)):
+        item = str(item)
+    if not isinstance(item, str) or "\0" in item:
+        raise SpecError(where, f"{show_value(item)} is not a text value", fix)
+    return item
 
 
 def unknown_keys(data: Mapping, allowed, prefix: str) -> list[SpecError]:

@@ -209,28 +209,22 @@ class JobSpec:
             object.__setattr__(self, name, value)
 
 
+# What each job kind needs and refuses: (field it needs, why, fix), (field it refuses, why, fix).
+_KIND_FIELDS = {
+    JobKind.HARNESS: (("module", "a harness job needs a module", "Give the path of a job module file ending in .py."),
+                      ("command", "a harness job takes no command", "Remove command, or set kind: command.")),
+    JobKind.COMMAND: (("command", "a command job needs a command", "Give the program and its arguments as a list."),
+                      ("module", "a command job takes no module", "Remove module, or set kind: harness.")),
+}
+
+
 def _job_cross_errors(values: dict, prefix: str) -> list[SpecError]:
     """Checks that need two fields: what each job kind requires and refuses."""
-    kind = values.get("kind")
-    if kind is JobKind.HARNESS:
-        errors = []
-        if not values.get("module"):
-            errors.append(SpecError(prefix + "module", "a harness job needs a module",
-                                    "Give the path of a job module file ending in .py."))
-        if values.get("command"):
-            errors.append(SpecError(prefix + "command", "a harness job takes no command",
-                                    "Remove command, or set kind: command."))
-        return errors
-    if kind is JobKind.COMMAND:
-        errors = []
-        if not values.get("command"):
-            errors.append(SpecError(prefix + "command", "a command job needs a command",
-                                    "Give the program and its arguments as a list."))
-        if values.get("module"):
-            errors.append(SpecError(prefix + "module", "a command job takes no module",
-                                    "Remove module, or set kind: harness."))
-        return errors
-    return []
+    if values.get("kind") not in _KIND_FIELDS:
+        return []
+    (needed, *need), (refused, *refuse) = _KIND_FIELDS[values["kind"]]
+    errors = [] if values.get(needed) else [SpecError(prefix + needed, *need)]
+    return errors + ([SpecError(prefix + refused, *refuse)] if values.get(refused) else [])
 
 
 # ---- clusters ---------------------------------------------------------------------------------
