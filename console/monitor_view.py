@@ -124,3 +124,17 @@ def health_error(live: LiveRun) -> str:
     """A NaN or Inf loss, the moment its metrics line arrives, with every worker's versions."""
     bad = dict(live.metrics.nonfinite)
     return health.nan_line(bad, live.task_versions()) if bad else ""
+
+
+def gpu_rows(samples: dict[str, list]) -> list[dict]:
+    """Monitor's GPU table: per host (every host of the run, not only the chief's), each GPU's
+    latest utilisation and memory, from the watch agents' nvidia-smi readings."""
+    rows = []
+    for host in sorted(samples):
+        readings = samples[host]
+        if not readings:
+            continue
+        for g in sorted(readings[-1][1], key=lambda g: g.get("index", 0)):
+            rows.append({"host": host, "GPU": g.get("index"), "utilisation %": g.get("util"),
+                         "memory used MiB": g.get("mem_used_mib"), "memory total MiB": g.get("mem_total_mib")})
+    return rows

@@ -75,7 +75,8 @@ def live_panel() -> None:
     with b:
         live_chart(snap.throughput, key="throughput_chart", height=380)
     gpu = live.monitor.gpu() if live.monitor else {}
-    if gpu:   # only where the chief's host has GPUs (nvidia-smi answers)
+    if gpu:   # only where the run's hosts have GPUs (nvidia-smi answers): each host's, by name
+        st.dataframe(monitor_view.gpu_rows(gpu), hide_index=True, key="gpu_table")
         g1, g2 = st.columns(2)
         with g1:
             live_chart(figures.gpu_figure(gpu), key="gpu_util_chart", height=380)

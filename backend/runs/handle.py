@@ -20,7 +20,7 @@ from backend.engines import engine_for, tasks_view
 from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.harness import layout
 from backend.hosts.pool import Pool, make_transport
-from backend.hosts.tasks import task_host
+from backend.hosts.tasks import by_host, task_host
 from backend.runs.outcome import Conclusion, TaskStatus, Verdict, conclude
 from backend.runs.store import Phase, RunState, RunStore, TaskState
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
@@ -117,12 +117,18 @@ class Run:
 
     def monitor(self, store, *, poll: bool = False):
         """A watch agent on the chief feeding ``store`` (a ``MetricsStore``); call ``.start()``."""
-        from backend.watch.monitor import RunMonitor  # watchdog is needed only by who monitors
+        from backend.watch.monitor import GpuHost, RunMonitor  # watchdog: only who monitors needs it
         chief = self.state.chief
         spec = self.task_spec(chief.name)
+        # Every other host's GPUs too, each read by an agent there (one per host, not per task).
+        others = {g.spec.host: g for g in by_host(self.state.tasks, self.cluster) if g.spec.host != spec.host}
+        gpu_hosts = tuple(GpuHost(name, (lambda s=g.spec: make_transport(s, self.pool.options)), g.spec.python,
+                                  f"{g.run_dir}/{layout.HARNESS}/watch_agent.py", g.run_dir)
+                          for name, g in others.items())
         return RunMonitor(lambda: make_transport(spec, self.pool.options), chief.remote_run_dir,
                           str(self.local_dir), store, python=spec.python, poll=poll,
-                          agent_path=f"{chief.remote_run_dir}/{layout.HARNESS}/watch_agent.py")
+                          agent_path=f"{chief.remote_run_dir}/{layout.HARNESS}/watch_agent.py",
+                          host=spec.host, gpu_hosts=gpu_hosts)
 
     # -- settling -----------------------------------------------------------------------
     def settle(self, statuses: list[TaskStatus] | None = None) -> list[TaskStatus]:

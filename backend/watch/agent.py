@@ -2,7 +2,9 @@
 """Watch agent: runs on the chief's host and streams one run directory as JSON lines on stdout.
 
 Standalone on purpose (standard library + watchdog): the launcher copies this one file to the
-chief and runs ``python agent.py --run-dir RUN [--offsets-json JSON] [--poll]``.
+chief and runs ``python agent.py --run-dir RUN [--offsets-json JSON] [--poll] [--host NAME]``.
+On the run's other hosts it runs as ``--gpu-only``: heartbeats and that host's GPU readings,
+nothing else (no watchdog needed); where nvidia-smi gives no readings it says ``no_gpu`` and exits.
 
 Events, one JSON object per line:
   metrics    {"type":"metrics","lines":N,"bytes":B}   then B raw bytes: N {...} lines of
@@ -19,7 +21,9 @@ Events, one JSON object per line:
   offsets    {"type":"offsets","offsets":{rel:{"inode":I,"offset":O}}}  closes every batch
   heartbeat  {"type":"heartbeat","time":T}
   gpu        {"type":"gpu","time":T,"host":H,"gpus":[{"index","util","mem_used_mib","mem_total_mib"}]}
-                                                       with each heartbeat, where nvidia-smi runs
+                                                       with each heartbeat, where nvidia-smi runs;
+                                                       H is --host (the console's name for it)
+  no_gpu     {"type":"no_gpu","host":H}                --gpu-only: no readings here; then it exits
   error      {"type":"error","message":M}              (stderr may not reach the console)
 
 Offsets always point just past the last line sent, so a reader that commits a batch when its
@@ -306,10 +310,14 @@ def _enc(event: dict) -> bytes:
 class GpuSampler:
     """This host's GPUs, from ``nvidia-smi`` (absent or failing three times: no samples)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str | None = None) -> None:
         self.exe = shutil.which("nvidia-smi")
         self.failures = 0
-        self.host = socket.gethostname()
+        self.host = host or socket.gethostname()
+
+    @property
+    def gave_up(self) -> bool:
+        return not self.exe or self.failures >= 3
 
     def sample(self) -> bytes | None:
         if not self.exe or self.failures >= 3:
@@ -454,7 +462,23 @@ def _load_offsets(value: str | None) -> dict:
     return data.get("offsets", data) if isinstance(data, dict) else {}
 
 
-def serve(run_dir: str, offsets: dict, *, poll: bool, interval: float, out, stop) -> None:
+def serve_gpus(host: str | None, *, out, stop) -> None:
+    """--gpu-only: a heartbeat and this host's GPU readings every HEARTBEAT_S, until told to
+    stop; ``no_gpu`` and return where nvidia-smi is absent or keeps failing."""
+    gpus = GpuSampler(host)
+    while not stop.is_set():
+        event = gpus.sample()
+        if gpus.gave_up:
+            out.write(_enc({"type": "no_gpu", "host": gpus.host}))
+            out.flush()
+            return
+        out.write(_enc({"type": "heartbeat", "time": time.time()}) + (event or b""))
+        out.flush()
+        stop.wait(HEARTBEAT_S)
+
+
+def serve(run_dir: str, offsets: dict, *, poll: bool, interval: float, out, stop,
+          host: str | None = None) -> None:
     agent = Agent(run_dir, offsets, out)
     poll = poll or needs_polling(run_dir)
     watcher = Watcher(run_dir, poll=poll, interval=interval)
@@ -462,7 +486,7 @@ def serve(run_dir: str, offsets: dict, *, poll: bool, interval: float, out, stop
     threading.Thread(target=lambda: (stop.wait(), watcher.wake.set()), daemon=True).start()
     rescan_every = max(RESCAN_S, interval) if poll else RESCAN_S
     kinds, next_rescan, next_beat = {"all"}, 0.0, 0.0
-    gpus = GpuSampler()
+    gpus = GpuSampler(host)
     try:
         while not stop.is_set():
             now = time.monotonic()
@@ -491,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--offsets-json", help="offsets to resume from: JSON text or a file")
     ap.add_argument("--poll", action="store_true", help="poll instead of inotify (NFS and kin)")
     ap.add_argument("--poll-interval", type=float, default=0.5)
+    ap.add_argument("--host", help="this host's name in gpu events (default: its hostname)")
+    ap.add_argument("--gpu-only", action="store_true", help="heartbeats and GPU readings only")
     args = ap.parse_args(argv)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -498,8 +524,11 @@ def main(argv: list[str] | None = None) -> int:
     _watch_stdin(stop)
     out = sys.stdout.buffer
     try:
-        serve(os.path.abspath(args.run_dir), _load_offsets(args.offsets_json), poll=args.poll,
-              interval=args.poll_interval, out=out, stop=stop)
+        if args.gpu_only:
+            serve_gpus(args.host, out=out, stop=stop)
+        else:
+            serve(os.path.abspath(args.run_dir), _load_offsets(args.offsets_json), poll=args.poll,
+                  interval=args.poll_interval, out=out, stop=stop, host=args.host)
     except BrokenPipeError:
         # the reader went away: that is our signal to stop (and no traceback at exit's flush)
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)

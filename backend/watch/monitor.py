@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Callable
 
 from backend.hosts.base import Transport
@@ -40,6 +41,16 @@ MAX_COUNT = 1 << 32       # a skipped-lines count
 OTHER_LOGS = "logs (past the first 1024 tasks, or a bad name)"   # where their lines are counted
 
 
+@dataclass(frozen=True)
+class GpuHost:
+    """Another host of the run, whose GPUs an agent there reports (``agent.py --gpu-only``)."""
+    name: str                                   # the console's name for it: the readings' key
+    transport_factory: Callable[[], Transport]
+    python: str
+    agent_path: str
+    run_dir: str
+
+
 class _Batch:
     def __init__(self) -> None:
         self.metrics: list[bytes] = []   # blocks of lines, each line ending in a newline
@@ -51,9 +62,12 @@ class RunMonitor:
     def __init__(self, transport_factory: Callable[[], Transport], remote_run_dir: str,
                  local_run_dir: str, store, python: str = "python3", agent_path: str = AGENT_PATH,
                  *, poll: bool = False, poll_interval: float = 0.5, log_lines: int = 1000,
-                 backoff: tuple[float, float] = (0.5, 15.0)) -> None:
+                 backoff: tuple[float, float] = (0.5, 15.0), host: str | None = None,
+                 gpu_hosts: tuple[GpuHost, ...] = ()) -> None:
         """``transport_factory()`` is called on every (re)connect; the monitor owns and closes
-        what it returns. ``agent_path`` is where agent.py lies on the chief's host."""
+        what it returns. ``agent_path`` is where agent.py lies on the chief's host. ``host``:
+        the chief host's name in GPU readings; ``gpu_hosts``: the run's other hosts, each
+        followed by a GPU-only agent of its own, so Monitor shows every host's GPUs."""
         self._factory, self._remote, self._store = transport_factory, remote_run_dir, store
         self._python, self._agent, self._poll = python, agent_path, poll
         self._poll_interval = poll_interval
@@ -73,6 +87,9 @@ class RunMonitor:
         self._stop = threading.Event()
         self._stream = None
         self._thread: threading.Thread | None = None
+        self._host, self._gpu_hosts = host, tuple(gpu_hosts)
+        self._gpu_streams: set = set()
+        self._gpu_threads: list[threading.Thread] = []
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -80,16 +97,23 @@ class RunMonitor:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="run-monitor", daemon=True)
             self._thread.start()
+            self._gpu_threads = [threading.Thread(target=self._gpu_loop, args=(h,), daemon=True,
+                                                  name=f"gpu-{h.name}") for h in self._gpu_hosts]
+            for t in self._gpu_threads:
+                t.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         with self._lock:
-            stream = self._stream
-        if stream is not None:
-            _quietly(stream.close)   # unblocks the reader thread's readline
+            streams = [self._stream, *self._gpu_streams]
+        for stream in streams:
+            if stream is not None:
+                _quietly(stream.close)   # unblocks the reader threads' readline
         if self._thread is not None:
             self._thread.join(timeout)
+        for t in self._gpu_threads:
+            t.join(timeout)
         self._journal.close()
         self._set(state="stopped")
 
@@ -170,7 +194,39 @@ class RunMonitor:
             argv += ["--offsets-json", json.dumps(self._journal.offsets, separators=(",", ":"))]
         if self._poll:   # else the agent still polls by itself on NFS, CIFS, fuse and kin
             argv += ["--poll", "--poll-interval", str(self._poll_interval)]
+        if self._host:
+            argv += ["--host", self._host]
         return argv
+
+    def _gpu_loop(self, h: GpuHost) -> None:
+        """Follow one other host's GPU-only agent, reconnecting like the chief's; a host with
+        no GPU readings (``no_gpu``) is not asked again."""
+        delay = self._backoff[0]
+        argv = [h.python, h.agent_path, "--run-dir", h.run_dir, "--gpu-only", "--host", h.name]
+        while not self._stop.is_set():
+            began, transport, stream = time.monotonic(), None, None
+            try:
+                transport = h.transport_factory()
+                stream = transport.stream(argv, idle_timeout=STREAM_IDLE_S)
+                with self._lock:
+                    self._gpu_streams.add(stream)
+                for line in stream.stdout:
+                    if self._stop.is_set() or b'"no_gpu"' in line:
+                        return
+                    if line.startswith(b'{"type":"gpu"'):
+                        self._on_other("gpu", {**json.loads(line), "host": h.name})
+            except Exception:  # noqa: BLE001 - a broken link: reconnect, as the chief's agent does
+                pass
+            finally:
+                with self._lock:
+                    self._gpu_streams.discard(stream)
+                if stream is not None:
+                    _quietly(stream.close)
+                if transport is not None:
+                    _quietly(transport.close)
+            stable = time.monotonic() - began >= _STABLE_S
+            delay = self._backoff[0] if stable else min(delay * 2, self._backoff[1])
+            self._stop.wait(delay)
 
     def _session(self) -> None:
         transport = stream = None
