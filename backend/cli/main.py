@@ -76,7 +76,7 @@ def cmd_status(a) -> int:
     if a.json:
         print_json(status_json(run, statuses, health_line=nan))
         return 0
-    print(f"run {run.run_id}: {run.state.phase}, attempt {run.state.attempt}")
+    print(f"run {run.run_id}: {run.shown_phase(statuses)}, attempt {run.state.attempt}")
     for s in statuses:
         print(f"  {s.name:<10} {s.host:<20} {s.label}" + (f"  -- {s.diagnosis}" if s.diagnosis else ""))
     for t in run.state.attempts:

@@ -26,7 +26,7 @@ from backend.runs.outcome import TaskPhase, TaskStatus
 from backend.runs.store import Attempt, Phase, RunState, TaskState, check_run_id, write_private
 from backend.engines import slurm_script as batch
 from backend.config.slurm_spec import SlurmSpec, slurm_to_dict
-from backend.engines.slurm_states import JobInfo, parse_scontrol, scontrol_fields, task_statuses
+from backend.engines.slurm_states import JobInfo, parse_scontrol, scontrol_fields, task_statuses, with_place
 from backend.config.spec import JobKind, JobSpec, job_to_dict
 
 
@@ -99,7 +99,7 @@ class SlurmEngine:
         result = self._login().run(argv, timeout=60).check(
             "could not read the Slurm job's state", "Check the login host and that scontrol works there.")
         answer = json.loads(result.stdout)
-        return parse_scontrol(answer["scontrol"]["out"]), answer["tasks"]
+        return with_place(parse_scontrol(answer["scontrol"]["out"]), answer.get("queue")), answer["tasks"]
 
     def status(self, run: RunView) -> list[TaskStatus]:
         names = [t.name for t in run.state.tasks]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from backend.diagnosis import diagnose
 from backend.runs.outcome import TaskPhase, TaskStatus
@@ -70,10 +70,22 @@ class JobInfo:
     signal: int = 0
     nodes: str = ""
     time_limit: str = ""
+    position: int = 0          # while pending: its place among its partition's waiting jobs (1 = next)
+    waiting: int = 0           # how many wait there, itself included (0: not known)
 
     @property
     def phase(self) -> SlurmPhase:
         return _STATES.get(self.state, SlurmPhase.FAILED)
+
+    @property
+    def queue(self) -> str:
+        """While pending: Slurm's reason and the job's place, ``Resources, 1st of 2 waiting``."""
+        if self.phase != SlurmPhase.PENDING:
+            return ""
+        parts = [self.reason] if self.reason and self.reason != "None" else []
+        if self.position and self.waiting:
+            parts.append(f"{_ordinal(self.position)} of {self.waiting} waiting")
+        return ", ".join(parts)
 
     @property
     def label(self) -> str:
@@ -81,6 +93,18 @@ class JobInfo:
         if self.phase == SlurmPhase.PENDING and self.reason and self.reason != "None":
             return f"pending ({self.reason})"
         return str(self.phase)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def with_place(job: JobInfo | None, queue: list[str] | None) -> JobInfo | None:
+    """The job with its place in ``queue`` (pending job ids in Slurm's order), when it is there."""
+    if job is None or not queue or job.job_id not in queue:
+        return job
+    return replace(job, position=queue.index(job.job_id) + 1, waiting=len(queue))
 
 
 def scontrol_fields(text: str) -> dict[str, str]:
@@ -117,7 +141,9 @@ def parse_squeue(text: str) -> JobInfo | None:
 def explain(job: JobInfo) -> str | None:
     """Why the job ended or waits, in plain words ending with what to do; None when running or fine."""
     if job.phase == SlurmPhase.PENDING:
-        return f"Slurm job {job.job_id} {job.label}: waiting in the queue."
+        why = f" ({job.queue})" if job.queue else ""
+        return (f"Slurm job {job.job_id} is queued{why}: it starts when Slurm gives it its nodes. "
+                "Stop cancels it at once.")
     text = _EXPLAIN.get(job.phase)
     return f"Slurm job {job.job_id} " + text.format(limit=job.time_limit, nodes=job.nodes) if text else None
 
@@ -156,7 +182,7 @@ def _one(name: str, host: str, job: JobInfo | None, info: dict, code: int | None
         return TaskStatus(name, host, TaskPhase.LOST if code is None else TaskPhase.EXITED, code)
     phase = job.phase
     if phase == SlurmPhase.PENDING:
-        return TaskStatus(name, host, TaskPhase.PENDING, diagnosis=explain(job))
+        return TaskStatus(name, host, TaskPhase.QUEUED, diagnosis=explain(job), queue=job.queue)
     if not phase.ended:
         # A task that failed while the job lives: Slurm's verdict (timeout, node failure, a
         # cancel) comes seconds later and says more than the code, so wait for it. The step's

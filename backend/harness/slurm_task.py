@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -69,8 +70,24 @@ def run(run_dir: str, tf_port: int, argv: list[str]) -> int:
     return code if code >= 0 else 128 - code
 
 
+def _queue(scontrol_out: str) -> list[str] | None:
+    """While the job waits: the ids of its partition's pending jobs, in Slurm's order (highest
+    priority first, then oldest), so the console can say its place. None when it does not wait."""
+    if " JobState=PENDING " not in f" {scontrol_out} ":
+        return None
+    partition = re.search(r"(?:^|\s)Partition=(\S+)", scontrol_out)
+    argv = ["squeue", "-h", "-t", "PENDING", "-o", "%i", "--sort=-p,i"]
+    try:
+        sq = subprocess.run(argv + (["-p", partition.group(1)] if partition else []), capture_output=True,
+                            text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return sq.stdout.split() if sq.returncode == 0 else None
+
+
 def probe(run_dir: str, job: str, names: list[str]) -> dict:
-    """``scontrol show job -o`` and every task's files, for one status poll."""
+    """``scontrol show job -o``, the queue while the job waits, and every task's files, for one
+    status poll."""
     try:
         sc = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True,
                             timeout=30)
@@ -85,7 +102,7 @@ def probe(run_dir: str, job: str, names: list[str]) -> dict:
                            "exit": int(code) if code and code.strip() else None}
         except ValueError:   # a file being written: the next poll reads it whole
             tasks[name] = {"info": None, "exit": None}
-    return {"scontrol": scontrol, "tasks": tasks}
+    return {"scontrol": scontrol, "tasks": tasks, "queue": _queue(scontrol["out"])}
 
 
 def main(argv=None) -> int:

@@ -21,7 +21,7 @@ from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.harness import layout
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
-from backend.runs.outcome import Conclusion, TaskStatus, Verdict, conclude
+from backend.runs.outcome import Conclusion, TaskStatus, Verdict, conclude, shown_phase
 from backend.runs.store import Phase, RunState, RunStore, TaskState
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
@@ -91,6 +91,11 @@ class Run:
     # -- reading ------------------------------------------------------------------------
     def status(self) -> list[TaskStatus]:
         return self.engine.status(self)
+
+    def shown_phase(self, statuses: list[TaskStatus]) -> str:
+        """The phase as people see it: ``queued (Resources, 1st of 2 waiting)`` while a scheduler
+        holds every task of a running run, else the recorded phase (``outcome.shown_phase``)."""
+        return shown_phase(self.state.phase, statuses)
 
     def log_tail(self, name: str, max_bytes: int = 20000) -> str:
         """The end of a task's log: from its host, or from the copy kept here (``logcopy``) when

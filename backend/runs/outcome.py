@@ -17,7 +17,7 @@ class TaskPhase(enum.StrEnum):
     EXITED = "exited"            # with an exit code
     LOST = "lost"                # no process and no recorded exit code
     UNREACHABLE = "unreachable"  # its host did not answer: unknown, not failed
-    PENDING = "pending"          # a scheduler has not started it yet (Slurm)
+    QUEUED = "queued"            # a scheduler has not started it yet (Slurm): ``queue`` says why
 
 
 @dataclass
@@ -27,9 +27,12 @@ class TaskStatus:
     state: TaskPhase
     exit_code: int | None = None
     diagnosis: str | None = None
+    queue: str = ""              # while queued: the scheduler's reason and place (Resources, 1st of 2 waiting)
 
     @property
     def label(self) -> str:
+        if self.state == TaskPhase.QUEUED and self.queue:
+            return f"queued ({self.queue})"
         return f"exited({self.exit_code})" if self.state == TaskPhase.EXITED else str(self.state)
 
     @property
@@ -39,6 +42,14 @@ class TaskStatus:
     @property
     def succeeded(self) -> bool:
         return self.state == TaskPhase.EXITED and self.exit_code == 0
+
+
+def shown_phase(phase: str, statuses: list[TaskStatus]) -> str:
+    """The run's phase as `status`, the pages and the API show it: a running run whose every task
+    still waits for the scheduler is ``queued``, with the scheduler's reason and place."""
+    if phase == "running" and statuses and all(s.state == TaskPhase.QUEUED for s in statuses):
+        return statuses[0].label
+    return str(phase)
 
 
 class Verdict(enum.StrEnum):

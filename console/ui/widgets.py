@@ -64,7 +64,7 @@ def _act(said_at: str, act: Callable, args: tuple, spinner: str | None) -> None:
 def run_header(live) -> None:
     state = live.run.state
     restarts = max(0, state.attempt - 1)
-    st.markdown(f"**Run `{live.run_id}`** — {state.phase}, attempt {state.attempt}"
+    st.markdown(f"**Run `{live.run_id}`** — {live.run.shown_phase(live.statuses)}, attempt {state.attempt}"
                 + (f" ({restarts} restart(s))" if restarts else ""))
 
 

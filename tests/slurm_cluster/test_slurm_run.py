@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from backend.engines.slurm import SlurmEngine
 from backend.harness import layout
 from backend.runs.launcher import attach
 from backend.runs.store import RunStore
@@ -101,8 +103,8 @@ def test_a_job_pending_for_resources_shows_why_and_stop_leaves_no_process(slurm_
         waiting = cli("launch", str(cluster), str(sleeper_job(tmp_path)), runs=runs).stdout.strip()
         status = wait_for(lambda: (out := cli("status", waiting, runs=runs).stdout) and "Resources" in out and out,
                           60, "the second job pending for Resources")
-        assert [line.split()[2] for line in task_lines(status)] == ["pending", "pending"], status
-        assert "pending (Resources)" in status, status
+        assert [line.split()[2] for line in task_lines(status)] == ["queued", "queued"], status
+        assert "queued (Resources" in status, status
         assert "no process left" in cli("stop", waiting, runs=runs).stdout
         assert f"run {waiting}: stopped" in cli("status", waiting, runs=runs).stdout
     finally:
@@ -156,3 +158,35 @@ def test_a_job_the_console_did_not_submit_is_attached_by_its_id(slurm_cluster, t
     assert "JobState=CANCELLED" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
     refused = cli("attach-slurm", str(slurm_file(tmp_path, python_path)), "999999", runs=runs, check=False)
     assert refused.returncode != 0 and "does not know job 999999" in refused.stderr
+
+
+def test_a_queued_job_shows_the_run_queued_with_slurms_reason_and_place_and_stop_cancels_it_at_once(
+        slurm_cluster, tmp_path, python_path):
+    runs = tmp_path / "runs"
+    cluster = slurm_file(tmp_path, python_path)
+    holder = cli("launch", str(cluster), str(sleeper_job(tmp_path)), runs=runs).stdout.strip()
+    try:
+        wait_for(lambda: "running" in cli("status", holder, runs=runs).stdout.splitlines()[1], 60,
+                 "the first job holding the node's two CPUs")
+        first = cli("launch", str(cluster), str(sleeper_job(tmp_path)), runs=runs).stdout.strip()
+        second = cli("launch", str(cluster), str(sleeper_job(tmp_path)), runs=runs).stdout.strip()
+        # The CLI: the run is queued, with Slurm's reason and its place among the waiting jobs.
+        status = wait_for(lambda: (out := cli("status", first, runs=runs).stdout) and "Resources" in out and out,
+                          60, "the second job queued for Resources")
+        assert status.splitlines()[0] == f"run {first}: queued (Resources, 1st of 2 waiting), attempt 1", status
+        assert [line.split()[2] for line in task_lines(status)] == ["queued", "queued"], status
+        # The Python API says the same.
+        run = attach(second, store=RunStore(runs))
+        statuses = run.status()
+        assert [s.state for s in statuses] == ["queued", "queued"], statuses
+        assert run.shown_phase(statuses).startswith("queued (") and "2nd of 2 waiting" in run.shown_phase(statuses)
+        assert run.state.live
+        # Stop cancels a queued job at once: nothing to wait for.
+        started = time.time()
+        assert "no process left" in cli("stop", second, runs=runs).stdout
+        assert time.time() - started < 10
+        assert f"run {second}: stopped" in cli("status", second, runs=runs).stdout
+        assert "CANCELLED" in slurm_cluster.run("scontrol", "show", "job", SlurmEngine.jobs(run)["1"]).stdout
+        cli("stop", first, runs=runs)
+    finally:
+        cli("stop", holder, runs=runs)

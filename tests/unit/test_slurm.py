@@ -120,7 +120,7 @@ NAMES = ["chief-0", "worker-0"]
 def test_task_statuses_follow_the_job_and_the_tasks_own_exit_codes():
     running = {"chief-0": {"info": {"node": "vm"}, "exit": None}, "worker-0": {"info": None, "exit": None}}
     pending = task_statuses(job("PENDING", "Resources"), {}, NAMES)
-    assert [s.state for s in pending] == [TaskPhase.PENDING] * 2 and "Resources" in pending[0].diagnosis
+    assert [s.state for s in pending] == [TaskPhase.QUEUED] * 2 and "Resources" in pending[0].diagnosis
     assert conclude(pending).verdict == Verdict.GOING
     live = task_statuses(job("RUNNING"), running, NAMES)
     assert [s.state for s in live] == [TaskPhase.RUNNING, TaskPhase.STARTING]
@@ -164,3 +164,18 @@ def test_the_batch_script_never_passes_the_run_folder_as_an_option():
     with pytest.raises(SpecError) as err:
         batch_script(spec, job, run_dir="my runs/r1", run_id="r1", attempt=1, resume_step=None)
     assert str(err.value).startswith("workdir: 'my runs/r1' cannot go on an #SBATCH line"), str(err.value)
+
+
+def test_a_queued_job_says_slurms_reason_and_its_place_and_the_run_shows_queued():
+    from backend.engines.slurm_states import with_place
+    from backend.runs.outcome import shown_phase
+    waiting = with_place(job("PENDING", "Priority", nodes="(null)"), ["40", "41", "42"])
+    assert (waiting.position, waiting.waiting, waiting.queue) == (2, 3, "Priority, 2nd of 3 waiting")
+    statuses = task_statuses(waiting, {}, NAMES)
+    assert [s.label for s in statuses] == ["queued (Priority, 2nd of 3 waiting)"] * 2
+    assert "Stop cancels it at once" in statuses[0].diagnosis
+    assert shown_phase("running", statuses) == "queued (Priority, 2nd of 3 waiting)"
+    # Not in the queue list (squeue failed, or it just started): the reason alone; running: running.
+    assert task_statuses(with_place(job("PENDING", "JobHeldUser"), None), {}, NAMES)[0].label == "queued (JobHeldUser)"
+    assert shown_phase("running", task_statuses(job("RUNNING"), {}, NAMES)) == "running"
+    assert shown_phase("stopped", statuses) == "stopped"
