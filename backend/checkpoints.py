@@ -178,9 +178,6 @@ def export(run: Run, *, step: int | None = None, name: str | None = None,
     if name is not None and (not NAME.match(name) or ".." in name):
         raise ArtifactError(f"export name {name!r} is not valid",
                             "Use letters, digits, '.', '_' and '-' (no '/').")
-    if run.job.module is None:
-        raise ArtifactError("this run is a command job, not a harness job",
-                            "Export works on harness jobs, whose model the harness can rebuild.")
     with held(run, step, purpose="export", ttl_s=EXPORT_TIMEOUT_S + 300) as hold:
         if on_step is not None:
             on_step(hold.step)
@@ -191,7 +188,9 @@ def _export_step(run: Run, step: int, name: str | None, formats: tuple[str, ...]
     chief = run.state.chief.name
     with _refusal_is_artifact("Earlier exports and checkpoints are untouched; pick another checkpoint "
                               "or fix the cause."):
-        answer = remote.export(run.remote(chief), f"{layout.JOB}/{Path(run.job.module).name}", step=step,
+        # A command job has no module: export builds the model its KerasCallback described.
+        job = f"{layout.JOB}/{Path(run.job.module).name}" if run.job.module else None
+        answer = remote.export(run.remote(chief), job, step=step,
                                name=name, formats=formats, timeout=EXPORT_TIMEOUT_S)
     host_name(answer.get("name"), run.task_spec(chief).host, "export")   # a download folder's name
     return answer

@@ -14,6 +14,7 @@ Save now is waiting, raises the flag so every worker saves at that same step.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -146,6 +147,26 @@ class _Hooks:
                        "keep_checkpoints": self.keep}, "time": time.time(),
             "versions": self.versions, "source": "tfconsole.KerasCallback"})
 
+    def _write_model_config(self, kmod) -> None:
+        """What export needs to rebuild the model with no strategy and no job module: the
+        architecture (``to_json``: no compile, no weights; no collective, so the chief alone
+        writes it), which Keras, and the inputs' shapes for a probe batch."""
+        entry = {"keras": kmod.__name__, "keras_version": kmod.__version__,
+                 "tensorflow": tf.__version__, "time": time.time()}
+        try:
+            entry["config"] = json.loads(self.model.to_json())
+            entry["inputs"] = [{"shape": [None if d is None else int(d) for d in t.shape],
+                                "dtype": str(getattr(t.dtype, "name", t.dtype))}
+                               for t in tf.nest.flatten(self.model.inputs)]
+        except Exception as exc:  # noqa: BLE001 - a subclassed model has no config: say why
+            entry.update(config=None, reason=f"{type(exc).__name__}: "
+                                             f"{str(exc).splitlines()[0] if str(exc) else ''}")
+        directory = reporting.checkpoint_dir()
+        os.makedirs(directory, exist_ok=True)
+        layout = _harness.load("layout", self.ctx.run_dir)
+        _harness.load("ckpt_index", self.ctx.run_dir).write_json_atomic(
+            os.path.join(directory, layout.MODEL_CONFIG), entry)
+
     # ---- every batch --------------------------------------------------------------------------
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = int(epoch) + 1
@@ -160,6 +181,8 @@ class _Hooks:
         # Every worker computes the same schedule, so every worker joins every gather.
         if self.first or due or self.step % self.every == 0:
             self._sync(due, first=self.first)
+            if self.first and self.ctx.is_chief:
+                self._write_model_config(keras_module())   # after a step: the model is built
             self.first = False
 
     def _local_loss(self) -> float:

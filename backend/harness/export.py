@@ -1,5 +1,9 @@
-"""Export a checkpoint: ``python <run>/harness/export.py --run-dir RUN --job JOB.py [--step S]
+"""Export a checkpoint: ``python <run>/harness/export.py --run-dir RUN [--job JOB.py] [--step S]
 [--name NAME] [--formats savedmodel,keras]``. Runs on the chief host, no strategy, CPU only.
+
+The model comes from the harness job module (``build_model``) or, for a command job (no
+``--job``), from RUN/checkpoints/model.json: the architecture and Keras (tf_keras or Keras 3)
+that ``tfconsole.KerasCallback`` wrote on the chief.
 
 Restores a COMPLETE checkpoint from RUN/checkpoints into a freshly built model, writes
 RUN/exports/.tmp-<name>/{saved_model/, model.keras}, reloads both in a FRESH process and
@@ -51,7 +55,9 @@ class Refused(Exception):
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--job", required=True)
+    p.add_argument("--job", default=None,
+                   help="the job module (none: a command job; the model is built from "
+                        "RUN/checkpoints/model.json, which tfconsole.KerasCallback writes)")
     p.add_argument("--step", type=int, default=None, help="default: latest complete checkpoint")
     p.add_argument("--name", default=None, help="default: step-<S>-<timestamp>")
     p.add_argument("--formats", default=",".join(FORMATS))
@@ -90,10 +96,13 @@ def _next_good(complete: list, step: int) -> str:
     return "; ".join(parts + [f"complete steps: {steps}"])
 
 
-def load_job(run_dir: str, job_path: str, overrides: list):
+def load_job(run_dir: str, job_path: str | None, overrides: list):
     """The job with the parameters the run trained with (RUN/train.json), so that a job whose
-    model depends on a parameter is rebuilt with the same shapes."""
+    model depends on a parameter is rebuilt with the same shapes; no job path (a command job):
+    the model its Keras callback described."""
     tfload.load()   # before the job's own `import keras`
+    if job_path is None:
+        return Described(run_dir)
     job = jobs.load_job(job_path)
     try:
         with open(os.path.join(run_dir, "train.json")) as fh:
@@ -103,6 +112,55 @@ def load_job(run_dir: str, job_path: str, overrides: list):
     items = [f"{k}={v}" for k, v in trained.items()] + list(overrides)
     jobs.settle_params(job, items)
     return job
+
+
+class Described:
+    """A command job's model, as its ``tfconsole.KerasCallback`` described it on the chief
+    (RUN/checkpoints/model.json): the architecture, which Keras, the inputs' shapes. It stands
+    in for a job module: ``build_model`` (no strategy, no compile) and ``probe_batch``."""
+
+    def __init__(self, run_dir: str):
+        path = os.path.join(run_dir, layout.CHECKPOINTS, layout.MODEL_CONFIG)
+        try:
+            with open(path) as fh:
+                self.desc = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise Refused(f"this command job left no model description ({path}: "
+                          f"{type(exc).__name__}); export rebuilds a command job's model from "
+                          "what tfconsole.KerasCallback writes: add the callback to model.fit") from None
+        if not self.desc.get("config"):
+            raise Refused(f"the model cannot be rebuilt from its config "
+                          f"({self.desc.get('reason', 'none written')}): a subclassed model "
+                          "needs get_config, or save it from the script on the chief")
+
+    def keras(self):
+        if self.desc.get("keras") == "tf_keras":
+            import tf_keras
+            return tf_keras
+        import keras
+        return keras
+
+    def build_model(self):
+        try:
+            return self.keras().models.model_from_json(json.dumps(self.desc["config"]))
+        except Exception as exc:  # noqa: BLE001 - custom layers: unknown to a bare process
+            raise RuntimeError(f"cannot rebuild the model from {layout.MODEL_CONFIG} "
+                               f"({type(exc).__name__}: {exc}); a custom layer must be "
+                               "registered (keras.saving.register_keras_serializable) in a "
+                               "module the export process can import") from exc
+
+    def probe_batch(self):
+        import numpy as np
+        rng = np.random.default_rng(0)
+        out = []
+        for spec in self.desc.get("inputs") or []:
+            shape = [4 if d is None else d for d in spec["shape"]]
+            dtype = np.dtype(spec.get("dtype") or "float32")
+            out.append(rng.integers(0, 2, shape).astype(dtype) if dtype.kind in "iub"
+                       else rng.normal(size=shape).astype(dtype))
+        if not out:
+            raise Refused(f"{layout.MODEL_CONFIG} names no model inputs, so there is no probe batch")
+        return out[0] if len(out) == 1 else out
 
 
 def _probe(job, tf):
@@ -187,7 +245,11 @@ def _export_into(args, chosen: dict, tmp: str, formats: list[str]) -> dict:
                            f"{_next_good(complete, chosen['step'])}") from exc
     expected = _flat(tf, model(probe, training=False))
     if "savedmodel" in formats:
-        model.export(os.path.join(tmp, PATHS["savedmodel"]), verbose=False)
+        export_dir = os.path.join(tmp, PATHS["savedmodel"])
+        if isinstance(job, Described) and job.desc.get("keras") == "tf_keras":
+            model.export(export_dir)   # tf_keras' export has no `verbose`
+        else:
+            model.export(export_dir, verbose=False)
     if "keras" in formats:
         model.save(os.path.join(tmp, PATHS["keras"]))
     diffs = _verify_in_child(args, tmp, formats, _flat(tf, probe), expected)
@@ -215,8 +277,9 @@ def _verify_in_child(args, tmp, formats, probe, expected) -> dict:
         spec = json.dumps({"dir": tmp, "formats": formats, "work": work})
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
         extra = [x for kv in args.param for x in ("--param", kv)]
+        job = ["--job", args.job] if args.job else []
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run-dir",
-                               args.run_dir, "--job", args.job, "--verify", spec, *extra],
+                               args.run_dir, *job, "--verify", spec, *extra],
                               capture_output=True, text=True, env=env, timeout=600)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("VERIFY ")]
         if proc.returncode != 0 or not lines:
@@ -228,8 +291,8 @@ def _verify_in_child(args, tmp, formats, probe, expected) -> dict:
 def verify(args, spec: dict) -> dict:
     import numpy as np
     import tensorflow as tf
-    import keras
     job = load_job(args.run_dir, args.job, args.param)   # registers custom Keras objects
+    keras = job.keras() if isinstance(job, Described) else __import__("keras")
     leaves = _load_arrays(os.path.join(spec["work"], "probe.npz"))
     # Same structure as the parent's probe (a tensor, a dict, ...), the parent's exact values.
     probe = leaves[0] if len(leaves) == 1 else tf.nest.pack_sequence_as(_probe(job, tf), leaves)
@@ -239,8 +302,8 @@ def verify(args, spec: dict) -> dict:
         loaded = tf.saved_model.load(os.path.join(spec["dir"], "saved_model"))  # keep a ref:
         got["savedmodel"] = loaded.serve(probe)   # its variables die with the object
     if "keras" in spec["formats"]:
-        got["keras"] = keras.models.load_model(os.path.join(spec["dir"], "model.keras"))(
-            probe, training=False)
+        got["keras"] = keras.models.load_model(os.path.join(spec["dir"], "model.keras"),
+                                               compile=False)(probe, training=False)
     return {f: max(float(np.max(np.abs(np.asarray(a) - b)))
                    for a, b in zip(_flat(tf, out), expected)) for f, out in got.items()}
 

@@ -277,7 +277,9 @@ def cmd_export(a) -> dict:
     its answer (the last stdout line, this protocol's JSON) becomes this one. Its stderr (a
     traceback) passes through, for the client's stderr tail."""
     argv = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "export.py"),
-            "--run-dir", a.run, "--job", inside(a.run, a.job), "--formats", a.formats]
+            "--run-dir", a.run, "--formats", a.formats]
+    # No job module (a command job): export.py builds the model from checkpoints/model.json.
+    argv += ["--job", inside(a.run, a.job)] if a.job else []
     argv += (["--step", str(a.step)] if a.step is not None else []) + (["--name", a.name] if a.name else [])
     child = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
     answer = last_json(child.stdout.decode(errors="replace"))
@@ -357,7 +359,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--attempt", type=int, required=True)
     s.add_argument("--task", action="append", default=[])
     s = add("export", cmd_export, "export a checkpoint and verify it in a fresh process (export.py)")
-    s.add_argument("--job", required=True, help="the job module, run-relative")
+    s.add_argument("--job", default=None,
+                   help="the job module, run-relative (none: the model.json a fit job's callback wrote)")
     s.add_argument("--step", type=int, default=None, help="default: the newest complete checkpoint")
     s.add_argument("--name", default=None)
     s.add_argument("--formats", default="savedmodel,keras")

@@ -15,6 +15,7 @@ TASKS = "tasks"                # <task>.json (pid, pgid, argv, start), <task>.ex
 LOGS = "logs"                  # <task>.log: the task's stdout and stderr, raw
 METRICS = "metrics.jsonl"      # written by the chief: one JSON line per worker every K steps
 CHECKPOINTS = "checkpoints"    # the chief's checkpoints: the real ones
+MODEL_CONFIG = "model.json"     # in checkpoints/: a fit job's architecture (tfconsole), for export
 WORKER_CHECKPOINTS = "worker_checkpoints"  # <task>/: every other worker's own complete copy
 REQUESTS = "requests"          # save-now requests, read by the chief
 EXPORTS = "exports"            # <name>/ with saved_model/, model.keras, result.json

@@ -323,8 +323,10 @@ def resumed(h: Host, attempt: int, tasks: list[str]) -> dict:
     return _call(h, "resumed", "--attempt", str(attempt), *_tasks(tasks))
 
 
-def export(h: Host, job: str, *, step: int, name: str | None, formats: tuple[str, ...], timeout: float) -> dict:
-    """Export checkpoint ``step`` with the job module ``job`` (run-relative) and verify it in a
-    fresh process; the result (export.py's result.json). ``Refused`` says why not."""
-    args = ["--job", job, "--formats", ",".join(formats), "--step", str(step)] + (["--name", name] if name else [])
+def export(h: Host, job: str | None, *, step: int, name: str | None, formats: tuple[str, ...], timeout: float) -> dict:
+    """Export checkpoint ``step`` with the job module ``job`` (run-relative; None: a command job,
+    whose model the callback described in checkpoints/model.json) and verify it in a fresh
+    process; the result (export.py's result.json). ``Refused`` says why not."""
+    args = (["--job", job] if job else []) + ["--formats", ",".join(formats), "--step", str(step)]
+    args += ["--name", name] if name else []
     return _call(h, "export", *args, timeout=timeout)

@@ -125,3 +125,55 @@ def test_the_fit_script_still_runs_by_hand_and_writes_nothing(tmp_path):
     assert "replicas 2" in out
     assert sorted(p.name for p in run.iterdir()) == before and sorted(
         p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+CHECK_EXPORT = """
+import os, sys, json
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+sys.path.insert(0, {examples!r})
+import numpy as np, tensorflow as tf, tf_keras
+from sklearn.datasets import load_digits
+from keras_fit import build_model          # the script's own model, not export's rebuild
+x = (load_digits(return_X_y=True)[0][:16] / 16.0).astype("float32")
+model = build_model()
+model(x)
+tf.train.Checkpoint(model=model).restore({prefix!r}).expect_partial()
+want = model(x).numpy()
+keras_file = tf_keras.models.load_model({keras_file!r}, compile=False)(x).numpy()
+loaded = tf.saved_model.load({saved_model!r})
+served = loaded.serve(x).numpy()
+print("DIFF", json.dumps([float(np.abs(keras_file - want).max()), float(np.abs(served - want).max())]))
+"""
+
+
+@pytest.mark.slow
+def test_export_of_a_fit_job_checkpoint_verifies_and_reloads_as_the_checkpoint(
+        ssh_cluster, ssh_options, tmp_path):
+    """Export of a command (fit) job: the callback left the model's architecture next to the
+    checkpoints; export rebuilds it with no strategy and verifies in a fresh process."""
+    run = launcher.launch(ssh_cluster, fit_job("--epochs", "1", "--steps", "30"),
+                          store=RunStore(tmp_path / "runs"), options=ssh_options,
+                          preflight=launcher.Preflight.SKIP)
+    try:
+        run.wait(timeout=300)
+    finally:
+        if run.state.live:
+            run.stop(grace_s=5)
+    assert run.state.phase == "finished"
+    listed = {c["step"]: c for c in checkpoints.list_checkpoints(run)}
+    assert 30 in listed
+    result = checkpoints.export(run, step=30, name="fit-30")
+    assert result["match"] is True and result["step"] == 30
+    assert result["max_abs_diff"] <= result["tolerance"]
+    assert set(result["formats"]) == {"savedmodel", "keras"}
+    # The files on the chief's host reload in a plain process, predicting as the checkpoint does.
+    import subprocess
+    import sys
+    code = CHECK_EXPORT.format(examples=str(ROOT / "examples"), prefix=listed[30]["prefix"],
+                               keras_file=result["paths"]["keras"],
+                               saved_model=result["paths"]["savedmodel"])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    diffs = json.loads(out.stdout.split("DIFF ", 1)[1])
+    assert max(diffs) <= 1e-5, diffs
