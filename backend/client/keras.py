@@ -131,9 +131,28 @@ class _Hooks:
         meta = checkpoints.restore(self.ckpt, step)
         self.step = step
         self.epoch = int(meta.get("epoch") or 1)
-        if hasattr(self.model, "_training_state") and self.model._training_state is None:
-            self.model._training_state = _ResumeAt(step)   # tf_keras: go on from that batch
-        print(f"[{self.ctx.task}] tfconsole: restored step {step}", flush=True)
+        note = ""
+        if hasattr(self.model, "_training_state"):
+            if self.model._training_state is None:
+                self.model._training_state = _ResumeAt(step)   # tf_keras: go on from that batch
+        elif hasattr(self.model, "_initial_epoch"):
+            note = self._resume_keras3(step)
+        print(f"[{self.ctx.task}] tfconsole: restored step {step}{note}", flush=True)
+
+    def _resume_keras3(self, step: int) -> str:
+        """Keras 3 reads ``model._initial_epoch`` after on_train_begin (as its BackupAndRestore
+        sets it) but has no mid-epoch start: fit goes on at the restored step's epoch, and a
+        step inside an epoch makes it redo that epoch's first batches (on fresh data), so the
+        step count stays epoch-aligned and fit runs the epochs it was asked for."""
+        spe = self.params.get("steps")
+        epoch = step // int(spe) if spe else max(0, self.epoch - 1)
+        self.model._initial_epoch = epoch
+        self.resumed_epoch = True
+        if not spe or step == epoch * int(spe):
+            return f" (Keras 3: fit goes on at epoch {epoch + 1})"
+        self.step = epoch * int(spe)
+        return (f" (Keras 3 has no mid-epoch start: epoch {epoch + 1} starts over and redoes steps "
+                f"{self.step + 1}-{step})")
 
     def _write_train_json(self) -> None:
         spe, epochs = self.params.get("steps"), self.params.get("epochs")
@@ -232,6 +251,8 @@ class _Hooks:
             return
         if isinstance(getattr(self.model, "_training_state", None), _ResumeAt):
             self.model._training_state = None
+        if getattr(self, "resumed_epoch", False):
+            self.model._initial_epoch = None   # a later fit() of the same model starts at 0
         reporting.close()
 
 

@@ -114,6 +114,30 @@ def test_keras3_fit_under_mirrored_strategy_reports_and_checkpoints(tmp_path):
 
 
 @pytest.mark.slow
+def test_keras3_fit_resumed_goes_on_from_the_restored_epoch(tmp_path):
+    """Keras 3 has no mid-epoch start: a resumed fit starts at the restored step's epoch
+    (``initial_epoch``), so epochs do not start over; a mid-epoch step redoes that epoch's
+    first batches, on fresh data."""
+    from tests.unit.test_client import _env, _python, _unpack
+    run = tmp_path / "run"
+    _unpack(run)
+    env = {k: v for k, v in _env(run, 0).items() if k != "TF_CONFIG"}
+    env.update(TFCONSOLE_TASK="worker-0", TF_CPP_MIN_LOG_LEVEL="2")
+    script = KERAS3_SCRIPT.replace("KerasCallback(every=5)", "KerasCallback(every=5, checkpoint_every=25)")
+    script = script.replace("verbose=0)", "verbose=0)\nprint('epochs run', len(model.history.epoch))")
+    _python(script, env, tmp_path)
+    (run / "metrics.jsonl").unlink()
+    out = _python(script, {**env, "TFCONSOLE_ATTEMPT": "4", "TFCONSOLE_RESUME_STEP": "20"}, tmp_path)
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert "epochs run 1" in out and (steps[0], steps[-1]) == (21, 40), (out, steps)
+    (run / "metrics.jsonl").unlink()
+    out = _python(script, {**env, "TFCONSOLE_ATTEMPT": "5", "TFCONSOLE_RESUME_STEP": "25"}, tmp_path)
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert "epochs run 1" in out and (steps[0], steps[-1]) == (21, 40), (out, steps)
+    assert "redoes steps 21-25" in out
+
+
+@pytest.mark.slow
 def test_the_fit_script_still_runs_by_hand_and_writes_nothing(tmp_path):
     from tests.unit.test_client import _python, _unpack
     run = tmp_path / "run"
