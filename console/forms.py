@@ -219,6 +219,16 @@ def _split_command(command: str) -> list[str]:
                                     "Close the quote, or escape a literal quote as \\' or \\\".")]) from None
 
 
+def _script_paths(argv: list[str], base_dir: Path | None) -> list[str]:
+    """A relative ``.py`` path in the command that names a file here (the console's folder) made
+    absolute: tasks start in their host's home, where ``examples/keras_fit.py`` is not. The file
+    must be at that path on every host (the local workers, a shared or identical checkout); a path
+    that is not here is left as typed, for a script that lives only on the hosts."""
+    base = Path(base_dir or Path.cwd())
+    return [str(base / a) if a.endswith(".py") and not Path(a).is_absolute() and (base / a).is_file()
+            else a for a in argv]
+
+
 def job_from_form(values: dict, examples_dir: Path, base_dir: Path | None = None) -> JobSpec:
     """The JobSpec the launch form's values describe (by widget key, as ``launch_form`` makes
     them): an example of ``examples_dir``, a module path or a command. Raises SpecErrors."""
@@ -241,7 +251,8 @@ def build_job(*, source: str, module: str = "", command: str = "", params: dict 
     """
     restart = {"mode": restart_mode, "max_restarts": int(max_restarts), "stall_timeout_s": stall_timeout_s}
     if source == "command":
-        data = {"kind": "command", "command": _split_command(command), "restart": restart}
+        data = {"kind": "command", "command": _script_paths(_split_command(command), base_dir),
+                "restart": restart}
     else:
         data = {"kind": "harness", "module": module.strip(), "restart": restart,
                 "params": {k: _param(k, v) for k, v in (params or {}).items() if v is not None}}

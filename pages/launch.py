@@ -39,7 +39,7 @@ elif source == "Module path":
                   **state.kept("job_module"))
 else:
     st.text_input("Command run on every host (TF_CONFIG is set)", form["job_command"],
-                  placeholder="examples/tf_config_script.py --steps 100", **state.kept("job_command"))
+                  placeholder="examples/keras_fit.py --epochs 3", **state.kept("job_command"))
 
 if source != "Command":
     cols = st.columns(len(forms.JOB_PARAMS))

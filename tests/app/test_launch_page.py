@@ -108,3 +108,26 @@ def test_stall_timeout_is_a_launch_field_that_reaches_the_job(page, runs_dir):
                      and RunStore(runs_dir).load(run_id), 120, "the run's record")
     assert saved.job["restart"] == {**saved.job["restart"], "mode": "on_failure", "stall_timeout_s": 45.0}
     wait_for(lambda: not RunStore(runs_dir).load(run_id).live, 120, "the one-line job to finish")
+
+
+@pytest.mark.slow
+def test_the_keras_fit_example_launches_from_the_form_as_a_command_job(page, runs_dir):
+    """Issue 26: a Keras user's script (examples/keras_fit.py, one added callback) started from
+    the Launch form's Command field trains on both local workers with curves and checkpoints."""
+    from backend import checkpoints
+    from backend.runs.launcher import attach
+    at = page("launch", cluster_rows=local_rows())
+    assert "Command" in at.radio(key="job_source").options
+    at.radio(key="job_source").set_value("Command").run()
+    at.text_input(key="job_command").input("examples/keras_fit.py --epochs 1 --steps 20")
+    at.button(key="start_button").click().run()
+    assert not at.exception and not errors(at), errors(at)
+    run_id = at.session_state["run_id"]
+    wait_for(lambda: (RunStore(runs_dir).path(run_id) / "state.json").exists()
+             and not RunStore(runs_dir).load(run_id).live, 240, "the fit job to end")
+    run = attach(run_id, store=RunStore(runs_dir))
+    assert run.state.phase == "finished", run.state
+    assert [c["step"] for c in checkpoints.list_checkpoints(run)] == [20]
+    lines = run.transport(run.state.chief.name).run(
+        ["cat", f"{run.state.chief.remote_run_dir}/metrics.jsonl"]).stdout.splitlines()
+    assert {__import__("json").loads(x)["task"] for x in lines} == {"worker-0", "worker-1"}
