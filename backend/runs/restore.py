@@ -62,7 +62,9 @@ def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RE
         if run.kept:
             _rekeep(run)
         result = RestoreResult(step, run.state.attempt, moved_aside={t: s for t, s in moved.items() if s})
-        result.resumed = wait_resumed(run, wait_s) if run.job.module else {}
+        # A command job's checkpoints are tfconsole's (the only ones listed), whose restore
+        # writes tasks/<task>.resumed as the harness does: wait for it too.
+        result.resumed = wait_resumed(run, wait_s)
         return result
     finally:
         if own:
