@@ -29,6 +29,7 @@ DEFAULTS = {
     "stop_on_nan": False,       # stop every worker at the first NaN or Inf loss (harness/health.py)
     "bare": False,              # benchmark switch: no gather, metrics, checkpoints or logs
     "pace_s": 0.0,              # sleep after each step: a long demo (or a test) leaves the cores to others
+    "preempt_grace_s": 25.0,    # from SIGTERM/SIGUSR2 to saved and exited (harness/preempt.py); under Slurm's KillWait 30 s
 }
 
 
@@ -92,6 +93,8 @@ def settle_params(module, overrides: list[str]) -> dict:
         raise JobError(f"startup_timeout_s must be > 0, got {params['startup_timeout_s']}")
     if not float(params["pace_s"]) >= 0:
         raise JobError(f"pace_s must be >= 0 seconds, got {params['pace_s']}")
+    if not float(params["preempt_grace_s"]) > 0:
+        raise JobError(f"preempt_grace_s must be > 0 seconds, got {params['preempt_grace_s']}")
     if params["resume_data"] not in ("skip", "reseed"):
         raise JobError(f"resume_data must be skip or reseed, got {params['resume_data']}")
     # The job reads its own parameters (model width, learning rate...) from here.

@@ -135,4 +135,6 @@ def per_task(rows: list[dict], tasks: tuple) -> dict:
             "examples_per_sec": sum(i["examples_per_sec"] for i in items) / n,
         }
     out["_save"] = any(r["save_flag"] > 0 for r in rows)
+    # A worker that got a preemption signal raises the flag to preempt.FLAG (2): save and exit.
+    out["_preempt"] = any(r["save_flag"] >= 2 for r in rows)
     return out

@@ -14,6 +14,7 @@ import deadline
 import nonfinite
 import layout
 import loop
+import preempt
 import report
 import requests_dir
 import retention
@@ -32,6 +33,7 @@ class Session:
         self.gbs = int(params["global_batch_size"])
         self.pace = float(params["pace_s"])
         self.losses_since_sync: list = []
+        self.preempted: int | None = None   # the step saved on a preemption signal
         self.versions = nonfinite.write_versions(self.run_dir, self.task)
         self.health = nonfinite.Watch(self.run_dir, is_chief=cluster.is_chief, stop=bool(params["stop_on_nan"]))
 
@@ -42,6 +44,8 @@ class Session:
         keras.utils.set_random_seed(int(p["seed"]))
         with startup.bounded(self.task, float(p["startup_timeout_s"])):
             self.strategy = loop.make_strategy()
+        # The strategy's own SIGTERM handler only logs (docs/facts.md #10): take the signals back.
+        preempt.WATCH.install()
         n = self.strategy.num_replicas_in_sync
         if self.gbs % n:
             raise ValueError(f"global_batch_size {self.gbs} is not divisible by {n} replicas")
@@ -128,6 +132,8 @@ class Session:
             for step in range(self.start + 1, self.total + 1):
                 if self._is_sync(step) and not self.bare:
                     self._sync_point(step)
+                    if self.preempted is not None:
+                        break   # every worker saw the same flag, saved this step: exit together
                 else:
                     out = self.train_step(self.iterator)
                     if not self.bare:
@@ -150,7 +156,9 @@ class Session:
         if chief_writes:
             self.reporter.close()
             self.tb.close()
-        return {"task": self.task, "steps": self.total - self.start, "last_step": self.total,
+        last = self.preempted if self.preempted is not None else self.total
+        return {"task": self.task, "steps": last - self.start, "last_step": last,
+                "preempted": self.preempted,
                 "seconds": round(time.time() - t0, 3),
                 "steps_per_sec": round(timed / elapsed, 3) if elapsed > 0 and timed else None,
                 "cpu_ms_per_step": round(cpu * 1000, 3) if cpu else None, "bare": self.bare}
@@ -186,10 +194,12 @@ class Session:
             step_time = eps = math.nan
         self.t_sync, self.sync_step = now, step - 1
         pending = requests_dir.pending(self.run_dir) if self.cluster.is_chief else []
-        row = [self.cluster.task_index, prev_sum, prev_n, step_time, eps, 1.0 if pending else 0.0]
+        flag = preempt.FLAG if preempt.WATCH.pending else (1.0 if pending else 0.0)
+        row = [self.cluster.task_index, prev_sum, prev_n, step_time, eps, flag]
         rows = loop.step_and_gather(self.strategy, self.train_step_sync, self.iterator, row)
         folded = loop.per_task(rows, self.cluster.tasks)
         save_now = folded.pop("_save")
+        preempting = folded.pop("_preempt")
         global_loss = sum(v["loss"] for v in folded.values()) / len(folded)
         epoch, local = self._epoch(step), folded[self.task]["loss"]
         print(f"[{self.task}] step {step}/{self.total} epoch {epoch} loss {local:.5f} "
@@ -199,13 +209,19 @@ class Session:
         if self.cluster.is_chief:
             self._write_metrics(step, epoch, folded, global_loss)
         self.health.check(step, {t: v["loss"] for t, v in folded.items()}, self.versions)
+        if preempting:
+            preempt.WATCH.peer_flag()
         if self._save_due(step) or save_now:
             losses = {t: v["loss"] for t, v in folded.items()}
+            t_save = time.monotonic()
             path = self.ckpt.save(step, epoch, losses, global_loss)
-            print(f"[{self.task}] saved checkpoint {path}"
-                  f"{' (save-now request)' if save_now else ''}", flush=True)
+            why = " (preemption)" if preempting else " (save-now request)" if save_now else ""
+            print(f"[{self.task}] saved checkpoint {path}{why}", flush=True)
             if self.cluster.is_chief and save_now:
                 requests_dir.mark_done(pending, step)
+            if preempting:
+                preempt.WATCH.saved(step, time.monotonic() - t_save)
+                self.preempted = step
 
     def _write_metrics(self, step, epoch, folded, global_loss):
         now = time.time()

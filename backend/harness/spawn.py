@@ -119,7 +119,7 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
     """Start one task's supervisor detached, in a new session; it records the task's pid."""
     for sub in (layout.TASKS, layout.LOGS):
         os.makedirs(os.path.join(run, sub), exist_ok=True)
-    for suffix in ("json", "exit"):  # a relaunch (restart, resume) starts from a clean slate
+    for suffix in ("json", "exit", "preempted"):  # a relaunch (restart, resume) starts from a clean slate
         if os.path.exists(layout.task_file(run, task, suffix)):
             os.remove(layout.task_file(run, task, suffix))
     env = {str(k): str(v) for k, v in env.items()}

@@ -4,19 +4,20 @@ Runs on every host of a MultiWorkerMirroredStrategy job (TF_CONFIG from the envi
 ``log_every`` steps (and at every checkpoint step) all workers meet in one all_gather that carries
 each worker's local loss, step time, examples/s and the chief's save-now flag; the chief writes
 metrics.jsonl and TensorBoard from it. Exit 0 on success; on failure the last line starts with
-``HARNESS FAILED``.
+``HARNESS FAILED``. SIGTERM or SIGUSR2 (a preemption's warning): every worker saves the same step,
+then exits ``preempt.EXIT_CODE`` (75), the last line ``HARNESS PREEMPTED: saved at step N``.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, when imported too
 
 import jobs  # noqa: E402  (stdlib only)
+import preempt  # noqa: E402  (stdlib only)
 import stackdump  # noqa: E402  (stdlib only)
 import tfload  # noqa: E402  (stdlib only)
 
@@ -34,14 +35,14 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def _on_sigterm(signum, frame):
-    raise SystemExit(f"stopped by signal {signum}")
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     task = "?"
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    # From the start: a signal during start-up is kept and saved at the first step.
+    preempt.WATCH.configure(task=os.environ.get("TFCONSOLE_TASK") or "worker-0",
+                            run=os.path.abspath(args.run_dir), attempt=args.attempt,
+                            grace_s=preempt.DEFAULT_GRACE_S)
+    preempt.WATCH.install()
     # First thing: a worker hung anywhere (even in cluster start-up) can show its stack.
     stackdump.install(args.run_dir, os.environ.get("TFCONSOLE_TASK") or "worker-0")
     try:
@@ -51,12 +52,21 @@ def main(argv=None) -> int:
         import loop
         cluster = loop.cluster_from_env()
         task = cluster.task
+        preempt.WATCH.configure(task=task, run=os.path.abspath(args.run_dir), attempt=args.attempt,
+                                grace_s=float(params["preempt_grace_s"]))
         print(f"[{task}] harness start run={args.run_id} attempt={args.attempt} "
               f"params={params}", flush=True)
         import session
         summary = session.Session(args, job, params, cluster).run()
-        print(f"[{task}] HARNESS DONE {summary}", flush=True)
-        code = 0
+        if summary.get("preempted") is not None:
+            rec = preempt.WATCH.saved_record
+            print(f"[{task}] HARNESS PREEMPTED: saved at step {summary['preempted']} "
+                  f"({rec['seconds']:.1f} s after the signal, grace {rec['grace_s']:g} s) {summary}",
+                  flush=True)
+            code = preempt.EXIT_CODE
+        else:
+            print(f"[{task}] HARNESS DONE {summary}", flush=True)
+            code = 0
     except BaseException as exc:  # noqa: BLE001 - the last line must always say why
         traceback.print_exc()
         sys.stderr.flush()
