@@ -10,7 +10,7 @@ if str(ROOT) not in sys.path:   # `streamlit run console/app.py` puts only conso
 
 import streamlit as st  # noqa: E402
 
-from console.ui import auth, state  # noqa: E402
+from console.ui import auth, run_toast, state  # noqa: E402
 
 PAGES = ROOT / "pages"
 
@@ -24,6 +24,8 @@ if auth.gate():   # st.navigation runs this script on every rerun: nothing below
         st.Page(str(PAGES / "cluster.py"), title="Cluster", icon=":material/hub:", url_path="cluster"),
         st.Page(str(PAGES / "runs.py"), title="Runs", icon=":material/history:", url_path="runs"),
     ])
+    with st.sidebar:
+        run_toast.watch()   # a toast when the current run ends, fails or restarts, on any page
     if nav.url_path != "checkpoints":
         state.release_pending_restore()   # the operator left a Restore unanswered: no hold leaks
     nav.run()
