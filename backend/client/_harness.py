@@ -11,7 +11,7 @@ import os
 import sys
 
 _DEPS = {"layout": (), "ckpt_index": (), "report": ("layout",), "retention": ("ckpt_index",),
-         "requests_dir": ("ckpt_index", "layout")}
+         "requests_dir": ("ckpt_index", "layout"), "preempt": ("layout",)}
 _loaded: dict = {}
 
 

@@ -10,7 +10,9 @@ mean (docs/facts.md #2). Each worker's own loss comes from its loss tracker's lo
 an attempt's first step and at every checkpoint step, all workers meet in one ``all_gather`` of
 ``[task, loss, step_time, save_flag]`` (a tf.function called from the callback: about 3 % at
 5 ms steps with K=10, /work/shared/DESIGN.md); the chief writes every worker's line and, when a
-Save now is waiting, raises the flag so every worker saves at that same step.
+Save now is waiting, raises the flag so every worker saves at that same step. A preemption's
+signal (SIGTERM, or SIGUSR2 from Slurm's ``--signal``) raises the same flag to 2: every worker
+saves that step, fit stops, and the process exits 75 (harness/preempt.py).
 """
 from __future__ import annotations
 
@@ -91,8 +93,10 @@ def fold(rows: list, tasks: tuple) -> tuple[dict, dict, bool]:
 
 class _Hooks:
     def __init__(self, *, every: int = 10, checkpoint_every: int = 0, keep_checkpoints: int = 5,
-                 batch_size: int | None = None, save_at_epoch_end: bool = True) -> None:
+                 batch_size: int | None = None, save_at_epoch_end: bool = True,
+                 preempt_grace_s: float | None = None, exit_on_preempt: bool = True) -> None:
         super().__init__()
+        self.preempt_grace_s, self.exit_on_preempt = preempt_grace_s, exit_on_preempt
         self.every, self.checkpoint_every = max(1, int(every)), int(checkpoint_every)
         self.keep, self.batch_size = int(keep_checkpoints), batch_size
         self.save_at_epoch_end = save_at_epoch_end
@@ -121,6 +125,7 @@ class _Hooks:
         self.t_sync, self.sync_step = time.time(), self.step
         if self.ctx.is_chief:
             self._write_train_json()
+        self._preempt_begin()
 
     def _restore(self, step: int) -> None:
         opt = self.model.optimizer
@@ -225,9 +230,10 @@ class _Hooks:
         step_time = math.nan if first else (now - self.t_sync) / max(1, self.step - self.sync_step)
         self.t_sync, self.sync_step = now, self.step
         flag = 1.0 if reporting.should_save() else 0.0
-        row = [float(self.ctx.task_index), loss, step_time, flag]
+        row = [float(self.ctx.task_index), loss, step_time, self._preempt_flag(flag)]
         rows = self.gather(row) if self.gather else [row]
         losses, times, save_now = fold(rows, self.ctx.tasks)
+        preempting = self._preempting(rows)
         if self.ctx.is_chief:
             eps = {t: (self.batch_size / len(losses)) / s if self.batch_size and s and s > 0 else None
                    for t, s in times.items()}
@@ -240,6 +246,8 @@ class _Hooks:
                   f"{' (save-now request)' if save_now else ''}", flush=True)
             if save_now:
                 reporting.saved(self.step)
+            if preempting:
+                self._preempt_saved()
 
     def _assign_step(self) -> int:
         self.step_var.assign(self.step)
@@ -254,6 +262,48 @@ class _Hooks:
         if getattr(self, "resumed_epoch", False):
             self.model._initial_epoch = None   # a later fit() of the same model starts at 0
         reporting.close()
+        self._preempt_end()
+
+    # ---- preemption: save on the signal (harness/preempt.py) ----------------------------------
+    def _preempt_begin(self) -> None:
+        """Take SIGTERM and SIGUSR2 from TensorFlow's notifier, which only logs them
+        (docs/facts.md #10): the strategy exists by now, so this handler replaces its own."""
+        preempt = _harness.load("preempt", self.ctx.run_dir)
+        self.watch, self.preempted = preempt.Watch(), None
+        self.watch.configure(task=self.ctx.task, run=self.ctx.run_dir, attempt=self.ctx.attempt,
+                             grace_s=self.preempt_grace_s or preempt.DEFAULT_GRACE_S)
+        self.watch.install()
+
+    def _preempt_flag(self, flag: float) -> float:
+        return _harness.load("preempt").FLAG if self.watch.pending else flag
+
+    def _preempting(self, rows: list) -> bool:
+        return any(r[3] >= _harness.load("preempt").FLAG for r in rows)
+
+    def _preempt_saved(self) -> None:
+        self.watch.peer_flag()       # a worker that did not get the signal learnt it here
+        record = self.watch.saved(self.step, 0.0)
+        self.preempted = record
+        self.model.stop_training = True
+
+    def _preempt_end(self) -> None:
+        """Give the signals back; after a preemption, exit 75 instead of running the rest of the
+        script as if training had finished (its final save would hold an unfinished model)."""
+        watch = getattr(self, "watch", None)
+        if watch is None:
+            return
+        watch.uninstall()
+        record = self.preempted
+        if record is None:
+            return
+        print(f"[{self.ctx.task}] tfconsole PREEMPTED: saved at step {record['step']} "
+              f"({record['seconds']:.1f} s after the signal, grace {record['grace_s']:g} s)",
+              flush=True)
+        if self.exit_on_preempt:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # os._exit: TensorFlow's collective teardown at exit can hang (harness/train.py).
+            os._exit(_harness.load("preempt").EXIT_CODE)
 
 
 _classes: dict = {}
@@ -264,7 +314,9 @@ def Callback(**options):
 
     Options: ``every`` (gather and report every K steps, default 10), ``checkpoint_every``
     (also save every N steps; default 0: epoch ends and Save now only), ``keep_checkpoints``
-    (retention keeps the last N, default 5), ``batch_size`` (global batch, for examples/s).
+    (retention keeps the last N, default 5), ``batch_size`` (global batch, for examples/s),
+    ``preempt_grace_s`` (signal to saved, default 25 s), ``exit_on_preempt`` (default True: exit
+    75 once the signal's step is saved; False: fit only stops).
     """
     kmod = keras_module()
     cls = _classes.get(kmod.__name__)
