@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
-from backend.diagnosis import health
+from backend.diagnosis import data_checks, health
 from backend.diagnosis import stacks
 from backend.config.spec import RestartMode
 from console import figures
@@ -124,6 +124,15 @@ def health_error(live: LiveRun) -> str:
     """A NaN or Inf loss, the moment its metrics line arrives, with every worker's versions."""
     bad = dict(live.metrics.nonfinite)
     return health.nan_line(bad, live.task_versions()) if bad else ""
+
+
+def data_notes(live: LiveRun) -> tuple[str, list[str]]:
+    """(each worker's share of a step spent waiting for data, as a caption; warnings: workers
+    that are input-bound, workers that read the same data), from the streamed metrics."""
+    shares = live.metrics.input_wait()
+    warnings = data_checks.input_bound_lines(shares)
+    same = data_checks.same_data_line(live.metrics.same_data())
+    return data_checks.wait_caption(shares), warnings + ([same] if same else [])
 
 
 def gpu_rows(samples: dict[str, list]) -> list[dict]:

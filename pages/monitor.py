@@ -68,7 +68,12 @@ def live_panel() -> None:
     stall = monitor_view.stall_warning(live, now=time.time())
     if stall:
         st.warning(md_escape(stall))
+    waits, data_warnings = monitor_view.data_notes(live)
+    for line in data_warnings:
+        st.warning(md_escape(line))    # task names come from the job's metric lines
     live_chart(snap.loss, key="loss_chart")
+    if waits:
+        st.caption(md_escape(waits))
     a, b = st.columns(2)
     with a:
         live_chart(snap.step_time, key="step_time_chart", height=380)

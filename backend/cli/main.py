@@ -71,10 +71,11 @@ def cmd_status(a) -> int:
     from backend.runs.detached import KEEPER_LOG, keeper_pid
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
     statuses = run.settle() or run.status()   # settle: a run whose tasks all ended is recorded so
-    from backend.diagnosis import health
+    from backend.diagnosis import data_checks, health
     nan = health.status_line(run)
+    same_data = data_checks.status_line(run)
     if a.json:
-        print_json(status_json(run, statuses, health_line=nan))
+        print_json({**status_json(run, statuses, health_line=nan), "same_data": same_data or None})
         return 0
     print(f"run {run.run_id}: {run.shown_phase(statuses)}, attempt {run.state.attempt}")
     for s in statuses:
@@ -85,6 +86,8 @@ def cmd_status(a) -> int:
               f"{'ended: ' + str(t.reason) if t.ended else 'running'}")
     if nan:
         print(f"  {nan}")
+    if same_data:
+        print(f"  warning: {same_data}")
     if run.state.unreachable:
         print(f"  not stopped yet on: {', '.join(run.state.unreachable)} - run `stop {run.run_id}` again "
               "when they answer")

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 import layout
+import step_probe
 
-# Columns of the row every replica contributes to the sync all_gather.
-COLS = ("task_index", "loss", "step_time", "examples_per_sec", "save_flag")
+# Columns of the row every replica contributes at a sync step (gathered or all-reduced).
+COLS = ("task_index", "loss", "step_time", "examples_per_sec", "save_flag", "input_wait",
+        "first_batch")
 
 
 @dataclass(frozen=True)
@@ -62,14 +64,19 @@ def ensure_built(model, element_spec) -> None:
     model(dummy, training=False)
 
 
-def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int):
+def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int,
+                    wait_total=None):
     """Two tf.functions over the same step: ``train_step(iterator)`` returns this worker's
-    per-replica mean loss; ``train_step_sync(iterator, row)`` also all_gathers every replica's
-    metrics row in the same graph call, which saves a separate dispatch and collective round
-    at each sync point (measured in bench/harness.md).
+    per-replica mean loss; ``train_step_sync(iterator, row)`` also returns every replica's
+    metrics row, carried by the step's own gradient all-reduce where the optimizer allows it
+    (step_probe.can_fold), else by an all_gather in the same graph call (measured in
+    bench/harness.md). ``wait_total``: a step_probe.wait_counter() that sums the seconds spent
+    in ``next(iterator)``; None (the bare loop) times nothing.
     """
+    fold = step_probe.can_fold(optimizer)
+    replicas = strategy.num_replicas_in_sync
 
-    def replica_step(batch):
+    def forward_backward(batch):
         features, labels = batch
         with tf.GradientTape() as tape:
             predictions = model(features, training=True)
@@ -78,28 +85,44 @@ def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
             if model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-        grads = tape.gradient(loss, model.trainable_variables)
+        return tf.reduce_mean(per_example), tape.gradient(loss, model.trainable_variables)
+
+    def replica_step(batch):
+        local, grads = forward_backward(batch)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return tf.reduce_mean(per_example)
+        return local
 
     def replica_step_sync(batch, row):
         # row = [task_index, sum and count of this worker's losses since the last sync,
-        #        step_time, examples_per_sec, save_flag]; this step's loss joins the mean here.
-        local = replica_step(batch)
+        #        step_time, examples_per_sec, save_flag, input_wait, hash_first_batch];
+        # this step's loss joins the mean here.
+        local, grads = forward_backward(batch)
         mean_loss = (row[1] + local) / (row[2] + 1.0)
-        out = tf.stack([row[0], mean_loss, row[3], row[4], row[5]])
-        # all_gather in the replica context: all_reduce of a tensor passed in from outside
-        # failed ("destinations can not be empty"), docs/facts.md #3.
+        out = tf.stack([row[0], mean_loss, row[3], row[4], row[5], row[6],
+                        step_probe.maybe_fingerprint(row[7], batch)])
         ctx = tf.distribute.get_replica_context()
-        return ctx.all_gather(tf.reshape(out, [1, len(COLS)]), axis=0)
+        pairs = [(g, v) for g, v in zip(grads, model.trainable_variables) if g is not None]
+        if not fold:
+            optimizer.apply_gradients(pairs)
+            # all_reduce of a tensor passed in from outside failed ("destinations can not be
+            # empty", docs/facts.md #3); all_gather in the replica context works.
+            return ctx.all_gather(tf.reshape(out, [1, len(COLS)]), axis=0)
+        # One all-reduce for the gradients and the rows (step_probe's docstring); the optimizer
+        # is told, while this is traced, that its gradients are summed already.
+        summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                [g for g, _ in pairs] + [step_probe.own_row_matrix(out, replicas)])
+        optimizer.apply_gradients(zip(summed[:-1], [v for _, v in pairs]))
+        return summed[-1]
 
     @tf.function
     def train_step(iterator):
-        return strategy.run(replica_step, args=(next(iterator),))
+        return strategy.run(replica_step, args=(step_probe.timed_next(iterator, wait_total),))
 
     @tf.function
     def train_step_sync(iterator, row):
-        return strategy.run(replica_step_sync, args=(next(iterator), row))
+        batch = step_probe.timed_next(iterator, wait_total)
+        with step_probe.presummed(optimizer, fold):
+            return strategy.run(replica_step_sync, args=(batch, row))
 
     return train_step, train_step_sync
 
@@ -133,6 +156,8 @@ def per_task(rows: list[dict], tasks: tuple) -> dict:
             "loss": sum(i["loss"] for i in items) / n,
             "step_time": max(i["step_time"] for i in items),
             "examples_per_sec": sum(i["examples_per_sec"] for i in items) / n,
+            "input_wait": max(i.get("input_wait", float("nan")) for i in items),
+            "first_batch": [i.get("first_batch", step_probe.NO_FP) for i in items],
         }
     out["_save"] = any(r["save_flag"] > 0 for r in rows)
     # A worker that got a preemption signal raises the flag to preempt.FLAG (2): save and exit.

@@ -29,7 +29,8 @@ class MetricsReporter:
         self._fh = open(self.path, "a", buffering=1)
 
     def log(self, task: str, step: int, epoch: int, loss: float, global_loss: float,
-            step_time: float, examples_per_sec: float, *, now: float | None = None) -> dict:
+            step_time: float, examples_per_sec: float, *, now: float | None = None,
+            input_wait: float | None = None, first_batch: float | None = None) -> dict:
         line = {
             "run_id": self.run_id, "attempt": self.attempt, "task": task,
             "step": int(step), "epoch": int(epoch),
@@ -37,6 +38,12 @@ class MetricsReporter:
             "loss": float(loss), "global_loss": float(global_loss),
             "step_time": _finite(step_time), "examples_per_sec": _finite(examples_per_sec),
         }
+        # The harness's own measurements (step_probe): the share of the window this worker
+        # waited for its input, and at an attempt's first step a hash of its first batch.
+        if input_wait is not None and math.isfinite(input_wait):
+            line["input_wait"] = round(float(input_wait), 4)
+        if first_batch is not None:
+            line["first_batch"] = int(first_batch)
         self._fh.write(json.dumps(line) + "\n")
         self._fh.flush()
         return line

@@ -19,6 +19,7 @@ import report
 import requests_dir
 import retention
 import startup
+import step_probe
 import tb
 
 
@@ -72,8 +73,12 @@ class Session:
             os.makedirs(os.path.join(self.run_dir, layout.TASKS), exist_ok=True)
             ckpt_index.write_json_atomic(layout.task_file(self.run_dir, self.task, "resumed"), {
                 "attempt": self.args.attempt, "step": self.start, "time": time.time()})
+        # The bare loop (bench/harness_overhead.py) times nothing: it is the yardstick.
+        self.wait_total = None if self.bare else step_probe.wait_counter()
+        self.waited_s = 0.0
         self.train_step, self.train_step_sync = loop.make_train_step(
-            self.strategy, self.model, self.optimizer, self.job.loss_fn, self.gbs)
+            self.strategy, self.model, self.optimizer, self.job.loss_fn, self.gbs,
+            wait_total=self.wait_total)
 
     def _resume_step(self) -> int:
         if self.args.resume_step is not None:
@@ -95,7 +100,8 @@ class Session:
             ds = self.job.make_dataset(ctx, per_replica, seed if skip else seed + start)
             # "skip" replays the stream to where the run stopped: a resumed run sees the same
             # batches as an uninterrupted one. Costs one pass over `start` batches.
-            return ds.skip(start) if (skip and start) else ds
+            ds = ds.skip(start) if (skip and start) else ds
+            return step_probe.endless(ds, self.total - start, ctx)
 
         return self.strategy.distribute_datasets_from_function(fn)
 
@@ -192,10 +198,12 @@ class Session:
             eps = (self.gbs / len(self.cluster.tasks)) / step_time if step_time > 0 else 0.0
         else:   # an attempt's first step: no step has run yet to time (written as null)
             step_time = eps = math.nan
+        wait = self._input_wait(now - self.t_sync if done else 0.0)
         self.t_sync, self.sync_step = now, step - 1
         pending = requests_dir.pending(self.run_dir) if self.cluster.is_chief else []
         flag = preempt.FLAG if preempt.WATCH.pending else (1.0 if pending else 0.0)
-        row = [self.cluster.task_index, prev_sum, prev_n, step_time, eps, flag]
+        first = 1.0 if step == self.start + 1 else 0.0   # hash the attempt's first batch
+        row = [self.cluster.task_index, prev_sum, prev_n, step_time, eps, flag, wait, first]
         rows = loop.step_and_gather(self.strategy, self.train_step_sync, self.iterator, row)
         folded = loop.per_task(rows, self.cluster.tasks)
         save_now = folded.pop("_save")
@@ -206,6 +214,8 @@ class Session:
               f"global_loss {global_loss:.5f} " + (f"{step_time * 1000:.1f} ms/step {eps:.0f} ex/s"
                                                    if done else "(first step)"),
               flush=True)
+        if first:
+            self._check_same_data(step, folded)
         if self.cluster.is_chief:
             self._write_metrics(step, epoch, folded, global_loss)
         self.health.check(step, {t: v["loss"] for t, v in folded.items()}, self.versions)
@@ -229,9 +239,42 @@ class Session:
             v = folded.get(task)
             if v:
                 self.reporter.log(task, step, epoch, v["loss"], global_loss, v["step_time"],
-                                  v["examples_per_sec"], now=now)
+                                  v["examples_per_sec"], now=now, input_wait=v["input_wait"],
+                                  first_batch=_first_hash(v["first_batch"]))
         values = [global_loss]
         for task in self.cluster.tasks:
             v = folded.get(task, {"loss": float("nan"), "step_time": float("nan")})
             values += [v["loss"], v["step_time"]]
         self.tb.write(step, values)
+
+    # ---- what the sync point learns besides the loss (step_probe) ----------------------------
+    def _input_wait(self, window_s: float) -> float:
+        """Share of the window since the last sync point this worker spent in next(iterator).
+        One read of a host variable per sync point, none per step."""
+        total = float(self.wait_total.numpy())
+        waited, self.waited_s = total - self.waited_s, total
+        return step_probe.wait_share(waited, window_s)
+
+    def _check_same_data(self, step: int, folded: dict) -> None:
+        """Every worker sees every first-batch hash: each says so in its log, and the chief
+        writes data_check.json for ``status`` (Monitor reads the hashes from the metrics)."""
+        groups = step_probe.same_data_groups({t: v["first_batch"] for t, v in folded.items()})
+        path = os.path.join(self.run_dir, step_probe.DATA_CHECK)
+        if not groups:
+            if self.cluster.is_chief and os.path.exists(path):
+                os.remove(path)   # an earlier attempt's finding; this attempt's data differs
+            return
+        names = "; ".join(", ".join(g) for g in groups)
+        print(f"[{self.task}] SAME DATA: the first batches of {names} are identical: shard the "
+              "dataset by input_context (ctx.shard / input_pipeline_id) or set "
+              "options.experimental_distribute.auto_shard_policy", flush=True)
+        if self.cluster.is_chief:
+            ckpt_index.write_json_atomic(path, {
+                "attempt": self.args.attempt, "step": step, "same_data": groups,
+                "time": time.time()})
+
+
+def _first_hash(values: list) -> float | None:
+    """The first replica's batch hash for the metrics line; None where none was taken."""
+    taken = [v for v in values if v != step_probe.NO_FP]
+    return taken[0] if taken else None

@@ -16,7 +16,8 @@ from backend.watch.metrics import records_to_columns
 
 ARROW_MIN_LINES = 5000   # below this, pyarrow's fixed cost outweighs its speed
 _SCAN = json.JSONDecoder().scan_once
-_FLOATS = ("time", "loss", "global_loss", "step_time", "examples_per_sec")
+_FLOATS = ("time", "loss", "global_loss", "step_time", "examples_per_sec", "input_wait",
+           "first_batch")
 
 
 def parse_metric_block(data: bytes) -> tuple[dict, int]:

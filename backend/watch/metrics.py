@@ -140,7 +140,11 @@ class _Task:
 
 
 _NO_STEP = -(2 ** 62)
-_FLOAT_IN = ("time", "loss", "global_loss", "step_time", "examples_per_sec")
+# input_wait and first_batch: the harness's input measurements (harness/step_probe.py), kept
+# per task as small summaries (``input_wait``, ``same_data``), not as series.
+_FLOAT_IN = ("time", "loss", "global_loss", "step_time", "examples_per_sec", "input_wait",
+             "first_batch")
+WAIT_WINDOW = 5   # input_wait: the mean of a task's last few sync points (a steady figure)
 
 
 def _num(value) -> float:
@@ -190,6 +194,8 @@ class MetricsStore:
         self.rejected = 0       # records without a task name or an integer step
         self.version = 0        # bumps on every change: a cheap "redraw needed?" check
         self.nonfinite: dict[str, tuple[int, float]] = {}   # task -> first NaN/Inf loss (step, value)
+        self._waits: dict[str, list[float]] = {}      # task -> its last WAIT_WINDOW input_wait shares
+        self._first: dict[str, tuple[int, float]] = {}   # task -> (attempt, hash of its first batch)
         self.dropped_names = 0  # lines of task names past the first MAX_TASKS
         self.dropped_long = 0   # lines whose task name is longer than MAX_TASK_NAME
 
@@ -230,6 +236,7 @@ class MetricsStore:
                     continue
                 kept += t.add(attempt[rows], {f: cols[f][rows] for f in FIELDS})
                 self._check_finite(name, cols["step"][rows], cols["loss"][rows])
+                self._note_input(name, attempt[rows], cols, rows)
             g = np.flatnonzero(~np.isnan(cols["global_loss"]) & accepted)
             self._global.add(attempt[g], {"step": cols["step"][g], "time": cols["time"][g],
                                           "loss": cols["global_loss"][g]})
@@ -273,6 +280,40 @@ class MetricsStore:
             return
         i = int(np.flatnonzero(~np.isfinite(loss))[0])
         self.nonfinite[task] = (int(steps[i]), float(loss[i]))
+
+    def _note_input(self, task: str, attempt: np.ndarray, cols: Mapping, rows: np.ndarray) -> None:
+        """Keep the task's recent input-wait shares and its newest attempt's first-batch hash."""
+        wait = cols.get("input_wait")
+        if wait is not None:
+            recent = wait[rows][np.isfinite(wait[rows])]
+            if len(recent):
+                self._waits[task] = (self._waits.get(task, []) + recent[-WAIT_WINDOW:].tolist())[-WAIT_WINDOW:]
+        first = cols.get("first_batch")
+        if first is not None:
+            hashed = np.flatnonzero(np.isfinite(first[rows]))
+            if len(hashed):
+                i = hashed[-1]
+                if int(attempt[i]) >= self._first.get(task, (-1, 0.0))[0]:
+                    self._first[task] = (int(attempt[i]), float(first[rows][i]))
+
+    def input_wait(self) -> dict[str, float]:
+        """Task -> share of each step it waits for data (mean of its last few sync points)."""
+        with self._lock:
+            waits = {t: sum(v) / len(v) for t, v in self._waits.items() if v}
+        return {t: waits[t] for t in sorted(waits, key=_task_order)}
+
+    def same_data(self) -> list[list[str]]:
+        """Groups of tasks whose newest attempt's first batches hashed alike ([] when none)."""
+        with self._lock:
+            first = dict(self._first)
+        if not first:
+            return []
+        newest = max(a for a, _ in first.values())
+        by_hash: dict[float, list[str]] = {}
+        for task, (attempt, value) in first.items():
+            if attempt == newest:
+                by_hash.setdefault(value, []).append(task)
+        return sorted(sorted(g, key=_task_order) for g in by_hash.values() if len(g) > 1)
 
     def tasks(self) -> list[str]:
         with self._lock:
