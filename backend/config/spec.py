@@ -92,6 +92,7 @@ _RESTART_FIELDS = {
     "backoff_s": (parse_seconds, 5.0),
     "stall_timeout_s": (parse_seconds, 300.0),
     "unreachable_grace_s": (parse_seconds, 120.0),
+    "max_preemptions": (parse_count, 10),   # resumes after a preemption's save: not failures
 }
 
 
@@ -162,6 +163,7 @@ class RestartPolicy:
     backoff_s: float = 5.0
     stall_timeout_s: float = 300.0  # no progress for this long counts as a failure
     unreachable_grace_s: float = 120.0  # a host that does not answer this long counts as failed
+    max_preemptions: int = 10  # a run preempted more often than this ends failed (a loop guard)
 
     def __post_init__(self) -> None:
         _init_from_table(self, _RESTART_FIELDS)

@@ -18,10 +18,11 @@ from backend.hosts import remote
 from backend.engines.base import Engine, StopReport
 from backend.engines import engine_for, tasks_view
 from backend.errors import ConsoleError, MultiHostError, RunError
-from backend.harness import layout
+from backend.harness import layout, preempt
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
-from backend.runs.outcome import Conclusion, TaskStatus, Verdict, conclude, shown_phase
+from backend.runs.outcome import (Conclusion, TaskStatus, Verdict, conclude, preempted_reason,
+                                  shown_phase)
 from backend.runs.store import Phase, RunState, RunStore, TaskState
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
@@ -154,7 +155,7 @@ class Run:
         found = conclude(statuses)
         if found.verdict == Verdict.FAILED and not found.all_ended:
             self._stop_survivors(found)
-        elif found.verdict in (Verdict.FINISHED, Verdict.FAILED):
+        elif found.verdict in (Verdict.FINISHED, Verdict.FAILED, Verdict.PREEMPTED):
             self.conclude_attempt(found, expect=Phase.RUNNING)
         return statuses
 
@@ -180,12 +181,30 @@ class Run:
         return None
 
     def conclude_attempt(self, found: Conclusion, *, expect: Phase, last_step: int | None = None) -> bool:
-        """Record a finished or failed attempt, only if the run is still in phase ``expect``."""
+        """Record a finished or failed attempt, only if the run is still in phase ``expect``.
+        A preempted one (no keeper to resume it) ends ``stopped`` at its saved step: Restore
+        offers that step first."""
+        if found.verdict == Verdict.PREEMPTED:
+            reason, saved = self.preemption()
+            self.mirror_logs()
+            return self.move(Phase.STOPPED, when=(expect,), reason=reason, last_step=saved)
         phase = Phase.FINISHED if found.verdict == Verdict.FINISHED else Phase.FAILED
         if last_step is None:
             last_step = self.last_step()
         self.mirror_logs()
         return self.move(phase, when=(expect,), reason=found.reason, last_step=last_step)
+
+    def preemption(self) -> tuple[str, int | None]:
+        """The attempt's reason and saved step after a preemption, from the chief's record."""
+        chief = self.state.chief.name
+        try:
+            data = remote.read_file(self.remote(chief), layout.task_file("", chief, preempt.SUFFIX))
+            record = json.loads(data) if data else None
+        except (ConsoleError, ValueError):
+            record = None
+        if record and record.get("attempt") not in (None, self.state.attempt):
+            record = None   # an older attempt's record
+        return preempted_reason(record), (int(record["step"]) if record else self.last_step())
 
     def _stop_survivors(self, found: Conclusion) -> None:
         """A task failed while others still run: they can only abort or hang, so stop them."""

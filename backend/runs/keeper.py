@@ -43,7 +43,8 @@ from backend.hosts.ssh import SSHOptions
 from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, POLL_S, keeper_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
-from backend.runs.outcome import Conclusion, LifeWatch, Signs, Verdict, conclude, stall_reason
+from backend.runs.outcome import (PREEMPTED, Conclusion, LifeWatch, Signs, Verdict, conclude,
+                                  stall_reason)
 from backend.runs.handle import Run
 from backend.runs.store import Phase, RunStore
 
@@ -169,6 +170,8 @@ class Keeper:
             self._read_progress(run)
             run.conclude_attempt(found, expect=Phase.RUNNING, last_step=self.progress.last_step)
             return None if run.reload().live else run.state.phase
+        if found.verdict == Verdict.PREEMPTED:
+            return self._preempted(run)
         reason = self._failure(run, found)
         return self._recover(run, reason) if reason else None
 
@@ -264,6 +267,15 @@ class Keeper:
             return self._give_up(run, reason, why="no restart can cure this failure")
         return None   # the next poll sees `restarting` and starts the next attempt
 
+    def _preempted(self, run: Run) -> Phase | None:
+        """Every task saved one step and exited on a preemption signal: resume from it. Not a
+        failure: it counts against max_preemptions, not max_restarts."""
+        reason, saved = run.preemption()
+        self.log(f"attempt {run.state.attempt} {reason}")
+        if not run.move(Phase.RESTARTING, when=(Phase.RUNNING,), reason=reason, last_step=saved):
+            return None
+        return None if self._stop_all(run) else Phase.STOPPING
+
     def _stop_all(self, run: Run) -> bool:
         """Stop the failed attempt's tasks, retrying an unreachable host within its grace."""
         deadline = time.time() + run.job.restart.unreachable_grace_s
@@ -284,8 +296,13 @@ class Keeper:
     def _restart(self, run: Run) -> Phase | None:
         """Start the next attempt from the common checkpoint, or give up after max_restarts."""
         reason = (run.state.attempts[-1].reason if run.state.attempts else None) or "failed"
-        if len(run.state.attempts) - 1 >= run.job.restart.max_restarts:
-            return self._give_up(run, reason, why=f"gave up after {run.job.restart.max_restarts} restart(s)")
+        policy = run.job.restart
+        preemptions = sum(1 for a in run.state.attempts if (a.reason or "").startswith(PREEMPTED))
+        if reason.startswith(PREEMPTED):
+            if preemptions > policy.max_preemptions:
+                return self._give_up(run, reason, why=f"gave up after {policy.max_preemptions} preemption(s)")
+        elif len(run.state.attempts) - preemptions - 1 >= policy.max_restarts:
+            return self._give_up(run, reason, why=f"gave up after {policy.max_restarts} restart(s)")
         time.sleep(run.job.restart.backoff_s)
         step = common_checkpoint(run)   # a host that does not answer raises: next poll retries
         self.log(f"starting attempt {run.state.attempt + 1} from "

@@ -9,6 +9,9 @@ import enum
 from dataclasses import dataclass, field
 
 from backend.diagnosis import diagnose
+from backend.harness import preempt
+
+PREEMPTED = "preempted"   # an attempt's reason starts so: every task saved and exited on a signal
 
 
 class TaskPhase(enum.StrEnum):
@@ -36,8 +39,14 @@ class TaskStatus:
         return f"exited({self.exit_code})" if self.state == TaskPhase.EXITED else str(self.state)
 
     @property
+    def preempted(self) -> bool:
+        """Exited on a preemption signal after saving its step (harness/preempt.py)."""
+        return self.state == TaskPhase.EXITED and self.exit_code == preempt.EXIT_CODE
+
+    @property
     def failed(self) -> bool:
-        return self.state == TaskPhase.LOST or (self.state == TaskPhase.EXITED and self.exit_code != 0)
+        return self.state == TaskPhase.LOST or (self.state == TaskPhase.EXITED
+                                                and self.exit_code not in (0, preempt.EXIT_CODE))
 
     @property
     def succeeded(self) -> bool:
@@ -57,6 +66,7 @@ class Verdict(enum.StrEnum):
     FINISHED = "finished"    # every task exited 0
     FAILED = "failed"        # a task exited non-zero or vanished: the attempt cannot succeed
     UNKNOWN = "unknown"      # nothing failed that we can see, but a host did not answer
+    PREEMPTED = "preempted"  # every task ended, and they saved and exited on a preemption signal
 
 
 @dataclass(frozen=True)
@@ -90,9 +100,23 @@ def conclude(statuses: list[TaskStatus]) -> Conclusion:
     if unreachable:
         return Conclusion(Verdict.UNKNOWN, "no answer from " + ", ".join(
             f"{s.name} ({s.host})" for s in statuses if s.state == TaskPhase.UNREACHABLE), unreachable)
+    if ended and any(s.preempted for s in statuses):
+        return Conclusion(Verdict.PREEMPTED, PREEMPTED, (), True)
     if ended:
         return Conclusion(Verdict.FINISHED, "finished", (), True)
     return Conclusion(Verdict.GOING)
+
+
+def preempted_reason(record: dict | None) -> str:
+    """An attempt's reason after a preemption: the step every worker saved (the chief's
+    ``tasks/<task>.preempted``), the signal, and whether it fitted the grace time."""
+    if not record:
+        return f"{PREEMPTED}: saved (step unknown: no record from the chief)"
+    late = "" if record.get("within_grace", True) else \
+        f", over the grace of {record.get('grace_s'):g} s"
+    sig = record.get("signal") or "a peer's signal"
+    return (f"{PREEMPTED}: saved at step {record['step']} ({sig}, "
+            f"{record.get('seconds', 0):.1f} s after the signal{late})")
 
 
 def failure_reason(bad: list[TaskStatus]) -> str:

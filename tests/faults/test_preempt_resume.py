@@ -1,0 +1,41 @@
+"""SIGTERM to one worker of an on_failure run (issue 29 item 3): both workers save the same step,
+the keeper takes it as a preemption (not a failure) and attempt 2 resumes from exactly that step;
+nothing is lost and the run's history says so."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from backend.runs import launcher
+from tests.faults.conftest import (_local, assert_nothing_left, harness_job, metrics, wait_for,
+                                   wait_phase)
+
+pytestmark = pytest.mark.slow
+
+
+def test_sigterm_to_one_worker_resumes_from_the_saved_step(local_cluster, store):
+    # max_restarts=0: a preemption must not count as a failure, or this run would end failed.
+    job = harness_job(max_restarts=0, backoff_s=0.5, steps_per_epoch=2000, checkpoint_every=0,
+                      log_every=10, pace_s=0.005)
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    wait_for(lambda: any(r["step"] >= 30 for r in metrics(run)), 150, "step 30")
+    info = json.loads(Path(_local(run.task("worker-1").remote_run_dir), "tasks",
+                           "worker-1.json").read_text())
+    os.kill(info["pid"], signal.SIGTERM)
+    state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 300)
+    assert state.phase == "finished", state
+    first, second = state.attempts[0], state.attempts[1]
+    assert len(state.attempts) == 2, state.attempts
+    assert first.reason.startswith("preempted: saved at step "), first.reason
+    saved = int(first.reason.split("saved at step ")[1].split()[0])
+    assert first.last_step == saved and second.resume_step == saved, state.attempts
+    rows = metrics(run)
+    ran = max(r["step"] for r in rows if r["attempt"] == first.number)
+    assert ran == saved                                   # not one step run and lost
+    assert min(r["step"] for r in rows if r["attempt"] == second.number) == saved + 1
+    assert second.last_step == 2000
+    assert_nothing_left(run, store)
