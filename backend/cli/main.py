@@ -165,7 +165,11 @@ def cmd_stop(a) -> int:
     if not run.reload().live:
         print(f"run {run.run_id} is already {run.state.phase}: nothing to stop")
         return 0
-    report = run.stop(grace_s=a.grace)
+    report = run.stop(grace_s=a.grace, save=a.save, save_grace_s=a.save_grace)
+    if a.save:
+        print(f"saved step {run.saved_step} on every worker: restore {run.run_id} --step {run.saved_step}"
+              if run.saved_step is not None else
+              f"no step saved within {a.save_grace:g} s: the newest earlier checkpoint stays usable")
     killed = f" (killed after {a.grace:g} s: {', '.join(report.killed)})" if report.killed else ""
     print(f"stopped {run.run_id}: no process left on any host{killed}")
     return 0
@@ -282,6 +286,10 @@ def parser() -> argparse.ArgumentParser:
     s = add("stop", cmd_stop, "stop every task (TERM, then KILL) and check nothing is left")
     s.add_argument("run"); s.add_argument("--grace", type=float, default=1.0,
                                           help="seconds between INT/TERM and KILL for tasks still alive")
+    s.add_argument("--save", action="store_true",
+                   help="first every worker saves one step (a checkpoint Restore offers first), then stops")
+    s.add_argument("--save-grace", type=float, default=60.0,
+                   help="seconds to wait for that save before the plain stop goes on")
     s = add("keep", cmd_keep, "watch a run and restart it on failure (launch starts this detached)")
     s.add_argument("run"); s.add_argument("--poll", type=float, default=1.0, help="seconds between checks")
     s.add_argument("--ssh-options", help="SSHOptions as JSON (launch passes its own)")

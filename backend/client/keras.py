@@ -275,6 +275,9 @@ class _Hooks:
         self.watch.install()
 
     def _preempt_flag(self, flag: float) -> float:
+        # stop --save leaves a save-stop-* request: the chief takes it as a signal
+        if flag and _harness.load("requests_dir").stop_requested(reporting._state["seen"]):
+            self.watch.request("stop --save")
         return _harness.load("preempt").FLAG if self.watch.pending else flag
 
     def _preempting(self, rows: list) -> bool:

@@ -29,6 +29,7 @@ import sys
 import time
 
 import layout
+import requests_dir
 import retention
 import spawn
 import stackdump
@@ -148,7 +149,8 @@ def cmd_request_save(a) -> dict:
     """Leave a save-now request for the chief (``requests_dir.py``); written whole, then renamed."""
     folder = os.path.join(a.run, layout.REQUESTS)
     os.makedirs(folder, exist_ok=True)
-    name = f"save-{int(time.time() * 1000)}-{os.getpid()}.json"
+    kind = requests_dir.STOP if a.stop else "save-"   # save-stop-: save, then every worker exits
+    name = f"{kind}{int(time.time() * 1000)}-{os.getpid()}.json"
     tmp = os.path.join(folder, f".{name}.tmp")   # not save-*.json: the chief ignores it
     with open(tmp, "w") as fh:
         fh.write("{}")
@@ -334,7 +336,8 @@ def parser() -> argparse.ArgumentParser:
     add("progress", cmd_progress, "size and last line of metrics.jsonl")
     add("liveness", cmd_liveness, "each task's processes, CPU seconds and log size").add_argument(
         "--task", action="append", required=True)
-    add("request-save", cmd_request_save, "ask the chief to save at its next sync point")
+    add("request-save", cmd_request_save, "ask the chief to save at its next sync point").add_argument(
+        "--stop", action="store_true", help="then every worker exits (preempt.EXIT_CODE)")
     add("save-done", cmd_save_done, "the step a save request was saved at").add_argument("--name", required=True)
     add("exports", cmd_exports, "finished exports' result.json")
     add("follow", cmd_follow, "a file's bytes as they are written (a stream, like tail -F)").add_argument(

@@ -57,6 +57,7 @@ class Watch:
         self.old: dict = {}
         self._timer: threading.Timer | None = None
         self.saved_record: dict | None = None
+        self.why: str | None = None        # what started it when no signal did (a stop request)
 
     def configure(self, *, task: str, run: str, attempt: int, grace_s: float) -> None:
         self.task, self.run, self.attempt, self.grace_s = task, run, attempt, float(grace_s)
@@ -82,6 +83,12 @@ class Watch:
             return   # Slurm may send TERM after its USR2 warning: one save is enough
         self.signum = signum
         self._start(f"got {signal.Signals(signum).name}")
+
+    def request(self, what: str) -> None:
+        """A stop that saves first (a ``save-stop-*`` request): the same path as a signal."""
+        if self.at is None:
+            self.why = what
+            self._start(what)
 
     def peer_flag(self) -> None:
         """Another worker got the signal: this one learnt it from the sync gather."""
@@ -111,7 +118,7 @@ class Watch:
         self._cancel()
         elapsed = time.monotonic() - self.at if self.at is not None else 0.0
         record = {"step": int(step), "attempt": self.attempt, "task": self.task,
-                  "signal": signal.Signals(self.signum).name if self.signum else None,
+                  "signal": signal.Signals(self.signum).name if self.signum else self.why,
                   "seconds": round(elapsed, 3), "save_s": round(save_s, 3),
                   "grace_s": self.grace_s, "within_grace": elapsed <= self.grace_s,
                   "time": time.time()}

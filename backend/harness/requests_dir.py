@@ -28,6 +28,13 @@ def pending(run_dir: str) -> list[str]:
                   if n.startswith("save-") and n.endswith(".json"))
 
 
+STOP = "save-stop-"   # a save request that also stops the run (stop --save): preempt.py's path
+
+
+def stop_requested(requests: list[str]) -> bool:
+    return any(os.path.basename(r).startswith(STOP) for r in requests)
+
+
 def done_path(request: str) -> str:
     return request[: -len(".json")] + ".done"
 

@@ -201,6 +201,8 @@ class Session:
         wait = self._input_wait(now - self.t_sync if done else 0.0)
         self.t_sync, self.sync_step = now, step - 1
         pending = requests_dir.pending(self.run_dir) if self.cluster.is_chief else []
+        if requests_dir.stop_requested(pending):
+            preempt.WATCH.request("stop --save")
         flag = preempt.FLAG if preempt.WATCH.pending else (1.0 if pending else 0.0)
         first = 1.0 if step == self.start + 1 else 0.0   # hash the attempt's first batch
         row = [self.cluster.task_index, prev_sum, prev_n, step_time, eps, flag, wait, first]

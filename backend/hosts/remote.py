@@ -275,9 +275,10 @@ def liveness(h: Host, tasks: list[str]) -> dict[str, Liveness]:
     return {name: Liveness.of(answer.get(name) or {}) for name in tasks}
 
 
-def request_save(h: Host) -> str:
-    """Leave a save-now request for the chief; returns its name (for ``saved_step``)."""
-    return str(_call(h, "request-save", timeout=30)["name"])
+def request_save(h: Host, *, stop: bool = False) -> str:
+    """Leave a save-now request for the chief; returns its name (for ``saved_step``). ``stop``:
+    every worker exits once the step is saved (``stop --save``)."""
+    return str(_call(h, "request-save", *(["--stop"] if stop else []), timeout=30)["name"])
 
 
 def saved_step(h: Host, name: str) -> int | None:

@@ -21,8 +21,8 @@ from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.harness import layout, preempt
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
-from backend.runs.outcome import (Conclusion, TaskStatus, Verdict, conclude, preempted_reason,
-                                  shown_phase)
+from backend.runs.outcome import (Conclusion, TaskPhase, TaskStatus, Verdict, conclude,
+                                  preempted_reason, shown_phase)
 from backend.runs.store import Phase, RunState, RunStore, TaskState
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
@@ -30,6 +30,9 @@ SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (doc
 # A user's stop: INT and TERM, KILL this long after for what still lives. Healthy TensorFlow
 # workers do not end on them within seconds (docs/facts.md #10), so a longer wait only delays it.
 STOP_GRACE_S = 1.0
+# stop --save: how long to wait for every worker to save its step and exit (the next sync point,
+# the save itself) before the plain stop goes on; the previous checkpoint stays usable.
+SAVE_GRACE_S = 60.0
 
 
 class Run:
@@ -213,16 +216,25 @@ class Run:
             self.conclude_attempt(found, expect=Phase.RUNNING)
 
     # -- acting -------------------------------------------------------------------------
-    def stop(self, *, grace_s: float = STOP_GRACE_S, reason: str = "stopped") -> StopReport:
+    def stop(self, *, grace_s: float = STOP_GRACE_S, reason: str = "stopped", save: bool = False,
+             save_grace_s: float = SAVE_GRACE_S) -> StopReport:
         """Stop every task and check that nothing is left; raise naming the hosts that remain.
 
         The run is ``stopping`` first (a keeper that sees it yields), then ``stopped``; if a host
         could not be reached or still holds a process, it stays ``stopping`` and Stop stays offered.
+        ``save``: first every worker saves one step and exits (as on a preemption signal); the
+        attempt's reason and last step say which step (``saved_step``), Restore lists it first.
         """
         self.move(Phase.STOPPING, when=lambda state: state.live)
+        self.saved_step = None
+        if save:
+            self.saved_step = self._save_then_exit(save_grace_s)
+            reason = (f"stopped: saved at step {self.saved_step} on every worker"
+                      if self.saved_step is not None else
+                      f"stopped: no save within {save_grace_s:g} s (the previous checkpoint stays usable)")
         report = self.engine.stop(self, grace_s=grace_s)
         self.mirror_logs()
-        last_step = self.last_step()
+        last_step = self.saved_step if self.saved_step is not None else self.last_step()
 
         def left_behind(state: RunState) -> None:   # written whether or not the run ends stopped
             state.unreachable = sorted(report.errors)
@@ -235,6 +247,26 @@ class Run:
             raise MultiHostError("stop", report.errors,
                                  "The run stays 'stopping': when those hosts answer again, run stop again.")
         return report
+
+    def _save_then_exit(self, within_s: float) -> int | None:
+        """A save-stop request to the chief: every worker saves one step, then exits; the step,
+        once the chief has answered and no task runs any more (None: not within ``within_s``)."""
+        host = self.remote(self.state.chief.name)
+        try:
+            name = remote.request_save(host, stop=True)
+        except ConsoleError:
+            return None   # the chief does not answer: the plain stop below still runs
+        deadline, step = time.time() + within_s, None
+        while time.time() < deadline:
+            try:
+                step = step if step is not None else remote.saved_step(host, name)
+                if step is not None and all(s.state in (TaskPhase.EXITED, TaskPhase.LOST)
+                                            for s in self.status()):
+                    return step
+            except ConsoleError:
+                pass   # a host that hiccups: ask again until the deadline
+            time.sleep(0.2)
+        return step
 
     def stop_attempt(self, *, grace_s: float) -> StopReport:
         """Stop the tasks without changing the run's phase (the keeper, between attempts)."""
