@@ -4,8 +4,9 @@ Runs examples/synthetic.py on two local worker processes (TF_CONFIG on localhost
 interleaved rounds so that load from other processes on the machine hits every variant alike:
 
   bare     --param bare=1: the same tf.function step, no gather, no metrics, no checkpoints
-  metrics  all_gather + metrics.jsonl + TensorBoard + progress line every log_every steps,
-           one checkpoint at the end (checkpoint_every=0)
+  metrics  the metrics row in the sync step's gradient all-reduce + metrics.jsonl +
+           TensorBoard + progress line every log_every steps, input-wait timing every step,
+           the first batch's hash, one checkpoint at the end (checkpoint_every=0)
   full     the harness defaults: metrics as above + a checkpoint every 50 steps
 
 steps/s is the harness's own figure (HARNESS DONE line): steps after the first (tracing) step
@@ -98,8 +99,8 @@ def main():
                     raise SystemExit("three failed attempts in a row")
                 results[name].append(rate)
                 cpu[name].append(ms)
-                print(f"round {r + 1} {name:8s} {rate:8.1f} steps/s {ms:7.3f} CPU ms/step",
-                      flush=True)
+                print(f"round {r + 1} {name:8s} {rate:8.1f} steps/s {ms:7.3f} CPU ms/step  "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
     base = statistics.median(results["bare"])
     cbase = statistics.median(cpu["bare"])
     print(f"\n{'variant':8s} {'steps/s':>9s} {'wall overhead':>14s} {'CPU ms/step':>12s} "
