@@ -6,10 +6,12 @@ docs/facts.md #1). Outside a console run it does nothing.
 
 Why not Keras' logged loss: under MWMS tf_keras' per-batch ``logs['loss']`` is N x the global
 mean (docs/facts.md #2). Each worker's own loss comes from its loss tracker's local
-``total``/``count`` (``experimental_local_results``: no collective). Every ``every`` steps, at
-an attempt's first step and at every checkpoint step, all workers meet in one ``all_gather`` of
-``[task, loss, step_time, save_flag]`` (a tf.function called from the callback: about 3 % at
-5 ms steps with K=10, /work/shared/DESIGN.md); the chief writes every worker's line and, when a
+``total``/``count`` (``experimental_local_results``: no collective). At an attempt's first
+step, at every checkpoint step and then every 10 steps but no more often than every 0.25 s (or
+exactly every ``every`` steps when given), all workers meet in one ``all_gather`` of
+``[task, loss, step_time, save_flag, next_sync]`` (a tf.function called from the callback, ~3 ms
+here: bench/README.md); each row proposes the next sync step from its step time and all take the
+largest, so they meet again at one step. The chief writes every worker's line and, when a
 Save now is waiting, raises the flag so every worker saves at that same step. A preemption's
 signal (SIGTERM, or SIGUSR2 from Slurm's ``--signal``) raises the same flag to 2: every worker
 saves that step, fit stops, and the process exits 75 (harness/preempt.py).
@@ -26,7 +28,8 @@ import tensorflow as tf
 
 from . import _harness, checkpoints, reporting
 
-COLS = ("task_index", "loss", "step_time", "save_flag")
+COLS = ("task_index", "loss", "step_time", "save_flag", "next_sync")
+MIN_SYNC_S = 0.25   # by default, workers meet no more often than this (a gather costs ~3 ms)
 
 
 def keras_module():
@@ -92,12 +95,16 @@ def fold(rows: list, tasks: tuple) -> tuple[dict, dict, bool]:
 
 
 class _Hooks:
-    def __init__(self, *, every: int = 10, checkpoint_every: int = 0, keep_checkpoints: int = 5,
+    def __init__(self, *, every: int | None = None, checkpoint_every: int = 0, keep_checkpoints: int = 5,
                  batch_size: int | None = None, save_at_epoch_end: bool = True,
                  preempt_grace_s: float | None = None, exit_on_preempt: bool = True) -> None:
         super().__init__()
         self.preempt_grace_s, self.exit_on_preempt = preempt_grace_s, exit_on_preempt
-        self.every, self.checkpoint_every = max(1, int(every)), int(checkpoint_every)
+        # every=None: at most every 10 steps and no more often than MIN_SYNC_S (a gather costs
+        # ~3 ms: at 5 ms steps, every 10 steps would cost 6 %); every=K: exactly every K steps.
+        self.fixed_every = every is not None
+        self.every, self.checkpoint_every = max(1, int(every or 10)), int(checkpoint_every)
+        self.min_sync_s = MIN_SYNC_S
         self.keep, self.batch_size = int(keep_checkpoints), batch_size
         self.save_at_epoch_end = save_at_epoch_end
         self.active = False
@@ -123,6 +130,7 @@ class _Hooks:
         self.gather = _make_gather(self.strategy) if len(self.ctx.tasks) > 1 else None
         self.prev = (0.0, 0.0)
         self.t_sync, self.sync_step = time.time(), self.step
+        self.next_sync = self.step + self.every
         if self.ctx.is_chief:
             self._write_train_json()
         self._preempt_begin()
@@ -203,7 +211,7 @@ class _Hooks:
         due = ((self.save_at_epoch_end and bool(spe) and (int(batch) + 1) % int(spe) == 0)
                or (self.checkpoint_every > 0 and self.step % self.checkpoint_every == 0))
         # Every worker computes the same schedule, so every worker joins every gather.
-        if self.first or due or self.step % self.every == 0:
+        if self.first or due or self.step >= self.next_sync:
             self._sync(due, first=self.first)
             if self.first and self.ctx.is_chief:
                 self._write_model_config(keras_module())   # after a step: the model is built
@@ -230,8 +238,11 @@ class _Hooks:
         step_time = math.nan if first else (now - self.t_sync) / max(1, self.step - self.sync_step)
         self.t_sync, self.sync_step = now, self.step
         flag = 1.0 if reporting.should_save() else 0.0
-        row = [float(self.ctx.task_index), loss, step_time, self._preempt_flag(flag)]
+        row = [float(self.ctx.task_index), loss, step_time, self._preempt_flag(flag),
+               float(self._propose_next(step_time))]
         rows = self.gather(row) if self.gather else [row]
+        # Every worker takes the same (the largest) proposal: they meet again at one step.
+        self.next_sync = int(max(r[4] for r in rows))
         losses, times, save_now = fold(rows, self.ctx.tasks)
         preempting = self._preempting(rows)
         if self.ctx.is_chief:
@@ -248,6 +259,14 @@ class _Hooks:
                 reporting.saved(self.step)
             if preempting:
                 self._preempt_saved()
+
+    def _propose_next(self, step_time: float) -> int:
+        """The step of the next sync, from this worker's step time since the last one."""
+        # On multiples of `every`, as a harness job logs (steps 10, 20, ...).
+        if self.fixed_every or not step_time > 0:   # NaN (first step) included
+            return (self.step // self.every + 1) * self.every
+        ahead = max(self.every, math.ceil(self.min_sync_s / step_time))
+        return -(-(self.step + ahead) // self.every) * self.every
 
     def _assign_step(self) -> int:
         self.step_var.assign(self.step)
@@ -315,7 +334,8 @@ _classes: dict = {}
 def Callback(**options):
     """The callback for ``model.fit``, a subclass of the script's own Keras' Callback.
 
-    Options: ``every`` (gather and report every K steps, default 10), ``checkpoint_every``
+    Options: ``every`` (gather and report exactly every K steps; default: every 10 steps, but
+    no more often than every 0.25 s, which keeps the cost low at fast steps), ``checkpoint_every``
     (also save every N steps; default 0: epoch ends and Save now only), ``keep_checkpoints``
     (retention keeps the last N, default 5), ``batch_size`` (global batch, for examples/s),
     ``preempt_grace_s`` (signal to saved, default 25 s), ``exit_on_preempt`` (default True: exit
