@@ -1,12 +1,18 @@
 """What ``tfconsole.KerasCallback`` costs a tf_keras ``model.fit`` under MultiWorkerMirroredStrategy.
 
-Two local workers (TF_CONFIG by hand, a throwaway run folder), the same small model at a few ms
-per step, fit with and without the callback, alternated ``--rounds`` times so load drifts hit
-both alike. Steps/s is timed from the end of epoch 1 (tracing and the first gather done) to the
-end of the fit, by a tiny timing callback in both variants, with the CPU time per step (the
-steadier figure on shared cores).
+Two local workers (TF_CONFIG by hand, a throwaway run folder) train the same small model at a few
+ms per step. Inside the same two processes, ``fit`` runs again and again, alternating without
+and with the callback (ABBA order), so a load change on shared cores hits both variants of a pair
+alike and process start-up is not measured. Each ``fit`` has two epochs: the first warms up
+(tracing, the callback's first gather), the second is timed, wall and CPU. The figure is the
+median over pairs of (callback / none - 1): per-pair ratios, not best-of runs.
 
-    .venv/bin/python bench/keras_callback.py [--steps 600] [--rounds 3] [--every 10]
+The callback runs as a user gets it (default schedule: a gather every 10 steps but no more often
+than every 0.25 s, the Save now check, the chief's metric lines; ``--every K`` for exactly every K
+steps) with ``save_at_epoch_end=False``: a checkpoint is a per-epoch cost, not
+a per-step one; ``--with-checkpoints`` keeps the epoch-end save inside the timed epoch.
+
+    .venv/bin/python bench/keras_callback.py [--steps 300] [--pairs 10] [--every K]
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,7 +32,8 @@ WORKER = r"""
 import json, os, sys, time
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import numpy as np, tensorflow as tf, tf_keras as keras
-steps, every, use = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "on"
+import tfconsole
+steps, every, pairs, ckpt = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 keras.utils.set_random_seed(0)
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 with strategy.scope():
@@ -36,29 +44,21 @@ x = np.random.RandomState(0).normal(size=(4096, 32)).astype("float32")
 ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).repeat().batch(64)
 
 class Clock(keras.callbacks.Callback):
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == 0:
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == 1:
             self.t0, self.c0 = time.perf_counter(), time.process_time()
-    def on_train_end(self, logs=None):
-        self.rate = steps * 2 / (time.perf_counter() - self.t0)
-        self.cpu_ms = (time.process_time() - self.c0) * 1000 / (steps * 2)
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1:
+            self.ms = (time.perf_counter() - self.t0) * 1000 / steps
+            self.cpu = (time.process_time() - self.c0) * 1000 / steps
 
-clock = Clock()
-cbs = [clock]
-hook = [0.0]
-if use:
-    import tfconsole
-    cb = tfconsole.KerasCallback(every=every)
-    inner = cb.on_train_batch_end
-    def timed(batch, logs=None):
-        t = time.perf_counter()
-        inner(batch, logs)
-        if getattr(clock, "t0", None):
-            hook[0] += time.perf_counter() - t
-    cb.on_train_batch_end = timed
-    cbs.append(cb)
-model.fit(ds, epochs=3, steps_per_epoch=steps, callbacks=cbs, verbose=0)
-print("RATE", clock.rate, clock.cpu_ms, hook[0] * 1000 / (steps * 2), flush=True)
+for i in range(pairs):
+    for use in ((False, True) if i % 2 == 0 else (True, False)):
+        clock = Clock()
+        opts = {"every": every} if every else {}   # 0: the default schedule
+        cbs = [clock] + ([tfconsole.KerasCallback(save_at_epoch_end=ckpt, **opts)] if use else [])
+        model.fit(ds, epochs=2, steps_per_epoch=steps, callbacks=cbs, verbose=0)
+        print("SEG", i, int(use), clock.ms, clock.cpu, flush=True)
 """
 
 
@@ -68,54 +68,58 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def one(steps: int, every: int, use: bool, run_dir: str) -> tuple[float, float]:
-    """(steps/s of the slower worker, CPU ms per step summed over both workers)."""
+def run(a, run_dir: str) -> dict:
+    """{(pair, use): (wall ms/step of the slower worker, CPU ms/step summed over workers)}."""
     ports = [free_port(), free_port()]
     procs = []
     for i in range(2):
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
                "TF_CONFIG": json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
                                         "task": {"type": "worker", "index": i}}),
-               "PYTHONPATH": str(Path(run_dir) / "lib")}
-        if use:
-            env.update(TFCONSOLE_RUN_DIR=run_dir, TFCONSOLE_RUN_ID="bench", TFCONSOLE_ATTEMPT="1",
-                       TFCONSOLE_TASK=f"worker-{i}", TFCONSOLE_IS_CHIEF="1" if i == 0 else "0")
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, str(steps), str(every),
-                                       "on" if use else "off"], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
-    rows = []
+               "PYTHONPATH": str(Path(run_dir) / "lib"),
+               "TFCONSOLE_RUN_DIR": run_dir, "TFCONSOLE_RUN_ID": "bench", "TFCONSOLE_ATTEMPT": "1",
+               "TFCONSOLE_TASK": f"worker-{i}", "TFCONSOLE_IS_CHIEF": "1" if i == 0 else "0"}
+        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, str(a.steps), str(a.every),
+                                       str(a.pairs), "1" if a.with_checkpoints else "0"],
+                                      env=env, text=True, stdout=subprocess.PIPE))
+    segs: dict = {}
     for p in procs:
-        out, _ = p.communicate(timeout=900)
-        rows += [line.split()[1:] for line in out.splitlines() if line.startswith("RATE")]
-    assert len(rows) == 2, "a worker failed"
-    if use:   # wall ms per step spent inside the callback's batch hook, the slower worker
-        print("  in the callback:", max(float(r[2]) for r in rows), "ms/step", flush=True)
-    return min(float(r[0]) for r in rows), sum(float(r[1]) for r in rows)
+        out, _ = p.communicate(timeout=1800)
+        assert p.returncode == 0, f"a worker failed (exit {p.returncode})"
+        for line in out.splitlines():
+            if line.startswith("SEG"):
+                _, i, use, ms, cpu = line.split()
+                old = segs.get((int(i), int(use)), (0.0, 0.0))
+                segs[(int(i), int(use))] = (max(old[0], float(ms)), old[1] + float(cpu))
+    return segs
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=600, help="steps per epoch (3 epochs)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--every", type=int, default=10)
+    p.add_argument("--steps", type=int, default=300, help="steps per epoch (2 epochs per fit)")
+    p.add_argument("--pairs", type=int, default=10)
+    p.add_argument("--every", type=int, default=0,
+                   help="KerasCallback(every=K); 0 (default): the callback's default schedule")
+    p.add_argument("--with-checkpoints", action="store_true")
     a = p.parse_args()
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "lib").mkdir()
         (Path(tmp) / "lib" / "tfconsole").symlink_to(ROOT / "backend" / "client")
         (Path(tmp) / "harness").symlink_to(ROOT / "backend" / "harness")
-        rates, cpu = {"none": [], "callback": []}, {"none": [], "callback": []}
-        for _ in range(a.rounds):
-            for name in rates:
-                r, c = one(a.steps, a.every, name == "callback", tmp)
-                rates[name].append(round(r, 1))
-                cpu[name].append(round(c, 3))
-                print(name, rates[name][-1], "steps/s", cpu[name][-1], "CPU ms/step", flush=True)
-    best = {k: max(v) for k, v in rates.items()}
-    least = {k: min(v) for k, v in cpu.items()}
-    # CPU time per step is the steadier figure where other work shares the cores.
-    print(json.dumps({"steps_per_sec": rates, "cpu_ms_per_step": cpu, "every": a.every,
-                      "cost_pct_best_rate": round(100 * (1 - best["callback"] / best["none"]), 1),
-                      "cost_pct_least_cpu": round(100 * (least["callback"] / least["none"] - 1), 1)}))
+        segs = run(a, tmp)
+    pairs = range(a.pairs)
+    wall = [100 * (segs[(i, 1)][0] / segs[(i, 0)][0] - 1) for i in pairs]
+    cpu = [100 * (segs[(i, 1)][1] / segs[(i, 0)][1] - 1) for i in pairs]
+    print(json.dumps({
+        "every": a.every, "steps": a.steps, "pairs": a.pairs, "checkpoints": a.with_checkpoints,
+        "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in os.getloadavg()],
+        "ms_per_step_none": [round(segs[(i, 0)][0], 2) for i in pairs],
+        "ms_per_step_callback": [round(segs[(i, 1)][0], 2) for i in pairs],
+        "median_ms_none": round(statistics.median(segs[(i, 0)][0] for i in pairs), 2),
+        "cost_pct_wall_median": round(statistics.median(wall), 1),
+        "cost_pct_wall_per_pair": [round(x, 1) for x in wall],
+        "cost_pct_cpu_median": round(statistics.median(cpu), 1)}))
 
 
 if __name__ == "__main__":
