@@ -20,7 +20,7 @@ from backend.hosts.ssh import SSHOptions
 from backend.runs.launcher import attach
 from backend.watch.logcopy import LogCopier, local_copy
 from backend.runs.outcome import TaskStatus
-from backend.runs.handle import Run
+from backend.runs.handle import SAVE_GRACE_S, Run
 from backend.watch.metrics import MetricsStore
 from backend.runs.store import RunStore
 from backend.watch.agent import cut_line
@@ -172,23 +172,40 @@ def require_live(run: Run, action: str) -> None:
                        "Pick a live run on the Runs page, or start a new one on the Launch page.")
 
 
-def stop(live: LiveRun, grace_s: float = 10.0) -> None:
+def stop(live: LiveRun, grace_s: float = 10.0, *, save: bool = False) -> int | None:
+    """Stop the run; ``save``: every worker saves one step first. The step saved (else None)."""
     require_live(live.run, "be stopped")
     with live.lock:
-        live.run.stop(grace_s=grace_s)
+        live.run.stop(grace_s=grace_s, save=save)
+        saved = live.run.saved_step
     live.refresh(force=True)
+    return saved
 
 
-def begin_stop(live: LiveRun, actions: Actions, grace_s: float = 10.0):
-    """Stop in the background: the page returns at once and shows the action's progress."""
+def begin_stop(live: LiveRun, actions: Actions, grace_s: float = 10.0, *, save: bool = False):
+    """Stop in the background: the page returns at once and shows the action's progress.
+    ``save``: every worker first saves the step it is at (Run.stop(save=True)); the summary
+    names that step, or says no save came in time (the previous checkpoint stays usable)."""
     require_live(live.run, "be stopped")
 
     def work(action) -> None:
-        action.say(f"stopping every task (TERM, then KILL after {grace_s:.0f} s)")
-        stop(live, grace_s)
+        if save:
+            action.say(f"every worker saves its current step, then exits (up to {SAVE_GRACE_S:.0f} s)")
+        else:
+            action.say(f"stopping every task (TERM, then KILL after {grace_s:.0f} s)")
+        saved = stop(live, grace_s, save=save)
         action.say("no process is left on any host")
-        action.summary = f"Stopped {live.run_id}: no process is left on any host."
+        action.summary = f"Stopped {live.run_id}: " + _saved_words(save, saved) + "no process is left on any host."
     return actions.submit("stop", live.run_id, work)
+
+
+def _saved_words(save: bool, saved: int | None) -> str:
+    if not save:
+        return ""
+    if saved is None:
+        return (f"no save within {SAVE_GRACE_S:.0f} s (the previous checkpoint stays usable: "
+                "Restore offers the newest); ")
+    return f"saved step {saved} on every worker: Restore offers it first; "
 
 
 # ---- progress -------------------------------------------------------------------------------

@@ -105,16 +105,20 @@ def stop_controls(live, *, key: str) -> None:
     flag = f"{key}_confirm"
     action_button("Stop run", f"{key}_stop", ss.__setitem__, flag, True, disabled=live is None)
     if live is not None and ss.get(flag):
-        st.warning(f"Stop run {live.run_id}? Every task gets TERM, then KILL after 10 s.")
-        yes, no = st.columns(2)
-        action_button("Yes, stop it", f"{key}_yes", _stop, live, flag, where=yes, said_at=f"{key}_stop",
-                      type="primary")
+        st.warning(f"Stop run {live.run_id}? **Save, then stop**: every worker first saves the step "
+                   f"it is at (up to {live_mod.SAVE_GRACE_S:.0f} s), and Restore offers that step first. "
+                   "**Yes, stop it**: every task gets TERM, then KILL after 10 s; what was trained "
+                   "since the last checkpoint is lost.")
+        save, yes, no = st.columns(3)
+        action_button("Save, then stop", f"{key}_save", _stop, live, flag, True, where=save,
+                      said_at=f"{key}_stop", type="primary")
+        action_button("Yes, stop it", f"{key}_yes", _stop, live, flag, where=yes, said_at=f"{key}_stop")
         action_button("Cancel", f"{key}_no", ss.__setitem__, flag, False, where=no, said_at=f"{key}_stop")
 
 
-def _stop(live, flag: str) -> None:
+def _stop(live, flag: str, save: bool = False) -> None:
     st.session_state[flag] = False
-    live_mod.begin_stop(live, state.registry().actions)
+    live_mod.begin_stop(live, state.registry().actions, save=save)
     st.session_state.action_run_id = live.run_id
 
 
