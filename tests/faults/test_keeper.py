@@ -1,6 +1,7 @@
 """The keeper's rules, with plain command jobs (no TensorFlow): quick and exact."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,8 @@ def test_user_stop_wins_over_a_pending_restart(local_cluster, store, python_path
     state = store.load(run.run_id)
     assert state.phase == "stopped" and len(state.attempts) == 1, state
     assert "exited(3)" in state.attempts[0].reason
-    assert "stopped" in (run.local_dir / detached.KEEPER_LOG).read_text()
+    # The keeper leaves at its next poll: the stop may still be under way then ("stopping").
+    assert re.search(r"is (stopping|stopped); keeper exits", (run.local_dir / detached.KEEPER_LOG).read_text())
 
 
 @pytest.mark.slow

@@ -116,10 +116,10 @@ def test_logs_follow_prints_new_lines_and_leaves_nothing_behind(ssh_files):
         wait_for(lambda: any("step 3 " in line for line in list(seen)), 180, "followed lines up to step 3")
         assert any("step 2 " in line for line in seen)
         # The check below can see the remote reader (it may start after the first lines came).
-        wait_for(lambda: _remote_tails(ssh_files), 30, "the remote `tail -F`")
+        wait_for(lambda: _remote_tails(ssh_files), 30, "the remote `hostctl follow`")
         follow.send_signal(signal.SIGINT)   # Ctrl-C, as a user ends it
         assert follow.wait(30) == 130       # README: 130 means interrupted
-        wait_for(lambda: not _remote_tails(ssh_files), 30, "the remote `tail -F` to end")
+        wait_for(lambda: not _remote_tails(ssh_files), 30, "the remote `hostctl follow` to end")
     finally:
         follow.kill()
         assert "no process left" in cli(*flags(ssh_files), "stop", run_id, runs=runs).stdout
@@ -133,8 +133,8 @@ def _ctrl_c_as_at_a_terminal() -> None:
 
 
 def _remote_tails(workdirs) -> list[str]:
-    """`tail -F` processes reading a log under ``workdirs`` (the hosts are this machine)."""
-    return [line for line in ps() if "tail" in line and "-F" in line and str(workdirs) in line]
+    """`hostctl.py follow` processes reading a log under ``workdirs`` (the hosts are this machine)."""
+    return [line for line in ps() if "hostctl.py" in line and " follow" in line and str(workdirs) in line]
 
 
 def test_preflight_refuses_a_host_with_another_tensorflow(ssh_files, python_path):
