@@ -5,19 +5,24 @@ its TF_CONFIG from the step's ``SLURM_*`` variables and runs the harness command
 ``--distribution=block`` fixes which rank lands on which node (slurm_env.py relies on it);
 ``--kill-on-bad-exit`` ends the step when one task fails, because under
 MultiWorkerMirroredStrategy its peers can only abort or hang. ``--no-requeue``: a restart is
-the console's own resubmission, which resumes from the newest checkpoint. Every value is
-quoted for the shell, and the option values were allow-listed by the spec.
+the console's own resubmission, which resumes from the newest checkpoint. ``--signal=USR2@<s>``:
+ahead of the time limit Slurm sends every task SIGUSR2 (USR1 is the harness's stack dump), and
+every worker saves the step it is at and exits 75 (harness/preempt.py); the keeper resumes from
+that step. The lead is the job's ``preempt_grace_s`` (Slurm may send it up to a minute early;
+after the limit, TERM and KillWait still follow). Every value is quoted for the shell, and the
+option values were allow-listed by the spec.
 """
 from __future__ import annotations
 
+import math
 import re
 import shlex
 
 from backend.engines.direct import task_argv   # the same harness command line as on SSH hosts
 from backend.errors import SpecError
-from backend.harness import layout
+from backend.harness import layout, preempt
 from backend.config.slurm_spec import FLAG_OPTIONS, SlurmSpec
-from backend.config.spec import JobSpec
+from backend.config.spec import JobKind, JobSpec
 
 BATCH_LOG = "slurm-batch-%j.log"   # the batch script's own output, per Slurm job id
 
@@ -31,13 +36,21 @@ def script_path(run_dir: str, attempt: int) -> str:
 _SBATCH_WORD = re.compile(r"[^\s'\"\\%]+")
 
 
-def sbatch_options(spec: SlurmSpec, *, run_id: str, run_dir: str) -> list[str]:
+def signal_lead_s(job: JobSpec) -> int:
+    """Seconds ahead of the time limit for the save signal: the job's save grace (the Keras
+    callback's default for command jobs, whose grace the console cannot see)."""
+    grace = job.params.get("preempt_grace_s") if job.kind == JobKind.HARNESS else None
+    return max(1, math.ceil(float(grace or preempt.DEFAULT_GRACE_S)))
+
+
+def sbatch_options(spec: SlurmSpec, *, run_id: str, run_dir: str, signal_lead_s: int) -> list[str]:
     if not _SBATCH_WORD.fullmatch(run_dir):
         raise SpecError("workdir", f"{run_dir!r} cannot go on an #SBATCH line (spaces, quotes, '\\' or '%')",
                         "Use a workdir of letters, digits, '/', '.', '_' and '-'.")
     opts = [f"--job-name=tfconsole-{run_id}", f"--nodes={spec.nodes}",
             f"--ntasks-per-node={spec.tasks_per_node}", f"--cpus-per-task={spec.cpus_per_task}",
-            f"--time={spec.time_limit}", f"--output={run_dir}/{layout.LOGS}/{BATCH_LOG}", "--no-requeue"]
+            f"--time={spec.time_limit}", f"--output={run_dir}/{layout.LOGS}/{BATCH_LOG}", "--no-requeue",
+            f"--signal=USR2@{signal_lead_s}"]
     for name in ("partition", "account", "qos"):
         if getattr(spec, name):
             opts.append(f"--{name}={getattr(spec, name)}")
@@ -66,7 +79,8 @@ def batch_script(spec: SlurmSpec, job: JobSpec, *, run_dir: str, run_id: str, at
     lines = ["#!/bin/bash",
              f"# tfconsole run {run_id}, attempt {attempt}, {resumed}: {spec.num_tasks} tasks, "
              "one per worker; rank 0 is the chief.",
-             *[f"#SBATCH {opt}" for opt in sbatch_options(spec, run_id=run_id, run_dir=run_dir)],
+             *[f"#SBATCH {opt}" for opt in sbatch_options(spec, run_id=run_id, run_dir=run_dir,
+                                                                 signal_lead_s=signal_lead_s(job))],
              "",
              *[f"export {key}={shlex.quote(value)}" for key, value in env.items()],
              f"mkdir -p -- {shlex.quote(f'{run_dir}/{layout.LOGS}')}",

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, replace
 
 from backend.diagnosis import diagnose
+from backend.harness import preempt
 from backend.runs.outcome import TaskPhase, TaskStatus
 
 _PAIR = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s[A-Za-z][\w/:]*=|\s*$)")
@@ -192,6 +193,8 @@ def _one(name: str, host: str, job: JobInfo | None, info: dict, code: int | None
         return TaskStatus(name, host, TaskPhase.RUNNING if info else TaskPhase.STARTING)
     if code is None:   # killed with the job before it could write its code
         code = 0 if phase == SlurmPhase.COMPLETED else _job_code(job)
+    if code == preempt.EXIT_CODE:   # saved its step on the signal: no failure, nothing to explain
+        return TaskStatus(name, host, TaskPhase.EXITED, code)
     if phase == SlurmPhase.COMPLETED or (code == 0 and phase == SlurmPhase.FAILED):
         return TaskStatus(name, host, TaskPhase.EXITED, code)
     return TaskStatus(name, host, TaskPhase.EXITED, code if code else 1, diagnosis=explain(job))

@@ -23,6 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import layout  # noqa: E402
+import preempt  # noqa: E402
 import slurm_env  # noqa: E402
 from spawn import _read, _write_atomic  # noqa: E402  (the task files as spawn.py writes them)
 
@@ -33,6 +34,14 @@ def _link_log(run: str, name: str, rank: int) -> None:
     tmp = f"{link}.{os.getpid()}.tmp"
     os.symlink(layout.SLURM_RANK_LOG.format(rank=rank), tmp)
     os.replace(tmp, link)
+
+
+# Slurm signals every process of the step: TERM on scancel or a time limit, USR2 ahead of the
+# limit (the batch script's --signal). This wrapper outlives them all. The job gets TERM and INT
+# back at their defaults but USR2 stays ignored: the harness and the Keras callback install their
+# own handler (save, then exit 75), and a job without one (or not yet set up) trains on to the
+# limit as before instead of dying 25 s early from USR2's default action.
+_OUTLIVED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
 
 
 def _default_signals() -> None:
@@ -53,9 +62,9 @@ def run(run_dir: str, tf_port: int, argv: list[str]) -> int:
     print(f"=== tfconsole attempt {os.environ.get('TFCONSOLE_ATTEMPT', '?')} "
           f"{time.strftime('%Y-%m-%d %H:%M:%S')} === {name} on {socket.gethostname()} "
           f"TF_CONFIG={json.dumps(config)}", flush=True)
-    # Slurm signals every process of the step on scancel or timeout; this wrapper outlives TERM
-    # so it can record the harness's exit code (KILL, after KillWait, ends both).
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # This wrapper outlives TERM and USR2 so it can record the harness's exit code (KILL, after
+    # KillWait, ends both); USR2's default would end it and srun would kill the saving harness.
+    for sig in _OUTLIVED:
         signal.signal(sig, signal.SIG_IGN)
     lib = os.path.abspath(os.path.join(run_dir, layout.LIB))   # `import tfconsole` in the job
     env = {**os.environ, "TF_CONFIG": json.dumps(config), "TFCONSOLE_TASK": name,
@@ -67,6 +76,11 @@ def run(run_dir: str, tf_port: int, argv: list[str]) -> int:
         "job": os.environ.get("SLURM_JOB_ID"), "started": time.time(), "tf_config": config}))
     code = proc.wait()
     _write_atomic(exit_file, f"{code}\n")
+    if code == preempt.EXIT_CODE:
+        # Saved on the signal: every peer saved the same step and is exiting 75 too. srun's
+        # --kill-on-bad-exit would KILL a peer that is a moment behind (seen: the chief killed
+        # after its save, before its exit code), so srun sees 0; the exit file keeps 75.
+        return 0
     return code if code >= 0 else 128 - code
 
 

@@ -179,3 +179,42 @@ def test_a_queued_job_says_slurms_reason_and_its_place_and_the_run_shows_queued(
     assert task_statuses(with_place(job("PENDING", "JobHeldUser"), None), {}, NAMES)[0].label == "queued (JobHeldUser)"
     assert shown_phase("running", task_statuses(job("RUNNING"), {}, NAMES)) == "running"
     assert shown_phase("stopped", statuses) == "stopped"
+
+
+def test_the_batch_script_asks_slurm_for_the_save_signal_ahead_of_the_time_limit():
+    """USR2 (USR1 is the stack dump), ``preempt_grace_s`` ahead: the workers save before the kill."""
+    job = JobSpec(kind=JobKind.HARNESS, module="/x/synthetic.py", params={"preempt_grace_s": 40})
+    text = batch_script(slurm_from_dict(BASE), job, run_dir="r", run_id="r1", attempt=1, resume_step=None)
+    assert "#SBATCH --signal=USR2@40" in text.splitlines()
+    command = JobSpec(kind=JobKind.COMMAND, command=("python", "fit.py"))
+    text = batch_script(slurm_from_dict(BASE), command, run_dir="r", run_id="r1", attempt=1, resume_step=None)
+    assert "#SBATCH --signal=USR2@25" in text.splitlines()   # the Keras callback's default grace
+
+
+def test_tasks_that_saved_on_the_signal_end_the_job_preempted_not_failed():
+    saved = {n: {"info": {"node": "vm"}, "exit": 75} for n in NAMES}
+    for state in (job("FAILED", "NonZeroExitCode", "75:0"), job("TIMEOUT", "TimeLimit", "0:15")):
+        statuses = task_statuses(state, saved, NAMES)
+        assert [(s.exit_code, s.preempted, s.diagnosis) for s in statuses] == [(75, True, None)] * 2
+        assert conclude(statuses).verdict == Verdict.PREEMPTED
+    # srun's --kill-on-bad-exit may end the peer before it writes its code: the job's 75 speaks.
+    one = {"chief-0": {"info": {}, "exit": 75}, "worker-0": {"info": {}, "exit": None}}
+    assert conclude(task_statuses(job("FAILED", "NonZeroExitCode", "75:0"), one, NAMES)).verdict \
+        == Verdict.PREEMPTED
+
+
+def test_a_task_that_saved_on_the_signal_is_no_bad_exit_for_srun_and_its_file_keeps_75(tmp_path):
+    """srun's --kill-on-bad-exit must not KILL a peer still finishing its own save: the wrapper
+    answers srun 0 for exit 75, the task's exit file (what the console reads) keeps 75; USR2
+    reaches the job ignored unless it takes it (the wrapper must outlive it too)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    wrapper = Path(slurm_env.__file__).with_name("slurm_task.py")
+    env = {"PATH": "/usr/bin:/bin", "SLURM_PROCID": "0", "SLURM_STEP_NODELIST": "vm",
+           "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_STEP_NUM_TASKS": "1"}
+    job = "import signal, sys; sys.exit(75 if signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN else 3)"
+    proc = subprocess.run([sys.executable, "-S", str(wrapper), "run", "--run-dir", str(tmp_path),
+                           "--tf-port", "23456", "--", sys.executable, "-c", job], env=env, timeout=60)
+    assert proc.returncode == 0
+    assert (tmp_path / "tasks" / "chief-0.exit").read_text().strip() == "75"

@@ -1,0 +1,45 @@
+"""Preemption on Slurm (issue 29): the signal Slurm sends ahead of a time limit (the batch script's
+``--signal=USR2@<preempt_grace_s>``) makes every task save the step it is at and exit 75; the
+keeper submits a new job that resumes from that step, losing nothing, and counts it as a
+preemption, not a restart. Slurm's own lead is only accurate to a minute, so the test sends the
+same signal the way Slurm does (to every task of the job's steps) with ``scancel --signal=USR2``."""
+from __future__ import annotations
+
+import pytest
+
+from backend.config.slurm_spec import slurm_from_dict
+from backend.engines.slurm import SlurmEngine
+from backend.runs import launcher
+from backend.runs.store import RunStore
+from tests import sshd
+from tests.conftest import wait_for
+from tests.faults.conftest import PARAMS, assert_nothing_left, harness_job, metrics, wait_phase
+
+pytestmark = pytest.mark.slow
+TOTAL = PARAMS["epochs"] * PARAMS["steps_per_epoch"]
+
+
+def test_the_time_limit_signal_saves_the_current_step_and_the_next_job_resumes_from_it(
+        slurm_cluster, tmp_path, python_path):
+    store = RunStore(tmp_path / "runs")
+    cluster = slurm_from_dict({"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
+                               "tasks_per_node": 2, "time_limit": "10", "python": python_path,
+                               "workdir": str(tmp_path / "shared"), "tf_port": sshd.free_port(span=2)})
+    # max_restarts=0: only a preemption may bring the run back.
+    run = launcher.launch(cluster, harness_job(max_restarts=0, pace_s=0.03), store=store)
+    wait_for(lambda: any(r["step"] > PARAMS["checkpoint_every"] + 5 for r in metrics(run)), 300,
+             "training past the first periodic checkpoint")
+    first_job = SlurmEngine.jobs(run)["1"]
+    slurm_cluster.run("scancel", "--signal=USR2", first_job)
+    state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 400)
+    assert state.phase == "finished", (state, run.log_tail("chief-0"))
+    first, second = state.attempts
+    rows = metrics(run)
+    ran_to = max(r["step"] for r in rows if r["attempt"] == first.number)
+    assert first.reason.startswith(f"preempted: saved at step {ran_to}"), first
+    assert second.resume_step == ran_to, (second, ran_to)   # the last step it ran: nothing lost
+    assert min(r["step"] for r in rows if r["attempt"] == second.number) == ran_to + 1
+    assert second.last_step == TOTAL
+    jobs = SlurmEngine.jobs(run)
+    assert sorted(jobs) == ["1", "2"] and jobs["2"] != first_job, jobs   # a new Slurm job
+    assert_nothing_left(run, store)
