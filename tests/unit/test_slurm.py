@@ -193,7 +193,8 @@ def test_the_batch_script_asks_slurm_for_the_save_signal_ahead_of_the_time_limit
 
 def test_tasks_that_saved_on_the_signal_end_the_job_preempted_not_failed():
     saved = {n: {"info": {"node": "vm"}, "exit": 75} for n in NAMES}
-    for state in (job("FAILED", "NonZeroExitCode", "75:0"), job("TIMEOUT", "TimeLimit", "0:15")):
+    # COMPLETED: the wrappers answer srun 0 for 75 (slurm_task.py); the exit files keep 75.
+    for state in (job("COMPLETED"), job("FAILED", "NonZeroExitCode", "75:0"), job("TIMEOUT", "TimeLimit", "0:15")):
         statuses = task_statuses(state, saved, NAMES)
         assert [(s.exit_code, s.preempted, s.diagnosis) for s in statuses] == [(75, True, None)] * 2
         assert conclude(statuses).verdict == Verdict.PREEMPTED
