@@ -11,14 +11,11 @@ import pandas as pd
 import streamlit as st
 
 from console import actions
-from console.ui import auth, state, widgets
+from console.ui import auth, page, state, widgets
 from console.errors import ConsoleError
 from console.plain import md_escape
 
-auth.guard()   # nothing on this page for a session without the login token
-state.init()
-ss = st.session_state
-st.title("Checkpoints")
+ss = page.open_page("Checkpoints")   # nothing below for a session without the login token
 live = state.current_run()
 if live is None:
     st.info("No run yet: start one on the Launch page.")

@@ -6,12 +6,9 @@ import streamlit as st
 
 from console import cluster_actions, forms, slurm_form
 from console.errors import ConsoleError
-from console.ui import auth, host_checks, slurm_view, state, widgets
+from console.ui import host_checks, page, slurm_view, state, widgets
 
-auth.guard()   # nothing on this page for a session without the login token
-state.init()
-ss = st.session_state
-st.title("Cluster")
+ss = page.open_page("Cluster")   # nothing below for a session without the login token
 ss.cluster_kind = st.radio("Tasks run on", slurm_form.KINDS, index=slurm_form.KINDS.index(ss.cluster_kind),
                            horizontal=True, key="cluster_kind_choice")
 if ss.cluster_kind == "Slurm":   # Slurm starts the tasks: a form instead of the table (docs/slurm.md)

@@ -2,12 +2,9 @@
 import streamlit as st
 
 from console import actions, forms
-from console.ui import auth, host_checks, state, widgets
+from console.ui import host_checks, page, state, widgets
 
-auth.guard()   # nothing on this page for a session without the login token
-state.init()
-ss = st.session_state
-st.title("Launch")
+ss = page.open_page("Launch")   # nothing below for a session without the login token
 
 action = state.current_action()
 live = state.current_run()

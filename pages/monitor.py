@@ -4,13 +4,11 @@ import time
 import streamlit as st
 
 from console import actions, figures, monitor_view
-from console.ui import auth, state, widgets
+from console.ui import auth, page, state, widgets
 from console.ui.live_chart import live_chart
 from console.plain import md_escape
 
-auth.guard()   # nothing on this page for a session without the login token
-state.init()
-st.title("Monitor")
+page.open_page("Monitor")   # nothing below for a session without the login token
 widgets.action_panel(state.current_action(), key="monitor")
 live = state.current_run()
 if live is None:

@@ -4,13 +4,10 @@ import pandas as pd
 import streamlit as st
 
 from console import runs_view
-from console.ui import auth, state, widgets
+from console.ui import page, state, widgets
 from console.figures import compare_figure
 
-auth.guard()   # nothing on this page for a session without the login token
-state.init()
-ss = st.session_state
-st.title("Runs")
+ss = page.open_page("Runs")   # nothing below for a session without the login token
 store = state.run_store()
 states = store.list()
 if not states:
