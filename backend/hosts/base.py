@@ -36,8 +36,14 @@ class Result:
         return self
 
 
+# One line of a stream: our own agent's lines stay under 8 KiB (log lines are cut at 4 KiB before
+# they travel), so a longer line comes from something else on the host; without a bound a line
+# with no newline would grow in memory until the console fell over.
+MAX_LINE_BYTES = 1 << 20
+
+
 class Lines:
-    """A stream's stdout, line by line, remembering when data last came (``last_data``).
+    """A stream's stdout, line by line (each at most ``MAX_LINE_BYTES``, the rest cut with a note), remembering when data last came (``last_data``).
 
     ``failures``: the adapter's I/O exceptions; each becomes a ``HostError`` naming the host
     (a read that waited longer than the stream's idle timeout included).
@@ -51,11 +57,22 @@ class Lines:
         return self
 
     def __next__(self) -> bytes:
-        line = self._guarded(self._raw.readline)
+        line = self._guarded(self._raw.readline, MAX_LINE_BYTES)
         if not line:
             raise StopIteration
+        if len(line) >= MAX_LINE_BYTES and not line.endswith(b"\n"):
+            line += f"... [cut {self._skip_line()} bytes]\n".encode()
         self.last_data = time.time()
         return line
+
+    def _skip_line(self) -> int:
+        """Read and drop the rest of an over-long line; how many bytes were dropped."""
+        dropped = 0
+        while True:
+            part = self._guarded(self._raw.readline, MAX_LINE_BYTES)
+            dropped += len(part)
+            if not part or part.endswith(b"\n"):
+                return dropped - (1 if part.endswith(b"\n") else 0)
 
     def read(self, size: int) -> bytes:
         """Exactly ``size`` bytes (a block that follows its header line), or ``HostError`` when
