@@ -109,7 +109,8 @@ class HostsEngine:
                 {"task": t.name,
                  "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),
                  "env": task_env(run.cluster, t.position, run.job, run_dir, run.run_id, attempt, t.name, addresses,
-                                resume_step)}
+                                resume_step),
+                 "ready": run.job.kind == JobKind.HARNESS}   # says when past its imports (spawn.READY)
                 for t in tasks], wait_s=20, settle_s=START_CHECK_S)
             for t in tasks:
                 info = answers[t.name]

@@ -119,7 +119,7 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
     """Start one task's supervisor detached, in a new session; it records the task's pid."""
     for sub in (layout.TASKS, layout.LOGS):
         os.makedirs(os.path.join(run, sub), exist_ok=True)
-    for suffix in ("json", "exit", "preempted"):  # a relaunch (restart, resume) starts from a clean slate
+    for suffix in ("json", "exit", "preempted", READY):  # a relaunch (restart, resume) starts from a clean slate
         if os.path.exists(layout.task_file(run, task, suffix)):
             os.remove(layout.task_file(run, task, suffix))
     env = {str(k): str(v) for k, v in env.items()}
@@ -132,11 +132,29 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
 
 
+# A harness task writes tasks/<task>.ready once TensorFlow and its job module are imported. Start
+# waits for it (or for the task's end), so a job that fails at import is refused by the launch
+# however long TensorFlow takes to load on a busy host; a fixed wait missed it under load.
+READY = "ready"
+READY_WAIT_S = 90.0
+
+
+def _wait_ready(run: str, names: list[str], bound_s: float) -> None:
+    waiting, deadline = set(names), time.time() + bound_s
+    while waiting and time.time() < deadline:
+        for name in list(waiting):
+            ended = status_one(run, name)["state"] not in ("starting", "running")
+            if ended or os.path.exists(layout.task_file(run, name, READY)):
+                waiting.discard(name)
+        time.sleep(0.05)
+
+
 def start_many(run: str, tasks: list[dict], wait_s: float = 10.0, settle_s: float = 0.0) -> dict:
     """Start every task of this host at once; wait until each has recorded its pid (or ended),
     then ``settle_s`` more, so a task that dies at once (bad import, port taken) is reported.
 
-    ``tasks`` holds ``{"task", "argv", "env"}`` for each task; the answer maps task -> status.
+    ``tasks`` holds ``{"task", "argv", "env"}`` for each task, and ``"ready": true`` for a task
+    that says when it is past its imports (harness tasks); the answer maps task -> status.
     """
     # A task whose previous process group still lives keeps its record: starting over it would
     # forget the only pgid that can stop those processes.
@@ -152,6 +170,7 @@ def start_many(run: str, tasks: list[dict], wait_s: float = 10.0, settle_s: floa
         if all(info["state"] != "starting" for info in out.values()):
             break
         time.sleep(0.02)
+    _wait_ready(run, [t["task"] for t in tasks if t.get("ready")], READY_WAIT_S)
     if settle_s:
         time.sleep(settle_s)
         out = {name: {**status_one(run, name), "supervisor": sup.pid} for name, sup in sups.items()}

@@ -17,6 +17,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, when imported too
 
 import jobs  # noqa: E402  (stdlib only)
+import layout  # noqa: E402  (stdlib only)
 import preempt  # noqa: E402  (stdlib only)
 import stackdump  # noqa: E402  (stdlib only)
 import tfload  # noqa: E402  (stdlib only)
@@ -35,6 +36,14 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def _say_ready(run_dir: str) -> None:
+    """Past the imports: the start check (spawn.start_many) stops waiting for this task."""
+    task = os.environ.get("TFCONSOLE_TASK")
+    if task:
+        with open(os.path.join(run_dir, layout.TASKS, f"{task}.ready"), "w"):
+            pass
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     task = "?"
@@ -49,6 +58,7 @@ def main(argv=None) -> int:
         tfload.load()   # TensorFlow loads here, before the job's own `import keras` would
         job = jobs.load_job(args.job)
         params = jobs.settle_params(job, args.param)
+        _say_ready(args.run_dir)
         import loop
         cluster = loop.cluster_from_env()
         task = cluster.task
