@@ -143,10 +143,11 @@ def _wait_ready(run: str, names: list[str], bound_s: float) -> None:
     waiting, deadline = set(names), time.time() + bound_s
     while waiting and time.time() < deadline:
         for name in list(waiting):
-            ended = status_one(run, name)["state"] not in ("starting", "running")
-            if ended or os.path.exists(layout.task_file(run, name, READY)):
+            # Two file checks a round: scanning /proc here would take CPU from the very start-up
+            # it waits on. The supervisor writes the exit file when the task ends.
+            if os.path.exists(layout.task_file(run, name, READY)) or _exit_code(run, name) is not None:
                 waiting.discard(name)
-        time.sleep(0.05)
+        time.sleep(0.1)
 
 
 def start_many(run: str, tasks: list[dict], wait_s: float = 10.0, settle_s: float = 0.0) -> dict:
