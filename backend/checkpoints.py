@@ -45,6 +45,8 @@ class Run(Protocol):
 
     def remote(self, name: str) -> remote.Host: ...
 
+    def reload(self) -> Any: ...
+
 
 @dataclass(frozen=True)
 class Hold:
@@ -164,6 +166,15 @@ def save_now(run: Run, *, wait_s: float = 0) -> int | None:
         step = remote.saved_step(chief, name)
         if step is not None:
             return int(step)
+        if not run.reload().live:
+            # The chief answers a request it sees at its last step with that step's checkpoint;
+            # one that arrived after that (or a run that failed) is never answered: say so now
+            # rather than at the deadline. One more look: the answer may have come with the end.
+            step = remote.saved_step(chief, name)
+            if step is not None:
+                return int(step)
+            raise RunError(f"run {run.run_id} ended ({run.state.phase}) before it saved",
+                           "Its last checkpoints are listed below; export or restore one of those.")
         time.sleep(0.5)
     raise RunError(f"no save after {wait_s:.0f} s", "The job may be stuck or between epochs; check its log.")
 

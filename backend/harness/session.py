@@ -155,6 +155,10 @@ class Session:
                 loop.loss_sum(self.strategy, [out])
         finally:
             bound.close()
+        if self.cluster.is_chief and not self.bare and self.preempted is None and self.total > self.start:
+            # A save-now request that came after the last sync point: the last step's checkpoint
+            # (always saved, _save_due) holds the weights it asked for, so it answers it.
+            requests_dir.mark_done(requests_dir.pending(self.run_dir), self.total)
         elapsed = time.time() - (t_clock or t0)
         timed = self.total - clock_step
         # CPU seconds of this process per step: robust where other jobs share the cores.

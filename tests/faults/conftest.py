@@ -19,8 +19,10 @@ from tests.sshd import port_free
 ROOT = Path(__file__).resolve().parents[2]
 SYNTHETIC = str(ROOT / "examples" / "synthetic.py")
 # Small enough for 2 cores: 300 steps of a 16-32-32-1 MLP, a checkpoint every 40 steps.
+# pace_s: at least 9 s a run, so a kill "past the first checkpoint" lands mid-run; unpaced, a
+# quiet machine ran all 300 steps before the kill and the scenario tested nothing.
 PARAMS = {"epochs": 1, "steps_per_epoch": 300, "checkpoint_every": 40, "log_every": 5,
-          "global_batch_size": 32, "collective_timeout_s": 30}
+          "global_batch_size": 32, "collective_timeout_s": 30, "pace_s": 0.03}
 # Keeps TensorFlow to one thread per op on this 2-core machine; quiets its C++ noise.
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 _RESULTS: dict[str, dict] = {}

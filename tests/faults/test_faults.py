@@ -87,7 +87,9 @@ def test_kill_the_cli_training_goes_on(local_cluster, store, tmp_path):
     cli = subprocess.Popen([sys.executable, "-m", "backend", "--runs", str(store.root), "launch",
                             str(tmp_path / "cluster.yaml"), str(tmp_path / "job.yaml"), "--run-id", "cli-1",
                             "--wait", "600"], cwd=detached.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_for(lambda: store.path("cli-1").exists() and store.load("cli-1").phase == "running", 120, "launch")
+    # Through the listing, as the console reads it: the run's folder is made a moment before its
+    # record, and a load in between says "no run" (a race the previous form of this line lost).
+    wait_for(lambda: any(s.run_id == "cli-1" and s.phase == "running" for s in store.list()), 120, "launch")
     run = launcher.attach("cli-1", store=store)
     wait_for(lambda: any(r["step"] >= 20 for r in metrics(run)), 150, "training")
     cli.send_signal(signal.SIGKILL)

@@ -25,12 +25,16 @@ def metrics(run) -> list[dict]:
 @pytest.mark.slow
 def test_save_export_restore(ssh_cluster, ssh_options, tmp_path):
     job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
+                         # pace_s: 120 steps take at least 12 s, so the save lands mid-run
+                         # however fast the machine (unpaced, a quiet machine ran all 120 steps
+                         # before the request reached the chief)
                          "params": {"epochs": 2, "steps_per_epoch": 60, "checkpoint_every": 30,
-                                    "log_every": 5}})
+                                    "log_every": 5, "pace_s": 0.1}})
     run = launcher.launch(ssh_cluster, job, store=RunStore(tmp_path / "runs"), options=ssh_options,
                           preflight=launcher.Preflight.SKIP)
     try:
         saved = checkpoints.save_now(run, wait_s=120)
+        assert saved < 120, "the save should land mid-run"
         steps = [c["step"] for c in checkpoints.list_checkpoints(run)]
         assert saved in steps
         assert saved in [c["step"] for c in checkpoints.list_checkpoints(run, "worker-0")]
@@ -63,6 +67,23 @@ def test_save_export_restore(ssh_cluster, ssh_options, tmp_path):
     # Not back at the start: the first loss after resuming is near the last one before it.
     assert resumed[0]["global_loss"] < 3 * last_before["global_loss"] + 0.05
     assert resumed[0]["global_loss"] < metrics(run)[0]["global_loss"]
+
+
+def test_save_now_on_a_run_that_ended_says_so_at_once(local_cluster, tmp_path):
+    """A page opened while the run was live, Save now clicked after it ended: the request is never
+    answered, and the operator hears so in seconds, not at the end of the wait."""
+    store = RunStore(tmp_path / "runs")
+    job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
+                         "params": {"epochs": 1, "steps_per_epoch": 20, "log_every": 5}})
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    seen_live = launcher.attach(run.run_id, store=store)     # the page's handle: still live
+    assert seen_live.state.live
+    run.wait(timeout=300)
+    assert run.state.phase == "finished"
+    started = time.monotonic()
+    with pytest.raises(RunError, match=r"ended \(finished\) before it saved"):
+        checkpoints.save_now(seen_live, wait_s=120)
+    assert time.monotonic() - started < 30
 
 
 @pytest.mark.slow
