@@ -192,11 +192,12 @@ def launch_form(job: dict, example_names: tuple[str, ...] = ()) -> dict:
     params = job.get("params", {})
     restart = job.get("restart") or {}
     form = {"job_source": "Example", "job_example": Path(job.get("module") or "synthetic.py").name,
-            "job_module": "", "job_command": "", "restart_mode": restart.get("mode", "never"),
+            "job_module": "", "job_command": "", "job_files": "", "restart_mode": restart.get("mode", "never"),
             "max_restarts": int(restart.get("max_restarts", 3)),
             "stall_timeout_s": float(restart.get("stall_timeout_s", 300.0))}
     if job.get("kind") == "command":
-        form.update(job_source="Command", job_command=shlex.join(job.get("command") or []))
+        form.update(job_source="Command", job_command=shlex.join(job.get("command") or []),
+                    job_files=", ".join(job.get("files") or []))
     elif example_names and form["job_example"] not in example_names:
         form.update(job_source="Module path", job_module=job.get("module") or "")
     form.update({f"param_{name}": _param(name, params.get(name, HARNESS_DEFAULTS[name])) for name in JOB_PARAMS})
@@ -219,14 +220,20 @@ def _split_command(command: str) -> list[str]:
                                     "Close the quote, or escape a literal quote as \\' or \\\".")]) from None
 
 
-def _script_paths(argv: list[str], base_dir: Path | None) -> list[str]:
+def _split_files(text: str) -> list[str]:
+    """The Files field: local paths separated by commas."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _script_paths(argv: list[str], base_dir: Path | None, shipped: tuple[str, ...] = ()) -> list[str]:
     """A relative ``.py`` path in the command that names a file here (the console's folder) made
     absolute: tasks start in their host's home, where ``examples/keras_fit.py`` is not. The file
     must be at that path on every host (the local workers, a shared or identical checkout); a path
-    that is not here is left as typed, for a script that lives only on the hosts."""
+    that is not here is left as typed, for a script that lives only on the hosts. A name among
+    the ``shipped`` files stays as typed: the task runs in the folder they are shipped to."""
     base = Path(base_dir or Path.cwd())
     return [str(base / a) if a.endswith(".py") and not Path(a).is_absolute() and (base / a).is_file()
-            else a for a in argv]
+            and a not in shipped else a for a in argv]
 
 
 def job_from_form(values: dict, examples_dir: Path, base_dir: Path | None = None) -> JobSpec:
@@ -235,14 +242,15 @@ def job_from_form(values: dict, examples_dir: Path, base_dir: Path | None = None
     restart = {"restart_mode": values["restart_mode"], "max_restarts": values["max_restarts"],
                "stall_timeout_s": values.get("stall_timeout_s", 300.0)}
     if values["job_source"] == "Command":
-        return build_job(source="command", command=values["job_command"], base_dir=base_dir, **restart)
+        return build_job(source="command", command=values["job_command"], files=values.get("job_files", ""),
+                         base_dir=base_dir, **restart)
     module = (str(examples_dir / values["job_example"]) if values["job_source"] == "Example"
               else values["job_module"])
     return build_job(source="module", module=module, params={n: values[f"param_{n}"] for n in JOB_PARAMS},
                      base_dir=base_dir, **restart)
 
 
-def build_job(*, source: str, module: str = "", command: str = "", params: dict | None = None,
+def build_job(*, source: str, module: str = "", command: str = "", files: str = "", params: dict | None = None,
               restart_mode: str = "never", max_restarts: int = 3, stall_timeout_s: float = 300.0,
               base_dir: Path | None = None) -> JobSpec:
     """A JobSpec from the launch form; raises SpecErrors (e.g. "no file at ...") for bad input.
@@ -251,8 +259,9 @@ def build_job(*, source: str, module: str = "", command: str = "", params: dict 
     """
     restart = {"mode": restart_mode, "max_restarts": int(max_restarts), "stall_timeout_s": stall_timeout_s}
     if source == "command":
-        data = {"kind": "command", "command": _script_paths(_split_command(command), base_dir),
-                "restart": restart}
+        shipped = _split_files(files)
+        data = {"kind": "command", "restart": restart, "files": shipped or None,
+                "command": _script_paths(_split_command(command), base_dir, tuple(Path(f).name for f in shipped))}
     else:
         data = {"kind": "harness", "module": module.strip(), "restart": restart,
                 "params": {k: _param(k, v) for k, v in (params or {}).items() if v is not None}}

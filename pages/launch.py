@@ -37,6 +37,11 @@ elif source == "Module path":
 else:
     st.text_input("Command run on every host (TF_CONFIG is set)", form["job_command"],
                   placeholder="examples/keras_fit.py --epochs 3", **state.kept("job_command"))
+    st.text_input("Files sent to every host (local paths, comma-separated)", form.get("job_files", ""),
+                  placeholder="~/project/train.py",
+                  help="Copied into the run's job/ folder on every host; the command runs there, "
+                       "so name a shipped script by its file name: train.py --epochs 3",
+                  **state.kept("job_files"))
 
 if source != "Command":
     cols = st.columns(len(forms.JOB_PARAMS))

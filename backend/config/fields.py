@@ -258,6 +258,26 @@ def parse_command(value: object, where: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,254}")
+
+
+def parse_job_files(value: object, where: str) -> tuple[str, ...]:
+    """A command job's local files: plain paths whose names are plain file names, since each
+    lands as RUN/job/<name> on every host and the command names it there."""
+    fix = "Give a list of local file paths, like [train.py, settings.json]."
+    if isinstance(value, (str, os.PathLike)) or not isinstance(value, (list, tuple)):
+        raise SpecError(where, f"expected a list of paths, got {show_value(value)}", fix)
+    out = []
+    for i, item in enumerate(value):
+        text = parse_plain_path(item, f"{where}[{i}]")
+        name = os.path.basename(text.rstrip("/"))
+        if not _FILE_NAME.fullmatch(name):
+            raise SpecError(f"{where}[{i}]", f"{show_value(name)} is not a plain file name",
+                            "Rename the file to letters, digits, '.', '_', '+' and '-', not starting with '.' or '-'.")
+        out.append(text)
+    return tuple(out)
+
+
 def _mapping(value: object, where: str, fix: str) -> Mapping:
     if not isinstance(value, Mapping):
         raise SpecError(where, f"expected a mapping, got {show_value(value)}", fix)

@@ -57,6 +57,7 @@ from backend.config.fields import (  # noqa: F401  (parsers shared by the field 
     parse_seconds,
     parse_module_path,
     parse_command,
+    parse_job_files,
     parse_params,
     parse_env,
     unknown_keys,
@@ -185,6 +186,7 @@ _JOB_FIELDS = {
     "kind": (parse_enum(JobKind), REQUIRED),
     "module": (parse_module_path, None),
     "command": (parse_command, ()),
+    "files": (parse_job_files, ()),
     "params": (parse_params, {}),
     "env": (parse_env, {}),
     "restart": (_restart, RestartPolicy()),
@@ -197,6 +199,7 @@ class JobSpec:
     kind: JobKind
     module: str | None = None  # HARNESS: a job module file (.py)
     command: tuple[str, ...] = ()  # COMMAND: argv
+    files: tuple[str, ...] = ()  # COMMAND: local files shipped to RUN/job/ on every host (its cwd)
     params: Mapping[str, int | float | str | bool] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     restart: RestartPolicy = RestartPolicy()
@@ -226,7 +229,11 @@ def _job_cross_errors(values: dict, prefix: str) -> list[SpecError]:
         return []
     (needed, *need), (refused, *refuse) = _KIND_FIELDS[values["kind"]]
     errors = [] if values.get(needed) else [SpecError(prefix + needed, *need)]
-    return errors + ([SpecError(prefix + refused, *refuse)] if values.get(refused) else [])
+    errors += [SpecError(prefix + refused, *refuse)] if values.get(refused) else []
+    if values["kind"] == JobKind.HARNESS and values.get("files"):
+        errors.append(SpecError(prefix + "files", "a harness job takes no files",
+                                "Remove files (the module is shipped with the run), or set kind: command."))
+    return errors
 
 
 # ---- clusters ---------------------------------------------------------------------------------
@@ -294,10 +301,30 @@ def job_from_dict(data: object, *, base_dir: Path | None = None) -> JobSpec:
         if not path.is_file():
             errors.append(SpecError("module", f"no file at {module}",
                                     "Check the path; a relative path is read from the job file's folder."))
+    if values.get("files"):
+        values["files"] = _local_files(values["files"], base_dir, errors)
     errors += _job_cross_errors(values, "") if "kind" in values else []
     if errors:
         raise SpecErrors(errors)
     return JobSpec(**values)
+
+
+def _local_files(files: tuple[str, ...], base_dir: Path | None, errors: list) -> tuple[str, ...]:
+    """``files`` made absolute (against ``base_dir``, like ``module``); a missing one, or a second
+    file of the same name (both would land in RUN/job/), appended to ``errors``."""
+    out, names = [], set()
+    for i, text in enumerate(files):
+        path = Path(os.path.expanduser(text))
+        path = (path if path.is_absolute() else Path(base_dir or Path.cwd()) / path).absolute()
+        if not path.is_file():
+            errors.append(SpecError(f"files[{i}]", f"no file at {path}",
+                                    "Check the path; a relative path is read from the job file's folder."))
+        elif path.name in names:
+            errors.append(SpecError(f"files[{i}]", f"two files named {path.name!r}",
+                                    "Rename one: every file lands in the same folder of the run."))
+        names.add(path.name)
+        out.append(str(path))
+    return tuple(out)
 
 
 def job_to_dict(job: JobSpec) -> dict:
@@ -306,6 +333,8 @@ def job_to_dict(job: JobSpec) -> dict:
         out["module"] = job.module
     if job.command:
         out["command"] = list(job.command)
+    if job.files:
+        out["files"] = list(job.files)
     if job.params:
         out["params"] = dict(job.params)
     if job.env:
@@ -327,6 +356,9 @@ def save_job(job: JobSpec, path: str | Path) -> None:
     if job.module and Path(job.module).is_relative_to(folder):
         # A module beside the job file stays relative so the pair can be moved together.
         data["module"] = str(Path(job.module).relative_to(folder))
+    if job.files:
+        data["files"] = [str(Path(f).relative_to(folder)) if Path(f).is_relative_to(folder) else f
+                         for f in job.files]
     write_yaml(data, path, private=True)   # its env may hold an API key
 
 

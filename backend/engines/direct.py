@@ -42,7 +42,15 @@ def bundle(job: JobSpec) -> bytes:
             tar.add(AGENT, arcname=f"{layout.HARNESS}/watch_agent.py")
         if job.kind == JobKind.HARNESS:
             tar.add(job.module, arcname=f"{layout.JOB}/{Path(job.module).name}")
+        for path in job.files:   # a command job's own script(s), from the operator's machine
+            tar.add(path, arcname=f"{layout.JOB}/{Path(path).name}")
     return buf.getvalue()
+
+
+def task_cwd(job: JobSpec, run_dir: str) -> str | None:
+    """Where a command job with shipped files runs (RUN/job, so ``train.py`` names the shipped
+    copy); None: the host's home, as before."""
+    return f"{run_dir}/{layout.JOB}" if job.files else None
 
 
 def task_argv(job: JobSpec, spec: TaskSpec, run_dir: str, run_id: str, attempt: int,
@@ -110,6 +118,7 @@ class HostsEngine:
                  "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),
                  "env": task_env(run.cluster, t.position, run.job, run_dir, run.run_id, attempt, t.name, addresses,
                                 resume_step),
+                 "cwd": task_cwd(run.job, run_dir),
                  "ready": run.job.kind == JobKind.HARNESS}   # says when past its imports (spawn.READY)
                 for t in tasks], wait_s=20, settle_s=START_CHECK_S)
             for t in tasks:

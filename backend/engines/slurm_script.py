@@ -18,7 +18,7 @@ import math
 import re
 import shlex
 
-from backend.engines.direct import task_argv   # the same harness command line as on SSH hosts
+from backend.engines.direct import task_argv, task_cwd   # the same harness command line as on SSH hosts
 from backend.errors import SpecError
 from backend.harness import layout, preempt
 from backend.config.slurm_spec import FLAG_OPTIONS, SlurmSpec
@@ -72,7 +72,8 @@ def batch_script(spec: SlurmSpec, job: JobSpec, *, run_dir: str, run_id: str, at
         env["CUDA_VISIBLE_DEVICES"] = ""
     resumed = "from scratch" if resume_step is None else f"resuming from step {resume_step}"
     task = [spec.python, "-S", f"{run_dir}/{layout.HARNESS}/slurm_task.py", "run",
-            "--run-dir", run_dir, "--tf-port", str(spec.tf_port), "--",
+            "--run-dir", run_dir, "--tf-port", str(spec.tf_port),
+            *(["--cwd", cwd] if (cwd := task_cwd(job, run_dir)) else []), "--",
             *task_argv(job, spec.login(), run_dir, run_id, attempt, resume_step)]
     srun = ["srun", "--distribution=block", "--kill-on-bad-exit=1", "--open-mode=append",
             f"--output={run_dir}/{layout.LOGS}/{layout.SLURM_RANK_LOG.format(rank='%t')}"]

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import layout  # noqa: E402
 import preempt  # noqa: E402
 import slurm_env  # noqa: E402
-from spawn import _read, _write_atomic  # noqa: E402  (the task files as spawn.py writes them)
+from spawn import _read, _write_atomic, run_paths_absolute  # noqa: E402  (as spawn.py does)
 
 
 def _link_log(run: str, name: str, rank: int) -> None:
@@ -49,7 +49,7 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def run(run_dir: str, tf_port: int, argv: list[str]) -> int:
+def run(run_dir: str, tf_port: int, argv: list[str], cwd: str | None = None) -> int:
     name, config = slurm_env.tf_config_for(dict(os.environ), tf_port)
     rank = int(os.environ["SLURM_PROCID"])
     for sub in (layout.TASKS, layout.LOGS):
@@ -70,7 +70,9 @@ def run(run_dir: str, tf_port: int, argv: list[str]) -> int:
     env = {**os.environ, "TF_CONFIG": json.dumps(config), "TFCONSOLE_TASK": name,
            "TFCONSOLE_IS_CHIEF": "1" if rank == 0 else "0",
            "PYTHONPATH": os.pathsep.join(p for p in (lib, os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_default_signals)
+    if cwd:   # a job's shipped files (RUN/job): the run's paths must not depend on where it starts
+        env = run_paths_absolute(env)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, preexec_fn=_default_signals)
     _write_atomic(layout.task_file(run_dir, name, "json"), json.dumps({
         "pid": proc.pid, "pgid": os.getpgid(0), "node": socket.gethostname(), "rank": rank,
         "job": os.environ.get("SLURM_JOB_ID"), "started": time.time(), "tf_config": config}))
@@ -125,6 +127,7 @@ def main(argv=None) -> int:
     r = sub.add_parser("run")
     r.add_argument("--run-dir", required=True)
     r.add_argument("--tf-port", type=int, required=True)
+    r.add_argument("--cwd", default=None, help="the folder the job runs in (its shipped files)")
     r.add_argument("argv", nargs=argparse.REMAINDER)
     q = sub.add_parser("probe")
     q.add_argument("--run-dir", required=True)
@@ -135,7 +138,7 @@ def main(argv=None) -> int:
         print(json.dumps(probe(a.run_dir, a.job, a.task)))
         return 0
     command = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
-    return run(a.run_dir, a.tf_port, command)
+    return run(a.run_dir, a.tf_port, command, a.cwd)
 
 
 if __name__ == "__main__":

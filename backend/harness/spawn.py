@@ -115,6 +115,17 @@ def supervise(run: str, task: str, argv: list[str], cwd: str) -> int:
     return 0
 
 
+def run_paths_absolute(env: dict) -> dict:
+    """The run folder and PYTHONPATH entries, given relative to where we are (the host's home),
+    made absolute: a task started in another folder must still find its run and ``tfconsole``."""
+    out = dict(env)
+    if out.get("TFCONSOLE_RUN_DIR"):
+        out["TFCONSOLE_RUN_DIR"] = os.path.abspath(out["TFCONSOLE_RUN_DIR"])
+    if out.get("PYTHONPATH"):
+        out["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in out["PYTHONPATH"].split(os.pathsep) if p)
+    return out
+
+
 def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> subprocess.Popen:
     """Start one task's supervisor detached, in a new session; it records the task's pid."""
     for sub in (layout.TASKS, layout.LOGS):
@@ -123,6 +134,8 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
         if os.path.exists(layout.task_file(run, task, suffix)):
             os.remove(layout.task_file(run, task, suffix))
     env = {str(k): str(v) for k, v in env.items()}
+    if cwd != ".":
+        env = run_paths_absolute(env)
     if env.get("PYTHONPATH") and os.environ.get("PYTHONPATH"):   # the host's own entries still count
         env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     # The environment goes to the supervisor directly, never on a command line `ps` would show.
@@ -154,7 +167,8 @@ def start_many(run: str, tasks: list[dict], wait_s: float = 10.0, settle_s: floa
     """Start every task of this host at once; wait until each has recorded its pid (or ended),
     then ``settle_s`` more, so a task that dies at once (bad import, port taken) is reported.
 
-    ``tasks`` holds ``{"task", "argv", "env"}`` for each task, and ``"ready": true`` for a task
+    ``tasks`` holds ``{"task", "argv", "env"}`` (and ``"cwd"``, a folder of the run) for each
+    task, and ``"ready": true`` for a task
     that says when it is past its imports (harness tasks); the answer maps task -> status.
     """
     # A task whose previous process group still lives keeps its record: starting over it would
@@ -163,7 +177,7 @@ def start_many(run: str, tasks: list[dict], wait_s: float = 10.0, settle_s: floa
             if status_one(run, t["task"])["state"] == "running"}
     if busy:
         return busy
-    sups = {t["task"]: start(run, t["task"], t["argv"], t.get("env", {})) for t in tasks}
+    sups = {t["task"]: start(run, t["task"], t["argv"], t.get("env", {}), t.get("cwd") or ".") for t in tasks}
     deadline = time.time() + wait_s
     out = {name: {"state": "starting"} for name in sups}
     while time.time() < deadline:

@@ -73,7 +73,16 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
 
 
 def _keep_module(job: JobSpec, local_dir: Path) -> JobSpec:
-    """Copy the job module into the run's folder: edits or moves of the original change nothing."""
+    """Copy the job module (or a command job's files) into the run's folder: edits or moves of
+    the original change nothing, and a restart ships the same files."""
+    if job.files:
+        kept = []
+        for path in job.files:
+            target = local_dir / layout.JOB / Path(path).name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            kept.append(str(target))
+        return replace(job, files=tuple(kept))
     if job.kind != JobKind.HARNESS:
         return job
     target = local_dir / layout.JOB / Path(job.module).name

@@ -1,0 +1,37 @@
+"""``files:`` on the Slurm engine: a script that exists only in the operator's folder runs from
+the run's ``job/`` folder on every task, and still finds its run and ``tfconsole`` (their paths
+are made absolute when the task starts elsewhere). No TensorFlow: Slurm's mechanics only."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backend.config.spec import job_from_dict
+from backend.runs import launcher
+from backend.runs.store import RunStore
+from tests.slurm_cluster.test_slurm_keras_fit import slurm_cluster_spec
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = """import os, tfconsole
+ctx = tfconsole.context()
+print("ran", ctx.task, "cwd", os.getcwd(), "run", ctx.run_dir, "settings", open("settings.json").read().strip(),
+      flush=True)
+"""
+
+
+def test_a_local_script_shipped_with_files_runs_in_the_run_folder_on_every_slurm_task(
+        slurm_cluster, tmp_path, python_path):
+    folder = tmp_path / "laptop"
+    folder.mkdir()
+    (folder / "hello.py").write_text(SCRIPT)
+    (folder / "settings.json").write_text("laptop\n")
+    job = job_from_dict({"kind": "command", "command": ["hello.py"], "files": ["hello.py", "settings.json"]},
+                        base_dir=folder)
+    run = launcher.launch(slurm_cluster_spec(tmp_path, python_path), job, store=RunStore(tmp_path / "runs"))
+    run.wait(timeout=120)
+    assert run.state.phase == "finished", run.log_tail("chief-0")
+    run_dir = run.state.chief.remote_run_dir
+    for task in ("chief-0", "worker-0"):
+        assert f"ran {task} cwd {run_dir}/job run {run_dir} settings laptop" in run.log_tail(task)
