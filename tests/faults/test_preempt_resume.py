@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from backend import checkpoints
 from backend.runs import launcher
 from tests.faults.conftest import (_local, assert_nothing_left, harness_job, metrics, wait_for,
                                    wait_phase)
@@ -36,6 +37,41 @@ def test_sigterm_to_one_worker_resumes_from_the_saved_step(local_cluster, store)
     rows = metrics(run)
     ran = max(r["step"] for r in rows if r["attempt"] == first.number)
     assert ran == saved                                   # not one step run and lost
+    assert min(r["step"] for r in rows if r["attempt"] == second.number) == saved + 1
+    assert second.last_step == 2000
+    assert_nothing_left(run, store)
+
+
+def _signal_over_ssh(run, name: str, sig: str) -> None:
+    """What a cluster does to one task: read its pid on its own host and signal it, both over
+    the run's SSH connection (the test hosts are real sshd on 127.0.0.x)."""
+    task = run.task(name)
+    transport = run.pool.transport(run.cluster.tasks[task.position])
+    pid = json.loads(transport.run(["cat", f"{task.remote_run_dir}/tasks/{name}.json"]).stdout)["pid"]
+    assert transport.run(["kill", f"-{sig}", str(pid)]).ok
+
+
+def test_sigterm_over_ssh_every_worker_saves_the_same_step_and_resumes_from_it(
+        ssh_cluster, ssh_options, store):
+    job = harness_job(max_restarts=0, backoff_s=0.5, steps_per_epoch=2000, checkpoint_every=0,
+                      log_every=10, pace_s=0.005)
+    run = launcher.launch(ssh_cluster, job, store=store, options=ssh_options,
+                          preflight=launcher.Preflight.SKIP)
+    wait_for(lambda: any(r["step"] >= 30 for r in metrics(run)), 150, "step 30")
+    _signal_over_ssh(run, "worker-0", "TERM")
+    state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 300)
+    assert state.phase == "finished", state
+    assert len(state.attempts) == 2, state.attempts
+    first, second = state.attempts
+    assert first.reason.startswith("preempted: saved at step "), first.reason
+    saved = int(first.reason.split("saved at step ")[1].split()[0])
+    assert first.last_step == saved and second.resume_step == saved, state.attempts
+    # Every worker saved that same step on its own host, and said so in its log.
+    for name in ("chief-0", "worker-0"):
+        assert f"HARNESS PREEMPTED: saved at step {saved} " in run.log_tail(name, 1_000_000), name
+        assert saved in [c["step"] for c in checkpoints.list_checkpoints(run, name)], name
+    rows = metrics(run)
+    assert max(r["step"] for r in rows if r["attempt"] == first.number) == saved   # none lost
     assert min(r["step"] for r in rows if r["attempt"] == second.number) == saved + 1
     assert second.last_step == 2000
     assert_nothing_left(run, store)
