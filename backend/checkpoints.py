@@ -157,6 +157,9 @@ def save_now(run: Run, *, wait_s: float = 0) -> int | None:
     if not run.state.live:
         raise RunError(f"run {run.run_id} is {run.state.phase}, not live",
                        "Save now works on a running job; its last checkpoints are listed below.")
+    if run.state.phase == "queued":   # a request now would wait for the whole queue
+        raise RunError(f"run {run.run_id} is queued: Slurm has not started it, so nothing can be saved yet",
+                       "Save once its status says running; Stop cancels the queued job at once.")
     chief = run.remote(run.state.chief.name)
     name = remote.request_save(chief)
     if not wait_s:

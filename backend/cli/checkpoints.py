@@ -89,7 +89,9 @@ def cmd_restore(a) -> int:
 
 def status_json(run, statuses, *, health_line: str) -> dict:
     s = run.state
-    return {"run_id": s.run_id, "phase": str(s.phase), "attempt": s.attempt,
+    # phase: the record's (queued while Slurm holds every task); queue: Slurm's reason and place.
+    queue = statuses[0].queue if s.phase == "queued" and statuses and statuses[0].queue else None
+    return {"run_id": s.run_id, "phase": str(s.phase), "queue": queue, "attempt": s.attempt,
             "tasks": [{"name": t.name, "host": t.host, "state": str(t.state), "label": t.label,
                        "exit_code": t.exit_code, "diagnosis": t.diagnosis} for t in statuses],
             "attempts": [asdict(t) for t in s.attempts], "unreachable": list(s.unreachable),

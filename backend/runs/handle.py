@@ -21,9 +21,9 @@ from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.harness import layout, preempt
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
-from backend.runs.outcome import (Conclusion, TaskPhase, TaskStatus, Verdict, conclude,
+from backend.runs.outcome import (Conclusion, TaskPhase, TaskStatus, Verdict, all_queued, conclude,
                                   preempted_reason, shown_phase)
-from backend.runs.store import Phase, RunState, RunStore, TaskState
+from backend.runs.store import UNDERWAY, Phase, RunState, RunStore, TaskState
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
 SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (docs/facts.md #6)
@@ -94,11 +94,30 @@ class Run:
 
     # -- reading ------------------------------------------------------------------------
     def status(self) -> list[TaskStatus]:
-        return self.engine.status(self)
+        """Each task's state; the recorded phase follows the scheduler (``follow_queue``)."""
+        statuses = self.engine.status(self)
+        self.follow_queue(statuses)
+        return statuses
+
+    def follow_queue(self, statuses: list[TaskStatus]) -> None:
+        """Record ``queued`` while the scheduler holds every task, ``running`` once it has started
+        them, so the record, ``status --json``, the runs list and ``state.phase`` all agree with
+        what the scheduler says. A compare-and-set between the two only: a Stop or a settle that
+        moved the run on keeps it. An unreachable task is no news: the phase stays."""
+        if self.state.phase not in UNDERWAY:
+            return
+        if all_queued(statuses):
+            want = Phase.QUEUED
+        elif statuses and not any(s.state == TaskPhase.UNREACHABLE for s in statuses):
+            want = Phase.RUNNING
+        else:
+            return
+        if self.state.phase != want:
+            self.move(want, when=tuple(p for p in UNDERWAY if p != want))
 
     def shown_phase(self, statuses: list[TaskStatus]) -> str:
         """The phase as people see it: ``queued (Resources, 1st of 2 waiting)`` while a scheduler
-        holds every task of a running run, else the recorded phase (``outcome.shown_phase``)."""
+        holds every task, else the recorded phase (``outcome.shown_phase``)."""
         return shown_phase(self.state.phase, statuses)
 
     def log_tail(self, name: str, max_bytes: int = 20000) -> str:
@@ -150,16 +169,16 @@ class Run:
             self._settle_cut_off_launch()
         if statuses is None:
             statuses = self.status() if self.state.live else []
-        if self.kept and self.state.phase in (Phase.RUNNING, Phase.RESTARTING):
+        if self.kept and self.state.phase in (*UNDERWAY, Phase.RESTARTING):
             self.keeper_note = detached.ensure_keeper(self.run_id, self.store.root, self.pool.options)
             return statuses
-        if self.kept or self.state.phase != Phase.RUNNING:
+        if self.kept or self.state.phase not in UNDERWAY:
             return statuses
         found = conclude(statuses)
         if found.verdict == Verdict.FAILED and not found.all_ended:
             self._stop_survivors(found)
         elif found.verdict in (Verdict.FINISHED, Verdict.FAILED, Verdict.PREEMPTED):
-            self.conclude_attempt(found, expect=Phase.RUNNING)
+            self.conclude_attempt(found, expect=UNDERWAY)
         return statuses
 
     def _settle_cut_off_launch(self) -> None:
@@ -183,19 +202,21 @@ class Run:
             pass   # no metrics (a command job), or not a metrics record: the step stays unknown
         return None
 
-    def conclude_attempt(self, found: Conclusion, *, expect: Phase, last_step: int | None = None) -> bool:
-        """Record a finished or failed attempt, only if the run is still in phase ``expect``.
+    def conclude_attempt(self, found: Conclusion, *, expect: tuple[Phase, ...] = UNDERWAY,
+                         last_step: int | None = None) -> bool:
+        """Record a finished or failed attempt, only if the run is still in one of ``expect``.
         A preempted one (no keeper to resume it) ends ``stopped`` at its saved step: Restore
         offers that step first."""
         if found.verdict == Verdict.PREEMPTED:
             reason, saved = self.preemption()
             self.mirror_logs()
-            return self.move(Phase.STOPPED, when=(expect,), reason=reason, last_step=saved)
+            return self.move(Phase.STOPPED, when=expect, reason=reason, last_step=saved)
         phase = Phase.FINISHED if found.verdict == Verdict.FINISHED else Phase.FAILED
         if last_step is None:
             last_step = self.last_step()
+        expect = (expect,) if isinstance(expect, Phase) else tuple(expect)   # a Phase is a str
         self.mirror_logs()
-        return self.move(phase, when=(expect,), reason=found.reason, last_step=last_step)
+        return self.move(phase, when=expect, reason=found.reason, last_step=last_step)
 
     def preemption(self) -> tuple[str, int | None]:
         """The attempt's reason and saved step after a preemption, from the chief's record."""
@@ -213,7 +234,7 @@ class Run:
         """A task failed while others still run: they can only abort or hang, so stop them."""
         report = self.engine.stop(self, grace_s=SETTLE_STOP_GRACE_S)
         if report.clean:
-            self.conclude_attempt(found, expect=Phase.RUNNING)
+            self.conclude_attempt(found, expect=UNDERWAY)
 
     # -- acting -------------------------------------------------------------------------
     def stop(self, *, grace_s: float = STOP_GRACE_S, reason: str = "stopped", save: bool = False,
@@ -227,11 +248,12 @@ class Run:
         """
         self.move(Phase.STOPPING, when=lambda state: state.live)
         self.saved_step = None
-        if save:
+        if save and not queued:
             self.saved_step = self._save_then_exit(save_grace_s)
             reason = (f"stopped: saved at step {self.saved_step} on every worker"
                       if self.saved_step is not None else
                       f"stopped: no save within {save_grace_s:g} s (the previous checkpoint stays usable)")
+        queued = self.state.phase == Phase.QUEUED   # nothing started, so nothing to save
         report = self.engine.stop(self, grace_s=grace_s)
         self.mirror_logs()
         last_step = self.saved_step if self.saved_step is not None else self.last_step()

@@ -46,7 +46,7 @@ from backend.hosts.tasks import by_host
 from backend.runs.outcome import (PREEMPTED, Conclusion, LifeWatch, Signs, Verdict, conclude,
                                   stall_reason)
 from backend.runs.handle import Run
-from backend.runs.store import Phase, RunStore
+from backend.runs.store import UNDERWAY, Phase, RunStore
 
 STOP_GRACE_S = 5.0      # survivors of a failed attempt are casualties: no need to wait long
 MAX_POLL_S = 10.0       # the slowest poll while a host does not answer
@@ -168,7 +168,7 @@ class Keeper:
         found = conclude(run.status())
         if found.verdict == Verdict.FINISHED:
             self._read_progress(run)
-            run.conclude_attempt(found, expect=Phase.RUNNING, last_step=self.progress.last_step)
+            run.conclude_attempt(found, expect=UNDERWAY, last_step=self.progress.last_step)
             return None if run.reload().live else run.state.phase
         if found.verdict == Verdict.PREEMPTED:
             return self._preempted(run)
@@ -199,6 +199,10 @@ class Keeper:
         return self._stalled(run)
 
     def _await_cause(self, found: Conclusion) -> bool:
+        if run.state.phase == Phase.QUEUED:
+            # Waiting in the scheduler's queue is not a stall: the stall clock starts at the start.
+            self.life = LifeWatch(changed=time.time())
+            return None
         """True while a failure shows only casualties and the others may still show the cause."""
         if not found.casualties_only:
             self.casualties_since = None
@@ -258,7 +262,7 @@ class Keeper:
     def _recover(self, run: Run, reason: str) -> Phase | None:
         """End the attempt, stop every task, then restart (or give up)."""
         self.log(f"attempt {run.state.attempt} failed: {reason}")
-        if not run.move(Phase.RESTARTING, when=(Phase.RUNNING,), reason=reason,
+        if not run.move(Phase.RESTARTING, when=UNDERWAY, reason=reason,
                         last_step=self.progress.last_step):
             return None   # someone else changed the phase: the next poll reads it
         if not self._stop_all(run):
@@ -272,7 +276,7 @@ class Keeper:
         failure: it counts against max_preemptions, not max_restarts."""
         reason, saved = run.preemption()
         self.log(f"attempt {run.state.attempt} {reason}")
-        if not run.move(Phase.RESTARTING, when=(Phase.RUNNING,), reason=reason, last_step=saved):
+        if not run.move(Phase.RESTARTING, when=UNDERWAY, reason=reason, last_step=saved):
             return None
         return None if self._stop_all(run) else Phase.STOPPING
 

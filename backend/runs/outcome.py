@@ -54,11 +54,16 @@ class TaskStatus:
 
 
 def shown_phase(phase: str, statuses: list[TaskStatus]) -> str:
-    """The run's phase as `status`, the pages and the API show it: a running run whose every task
-    still waits for the scheduler is ``queued``, with the scheduler's reason and place."""
-    if phase == "running" and statuses and all(s.state == TaskPhase.QUEUED for s in statuses):
+    """The run's phase as `status`, the pages and the API show it: a run whose every task still
+    waits for the scheduler is ``queued``, with the scheduler's reason and place where it gives them."""
+    if phase in ("running", "queued") and all_queued(statuses):
         return statuses[0].label
     return str(phase)
+
+
+def all_queued(statuses: list[TaskStatus]) -> bool:
+    """Whether the scheduler holds every task (none started): the run is ``queued``."""
+    return bool(statuses) and all(s.state == TaskPhase.QUEUED for s in statuses)
 
 
 class Verdict(enum.StrEnum):

@@ -33,6 +33,7 @@ LOCK = "state.lock"
 class Phase(enum.StrEnum):
     LAUNCHING = "launching"     # an attempt's tasks are being started
     RUNNING = "running"
+    QUEUED = "queued"           # handed to a scheduler that has not started it yet (Slurm pending)
     RESTARTING = "restarting"   # the keeper is between a failed attempt and the next
     STOPPING = "stopping"       # a stop did not reach every host: Stop stays available
     FINISHED = "finished"
@@ -41,7 +42,13 @@ class Phase(enum.StrEnum):
 
     @property
     def live(self) -> bool:
-        return self in (Phase.LAUNCHING, Phase.RUNNING, Phase.RESTARTING, Phase.STOPPING)
+        return self in (Phase.LAUNCHING, Phase.RUNNING, Phase.QUEUED, Phase.RESTARTING, Phase.STOPPING)
+
+
+# An attempt whose tasks are handed over: running, or still queued by the scheduler. Both are
+# watched and settled alike (a pending job can be cancelled or fail); only the display, Save now
+# and the stall watch tell them apart. ``Run.status`` moves the phase between the two.
+UNDERWAY = (Phase.RUNNING, Phase.QUEUED)
 
 
 def default_root() -> Path:

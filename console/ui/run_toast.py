@@ -22,7 +22,7 @@ def news(run_id: str, before: tuple[str, int] | None, phase: str, attempt: int,
     """(message, icon) for a change from ``before`` to (``phase``, ``attempt``), or None."""
     if before is None or before == (phase, attempt):
         return None
-    was_live = before[0] in ("launching", "running", "restarting", "stopping")
+    was_live = before[0] in ("launching", "running", "queued", "restarting", "stopping")
     because = f": {reason}" if reason and reason not in ("finished", "stopped") else ""
     if was_live and phase == "finished":
         return f"Run {run_id} finished.", ":material/check_circle:"
@@ -30,7 +30,7 @@ def news(run_id: str, before: tuple[str, int] | None, phase: str, attempt: int,
         return f"Run {run_id} failed{because}", ":material/error:"
     if was_live and phase == "stopped":
         return f"Run {run_id} stopped.", ":material/stop_circle:"
-    if attempt > before[1] and phase in ("launching", "running") and before[1] > 0:
+    if attempt > before[1] and phase in ("launching", "running", "queued") and before[1] > 0:
         return f"Run {run_id} restarted: attempt {attempt}.", ":material/restart_alt:"
     return None
 

@@ -175,18 +175,31 @@ def test_a_queued_job_shows_the_run_queued_with_slurms_reason_and_place_and_stop
                           60, "the second job queued for Resources")
         assert status.splitlines()[0] == f"run {first}: queued (Resources, 1st of 2 waiting), attempt 1", status
         assert [line.split()[2] for line in task_lines(status)] == ["queued", "queued"], status
-        # The Python API says the same.
+        # status --json and the stored record agree: queued, with Slurm's reason and place.
+        shown = json.loads(cli("status", first, "--json", runs=runs).stdout)
+        assert (shown["phase"], shown["queue"]) == ("queued", "Resources, 1st of 2 waiting"), shown
+        listed = {r["run_id"]: r["phase"] for r in json.loads(cli("runs", "--json", runs=runs).stdout)}
+        assert listed[first] == "queued" and listed[holder] == "running", listed
+        # The Python API says the same: the state a script reads, and the shown phase.
         run = attach(second, store=RunStore(runs))
         statuses = run.status()
         assert [s.state for s in statuses] == ["queued", "queued"], statuses
+        assert run.state.phase == "queued" and run.state.live, run.state
         assert run.shown_phase(statuses).startswith("queued (") and "2nd of 2 waiting" in run.shown_phase(statuses)
-        assert run.state.live
         # Stop cancels a queued job at once: nothing to wait for.
         started = time.time()
         assert "no process left" in cli("stop", second, runs=runs).stdout
         assert time.time() - started < 10
         assert f"run {second}: stopped" in cli("status", second, runs=runs).stdout
         assert "CANCELLED" in slurm_cluster.run("scontrol", "show", "job", SlurmEngine.jobs(run)["1"]).stdout
+        # Once Slurm starts the queued job (the holder gone), every reader says running.
+        cli("stop", holder, runs=runs)
+        shown = wait_for(lambda: (out := json.loads(cli("status", first, "--json", runs=runs).stdout))
+                         and out["phase"] == "running" and out, 60, "the queued job started")
+        assert shown["queue"] is None and [t["state"] for t in shown["tasks"]] != ["queued", "queued"], shown
+        run = attach(first, store=RunStore(runs))
+        assert run.state.phase == "running", run.state
+        assert cli("status", first, runs=runs).stdout.splitlines()[0] == f"run {first}: running, attempt 1"
         cli("stop", first, runs=runs)
     finally:
         cli("stop", holder, runs=runs)
