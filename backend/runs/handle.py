@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from backend.alerts import outbox
+from backend.alerts import outbox, settings as alert_settings
 from backend.runs import detached, record
 from backend.hosts import remote
 from backend.engines.base import Engine, StopReport
@@ -56,6 +56,13 @@ class Run:
     def kept(self) -> bool:
         """Whether a keeper owns this run's outcome (restart policy on_failure)."""
         return self.job.restart.mode == RestartMode.ON_FAILURE
+
+    @property
+    def watched(self) -> bool:
+        """Whether a keeper process follows the run: a kept run, or one with a webhook. Without
+        restarts the keeper only settles the run as any reader does, so its end (and a NaN loss)
+        is told at once, with no console or CLI open to read it."""
+        return self.kept or bool(alert_settings.load(self.local_dir))
 
     def task(self, name: str) -> TaskState:
         for t in self.state.tasks:

@@ -1,4 +1,6 @@
 """Keep a run going: the restart policy ``on_failure``, as a process detached from the console.
+A run with a webhook and no restarts gets a keeper too, which only settles it as any reader
+would (``Run.settle``): its end and a NaN loss are told with no console or CLI open.
 
 ``launch()`` starts ``python -m backend keep RUN`` in a session of its own, so closing the
 browser or killing the CLI leaves both training and restarts going. Each poll reads every task and
@@ -165,6 +167,10 @@ class Keeper:
             return None   # launch or restore is starting it: look again next poll
         if phase == Phase.RESTARTING:   # our restart is under way, or a keeper died mid-way
             return self._restart(run)
+        if not run.kept:   # watched for its alerts only: settle as any reader, restart nothing
+            self._read_progress(run)
+            run.settle()
+            return None if run.state.live else run.state.phase
         found = conclude(run.status())
         if found.verdict == Verdict.FINISHED:
             self._read_progress(run)

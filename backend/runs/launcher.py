@@ -67,7 +67,7 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
     store.save(state)
     run = Run(state, store, pool)
     begin_attempt(run, resume_step=None, expect=(Phase.LAUNCHING,))
-    if run.kept:
+    if run.watched:
         detached.start_keeper(run.run_id, store.root, pool.options)
     return run
 

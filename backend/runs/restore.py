@@ -59,7 +59,7 @@ def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RE
             if t.name != run.state.chief.name:
                 _ensure_copy(run, t.name, chosen)
         begin_attempt(run, resume_step=step, expect=(Phase.STOPPED, Phase.FINISHED, Phase.FAILED))
-        if run.kept:
+        if run.watched:
             _rekeep(run)
         result = RestoreResult(step, run.state.attempt, moved_aside={t: s for t, s in moved.items() if s})
         # A command job's checkpoints are tfconsole's (the only ones listed), whose restore

@@ -85,6 +85,25 @@ def test_a_failing_run_sends_failed_with_the_reason(local_cluster, python_path, 
     assert "exited(3)" in body["reason"] and "exited(3)" in body["text"]
 
 
+def test_a_run_nobody_reads_still_alerts_its_failure(local_cluster, python_path, tmp_path, hook):
+    """Launched, then the console closed (no restarts, nobody calls wait or status): the webhook
+    hears of the failure all the same, and the record says failed to the next reader."""
+    receiver = hook()
+    store = RunStore(tmp_path / "runs")
+    run = launcher.launch(local_cluster, job(python_path, "import sys, time; time.sleep(4); sys.exit(3)", receiver.url),
+                          store=store, preflight=Preflight.SKIP)
+    del run   # nothing in this process reads the run again
+    bodies = receiver.wait(1)
+    assert bodies, "no alert: nobody settled the run"
+    body = bodies[0]
+    assert body["event"] == "failed" and "exited(3)" in body["reason"]
+    run_id = body["run"]
+    assert store.load(run_id).phase == Phase.FAILED
+    from backend.runs import detached
+    from tests.conftest import wait_for
+    wait_for(lambda: not detached.keeper_pid(store.path(run_id)), 30, "the keeper to exit")
+
+
 def test_a_kept_run_alerts_each_restart_and_its_end_from_the_keeper(local_cluster, python_path, tmp_path, hook):
     receiver = hook()
     store = RunStore(tmp_path / "runs")
