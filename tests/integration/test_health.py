@@ -77,3 +77,30 @@ def test_nan_loss_is_flagged_with_versions_and_stops_the_run(local_cluster, stor
     for task in ("worker-0", "worker-1"):
         assert f"{task}: TensorFlow {tf.__version__}, Keras {keras.__version__}" in cli.stdout
     wait_for(lambda: processes_of(run) == [], 30, "no process of the run")
+
+
+@pytest.mark.slow
+def test_a_nan_loss_is_alerted_while_a_run_without_restarts_trains_on(local_cluster, store, tmp_path):
+    """No restart policy, no stop_on_nan, no console open: the webhook still hears of the NaN
+    loss once, while the run trains on (the run's keeper reads it; before, only a kept run had
+    one)."""
+    from tests.webhook import Receiver
+    module = tmp_path / "nan_job.py"
+    module.write_text(NAN_JOB)
+    receiver = Receiver((200,), 0.0)
+    try:
+        job = job_from_dict({"kind": "harness", "module": str(module), "env": TF_ENV,
+                             "alerts": {"webhook": receiver.url, "format": "json"},
+                             "params": {"epochs": 1, "steps_per_epoch": 1500, "log_every": 5,
+                                        "checkpoint_every": 0, "global_batch_size": 16, "pace_s": 0.02}})
+        run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+        try:
+            bodies = receiver.wait(1, timeout=240)
+            assert [b["event"] for b in bodies] == ["nan"], bodies
+            assert bodies[0]["step"] >= 200
+            assert store.load(run.run_id).phase == "running"   # told while it trains on
+        finally:
+            run.stop()
+    finally:
+        receiver.close()
+    wait_for(lambda: processes_of(run) == [], 30, "no process of the run")
