@@ -21,6 +21,10 @@ _STARTUP = re.compile(r"HARNESS FAILED: (?:\w+: )?cluster start-up failed after 
 # TensorFlow's own words when a collective cannot resolve a peer's TF_CONFIG address.
 _TF_UNRESOLVED = re.compile(r"errors resolving (\S+?):? \[.*?(Name or service not known|"
                             r"Temporary failure in name resolution|No address associated)")
+# harness/preempt.py's line when no save finished within preempt_grace_s of the signal, and the
+# harness's last line once the save did finish (late or not).
+_GRACE = re.compile(r"PREEMPT GRACE EXCEEDED: no checkpoint saved within (\S+) s")
+_PREEMPT_SAVED = "HARNESS PREEMPTED: saved at step"
 # "SomeError: text" or "package.module.SomeError: text" at the start of a line.
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)"
                              r"(?::.*)?$")
@@ -41,6 +45,12 @@ STEP_TIMEOUT = (
     "by the network). The Python stacks of this worker at that moment follow the 'Timeout' line in "
     "its log. Open the other workers' logs; if steps are really this slow (a long checkpoint save), "
     "raise collective_timeout_s.")
+
+PREEMPT_LATE = (
+    "Preempted, but not saved within the grace of {grace} s (preempt_grace_s): the process ended "
+    "before its save finished. That save is incomplete and never listed; the previous checkpoint "
+    "stays usable and a restart resumes from it. Save sooner (a lower log_every, a smaller "
+    "checkpoint) or give the save more time (preempt_grace_s, Slurm's --signal lead, KillWait).")
 
 
 # Diagnoses of a bounded cluster start-up (harness/startup.py) begin with one of these. A name
@@ -94,6 +104,14 @@ def _last_exception_line(text: str) -> str | None:
     return hits[-1] if hits else None
 
 
+def _preempt_late(log_text: str) -> str | None:
+    """A preemption's kill that came before the save finished: the previous checkpoint counts."""
+    hits = list(_GRACE.finditer(log_text))
+    if not hits or _PREEMPT_SAVED in log_text[hits[-1].end():]:
+        return None
+    return PREEMPT_LATE.format(grace=hits[-1].group(1))
+
+
 def diagnose(log_text: str) -> str | None:
     """Return a plain-words explanation of the failure in ``log_text``, or None."""
     if not log_text:
@@ -103,6 +121,9 @@ def diagnose(log_text: str) -> str | None:
         return None   # the harness's last attempt in this log finished well
     if _KERAS_FIT.search(log_text):
         return KERAS_FIT
+    late = _preempt_late(log_text)
+    if late:
+        return late
     startup = _startup(log_text)
     if startup:
         return startup

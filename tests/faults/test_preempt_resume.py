@@ -12,8 +12,8 @@ import pytest
 
 from backend import checkpoints
 from backend.runs import launcher
-from tests.faults.conftest import (_local, assert_nothing_left, harness_job, metrics, wait_for,
-                                   wait_phase)
+from tests.faults.conftest import (SYNTHETIC, _local, assert_nothing_left, harness_job, kill_task,
+                                   metrics, wait_for, wait_phase)
 
 pytestmark = pytest.mark.slow
 
@@ -74,4 +74,62 @@ def test_sigterm_over_ssh_every_worker_saves_the_same_step_and_resumes_from_it(
     assert max(r["step"] for r in rows if r["attempt"] == first.number) == saved   # none lost
     assert min(r["step"] for r in rows if r["attempt"] == second.number) == saved + 1
     assert second.last_step == 2000
+    assert_nothing_left(run, store)
+
+
+# The synthetic job with a checkpoint part that takes SAVE_S to write: it stands for a model too
+# big for its disk to save within the grace time. tf.train.Checkpoint tracks it through the model.
+SAVE_S = 3.0
+SLOW_SAVE = f'''
+
+import time as _time
+
+
+class _SlowSave(tf.train.experimental.PythonState):
+    def serialize(self):
+        _time.sleep({SAVE_S})
+        return "slow"
+
+    def deserialize(self, string_value):
+        pass
+
+
+_build_model = build_model
+
+
+def build_model():
+    model = _build_model()
+    model.slow_save = _SlowSave()
+    return model
+'''
+
+
+def test_a_save_over_the_grace_time_is_reported_and_the_previous_checkpoint_resumes(
+        local_cluster, store, tmp_path):
+    module = tmp_path / "slow_save_job.py"
+    module.write_text(Path(SYNTHETIC).read_text() + SLOW_SAVE)
+    job = harness_job(str(module), max_restarts=1, backoff_s=0.5, steps_per_epoch=200,
+                      checkpoint_every=40, log_every=5, pace_s=0.05, preempt_grace_s=1.0)
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    wait_for(lambda: [c["step"] for c in checkpoints.list_checkpoints(run)] == [40], 240,
+             "checkpoint 40")
+    info = json.loads(Path(_local(run.task("worker-1").remote_run_dir), "tasks",
+                           "worker-1.json").read_text())
+    os.kill(info["pid"], signal.SIGTERM)
+    # The cluster's kill comes when the grace is over; the slow save is still being written.
+    wait_for(lambda: "PREEMPT GRACE EXCEEDED" in run.log_tail("worker-1"), 30, "the grace line")
+    for name in ("worker-0", "worker-1"):
+        kill_task(run, name)
+    state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 300)
+    first, second = state.attempts[0], state.attempts[1]
+    assert "not saved within the grace of 1 s" in first.reason, first.reason   # what the operator reads
+    assert not first.reason.startswith("preempted: saved"), first.reason
+    assert second.resume_step == 40, state.attempts                  # the previous checkpoint
+    assert state.phase == "finished" and len(state.attempts) == 2, state
+    rows = metrics(run)
+    assert min(r["step"] for r in rows if r["attempt"] == second.number) == 41
+    # The half-written save was never listed: each worker's checkpoints are its periodic ones.
+    for name in ("worker-0", "worker-1"):
+        assert [c["step"] for c in checkpoints.list_checkpoints(run, name)][-1] == 200, name
+        assert all(c["step"] % 40 == 0 for c in checkpoints.list_checkpoints(run, name)), name
     assert_nothing_left(run, store)
