@@ -26,7 +26,8 @@ from backend.runs.outcome import TaskPhase, TaskStatus
 from backend.runs.store import Attempt, Phase, RunState, TaskState, check_run_id, write_private
 from backend.engines import slurm_script as batch
 from backend.config.slurm_spec import SlurmSpec, slurm_to_dict
-from backend.engines.slurm_states import JobInfo, parse_scontrol, scontrol_fields, task_statuses, with_place
+from backend.engines.slurm_states import (JobInfo, SlurmPhase, parse_scontrol, scontrol_fields, task_statuses,
+                                          with_place)
 from backend.config.spec import JobKind, JobSpec, job_to_dict
 
 
@@ -151,6 +152,21 @@ class SlurmEngine:
 
     def chief_transport(self, run: RunView):
         return self._login()
+
+    def gpu_fan_out(self, run: RunView):
+        """Monitor's GPU watch on every node of the current job: wraps the watch agent's command
+        (run on the login host) in an ``srun`` step of one task per node that overlaps the job's
+        own (``--overlap``: it takes no CPU, memory or GPU from them, and a step is given the
+        job's GPUs on its node, so nvidia-smi sees what the job's tasks use). Raises while the job
+        does not run: Monitor asks again later, and a restart's new job is found the same way."""
+        def wrap(argv: list[str]) -> list[str]:
+            job = self.job(run)
+            if job is None or job.phase != SlurmPhase.RUNNING or not job.nodes:
+                raise HostError(self.spec.host, "the Slurm job does not run yet: no node to watch",
+                                "Monitor reads the nodes' GPUs once Slurm starts the job.")
+            return ["srun", f"--jobid={job.job_id}", "--overlap", f"--nodelist={job.nodes}",
+                    "--ntasks-per-node=1", "--quiet", "--", *argv]
+        return wrap
 
 
 def adopt(cluster: SlurmSpec, job_id: str, *, store, options=None) -> RunState:

@@ -160,6 +160,11 @@ class Run:
         gpu_hosts = tuple(GpuHost(name, (lambda s=g.spec: make_transport(s, self.pool.options)), g.spec.python,
                                   f"{g.run_dir}/{layout.HARNESS}/watch_agent.py", g.run_dir)
                           for name, g in others.items())
+        fan_out = getattr(self.engine, "gpu_fan_out", None)
+        if fan_out is not None:   # Slurm: the nodes' GPUs, reached from the login host by srun
+            gpu_hosts = (GpuHost("nodes", lambda: make_transport(spec, self.pool.options), spec.python,
+                                 f"{chief.remote_run_dir}/{layout.HARNESS}/watch_agent.py", chief.remote_run_dir,
+                                 fan_out=fan_out(self)),)
         return RunMonitor(lambda: make_transport(spec, self.pool.options), chief.remote_run_dir,
                           str(self.local_dir), store, python=spec.python, poll=poll,
                           agent_path=f"{chief.remote_run_dir}/{layout.HARNESS}/watch_agent.py",
@@ -214,6 +219,7 @@ class Run:
         """Record a finished or failed attempt, only if the run is still in one of ``expect``.
         A preempted one (no keeper to resume it) ends ``stopped`` at its saved step: Restore
         offers that step first."""
+        expect = (expect,) if isinstance(expect, Phase) else tuple(expect)   # a Phase is a str
         if found.verdict == Verdict.PREEMPTED:
             reason, saved = self.preemption()
             self.mirror_logs()
@@ -221,7 +227,6 @@ class Run:
         phase = Phase.FINISHED if found.verdict == Verdict.FINISHED else Phase.FAILED
         if last_step is None:
             last_step = self.last_step()
-        expect = (expect,) if isinstance(expect, Phase) else tuple(expect)   # a Phase is a str
         self.mirror_logs()
         return self.move(phase, when=expect, reason=found.reason, last_step=last_step)
 
@@ -253,6 +258,7 @@ class Run:
         ``save``: first every worker saves one step and exits (as on a preemption signal); the
         attempt's reason and last step say which step (``saved_step``), Restore lists it first.
         """
+        queued = self.state.phase == Phase.QUEUED   # nothing started, so nothing to save
         self.move(Phase.STOPPING, when=lambda state: state.live)
         self.saved_step = None
         if save and not queued:
@@ -260,7 +266,6 @@ class Run:
             reason = (f"stopped: saved at step {self.saved_step} on every worker"
                       if self.saved_step is not None else
                       f"stopped: no save within {save_grace_s:g} s (the previous checkpoint stays usable)")
-        queued = self.state.phase == Phase.QUEUED   # nothing started, so nothing to save
         report = self.engine.stop(self, grace_s=grace_s)
         self.mirror_logs()
         last_step = self.saved_step if self.saved_step is not None else self.last_step()

@@ -199,16 +199,16 @@ class Keeper:
         if found.verdict == Verdict.FAILED:
             return None if self._await_cause(found) else found.reason
         self.casualties_since = None
+        if run.state.phase == Phase.QUEUED:
+            # Waiting in the scheduler's queue is not a stall: the stall clock starts at the start.
+            self.life = LifeWatch(changed=time.time())
+            return None
         self._read_progress(run)
         if run.job.restart.stall_timeout_s:
             self._read_life(run)
         return self._stalled(run)
 
     def _await_cause(self, found: Conclusion) -> bool:
-        if run.state.phase == Phase.QUEUED:
-            # Waiting in the scheduler's queue is not a stall: the stall clock starts at the start.
-            self.life = LifeWatch(changed=time.time())
-            return None
         """True while a failure shows only casualties and the others may still show the cause."""
         if not found.casualties_only:
             self.casualties_since = None

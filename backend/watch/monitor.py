@@ -49,6 +49,11 @@ class GpuHost:
     python: str
     agent_path: str
     run_dir: str
+    # Several nodes reached through this host (a Slurm job's, by ``srun``): wraps the agent's
+    # command line at each connect (raises while there is nothing to reach: tried again later).
+    # Each node's agent then names its own readings (its hostname), and one node without GPUs
+    # does not end the others' readings.
+    fan_out: Callable[[list[str]], list[str]] | None = None
 
 
 class _Batch:
@@ -202,19 +207,27 @@ class RunMonitor:
         """Follow one other host's GPU-only agent, reconnecting like the chief's; a host with
         no GPU readings (``no_gpu``) is not asked again."""
         delay = self._backoff[0]
-        argv = [h.python, h.agent_path, "--run-dir", h.run_dir, "--gpu-only", "--host", h.name]
+        argv = [h.python, h.agent_path, "--run-dir", h.run_dir, "--gpu-only"]
+        argv += [] if h.fan_out else ["--host", h.name]
         while not self._stop.is_set():
             began, transport, stream = time.monotonic(), None, None
+            readings = no_gpu = 0
             try:
+                command = h.fan_out(argv) if h.fan_out else argv
                 transport = h.transport_factory()
-                stream = transport.stream(argv, idle_timeout=STREAM_IDLE_S)
+                stream = transport.stream(command, idle_timeout=STREAM_IDLE_S)
                 with self._lock:
                     self._gpu_streams.add(stream)
                 for line in stream.stdout:
-                    if self._stop.is_set() or b'"no_gpu"' in line:
+                    if self._stop.is_set() or (b'"no_gpu"' in line and not h.fan_out):
                         return
+                    no_gpu += b'"no_gpu"' in line
                     if line.startswith(b'{"type":"gpu"'):
-                        self._on_other("gpu", {**json.loads(line), "host": h.name})
+                        readings += 1
+                        event = json.loads(line)
+                        self._on_other("gpu", {**event, "host": event.get("host") if h.fan_out else h.name})
+                if no_gpu and not readings:
+                    return   # every node said it has no GPU readings: not asked again
             except Exception:  # noqa: BLE001 - a broken link: reconnect, as the chief's agent does
                 pass
             finally:

@@ -8,6 +8,7 @@ one thread each, a few dozen steps.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -158,4 +159,54 @@ def test_save_now_export_and_restore_on_a_live_two_node_run(slurm_nodes, tmp_pat
         stopped = cli("stop", run_id, runs=runs).stdout
     assert "no process left" in stopped, stopped
     assert processes_of(run) == []
+    assert slurm_nodes.node_state() == "idle"
+
+
+# No GPU here: each node gets its own FAKE nvidia-smi, answering different numbers as the real one
+# answers ``--query-gpu=... --format=csv,noheader,nounits``, so the test sees which node each
+# reading came from. The fake is bind-mounted, inside each node's own mount namespace, onto one
+# folder of the shared filesystem that is first on PATH (srun carries the login host's PATH to
+# the step); on the login host that folder stays empty: no readings from there.
+FAKE_GPUS = {"node1": "0, 11, 1000, 16000\n", "node2": "0, 77, 7000, 16000\n1, 5, 500, 16000\n"}
+
+
+@pytest.fixture
+def fake_node_gpus(slurm_nodes, tmp_path, monkeypatch):
+    shared_bin = tmp_path / "gpu-bin"
+    shared_bin.mkdir()
+    for node, proc in zip(slurm_nodes.nodes, slurm_nodes.procs[1:]):   # procs: slurmctld, one slurmd a node
+        own = tmp_path / f"gpus-{node}"
+        own.mkdir()
+        fake = own / "nvidia-smi"
+        fake.write_text("#!/bin/sh\ncat <<'EOF'\n" + FAKE_GPUS[node] + "EOF\n")
+        fake.chmod(0o755)
+        subprocess.run(["nsenter", "-t", str(proc.pid), "--mount", "--", "mount", "--bind", str(own), str(shared_bin)],
+                       check=True, capture_output=True, timeout=30)
+    monkeypatch.setenv("PATH", f"{shared_bin}:{os.environ['PATH']}")
+    yield FAKE_GPUS
+
+
+def test_monitor_reads_the_gpus_of_every_node_of_a_two_node_job(slurm_nodes, fake_node_gpus, tmp_path, python_path):
+    from backend.config.slurm_spec import load_any_cluster
+    from backend.config.spec import job_from_dict
+    from console import monitor_view
+    job = job_from_dict({"kind": "command", "command": [python_path, "-c", "import time; time.sleep(120)"]})
+    store = RunStore(tmp_path / "runs")
+    run = launcher.launch(load_any_cluster(cluster_file(tmp_path, python_path)), job, store=store,
+                          preflight=launcher.Preflight.SKIP)
+    mon = run.monitor(MetricsStore()).start()
+    try:
+        samples = wait_for(lambda: (lambda s: sorted(s) == ["node1", "node2"] and s)(mon.gpu()), 120,
+                           f"GPU readings from both nodes (have {sorted(mon.gpu())})")
+        # What Monitor's GPU panel shows: per node, each GPU's latest utilisation and memory.
+        assert monitor_view.gpu_rows(samples) == [
+            {"host": "node1", "GPU": 0, "utilisation %": 11.0, "memory used MiB": 1000.0,
+             "memory total MiB": 16000.0},
+            {"host": "node2", "GPU": 0, "utilisation %": 77.0, "memory used MiB": 7000.0,
+             "memory total MiB": 16000.0},
+            {"host": "node2", "GPU": 1, "utilisation %": 5.0, "memory used MiB": 500.0,
+             "memory total MiB": 16000.0}]
+    finally:
+        mon.stop()
+        run.stop()
     assert slurm_nodes.node_state() == "idle"
