@@ -43,3 +43,37 @@ def test_the_time_limit_signal_saves_the_current_step_and_the_next_job_resumes_f
     jobs = SlurmEngine.jobs(run)
     assert sorted(jobs) == ["1", "2"] and jobs["2"] != first_job, jobs   # a new Slurm job
     assert_nothing_left(run, store)
+
+
+def test_a_real_time_limit_signals_ahead_and_the_next_job_resumes_from_the_last_step_ran(
+        slurm_cluster, tmp_path, python_path):
+    """No scancel: Slurm itself sends USR2 ``preempt_grace_s`` (25 s) ahead of a 1-minute limit.
+    Slurm sends it up to a minute early (its event resolution), so this costs about 1.5-2.5 min:
+    the first job's minute, then the second job's start; the run is stopped once it resumed."""
+    store = RunStore(tmp_path / "runs")
+    cluster = slurm_from_dict({"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
+                               "tasks_per_node": 2, "time_limit": "1", "python": python_path,
+                               "workdir": str(tmp_path / "shared"), "tf_port": sshd.free_port(span=2)})
+    # No periodic checkpoint: the step resumed from can only be the one saved on the signal.
+    job = harness_job(max_restarts=0, steps_per_epoch=100000, checkpoint_every=0, log_every=10,
+                      pace_s=0.03)
+    run = launcher.launch(cluster, job, store=store)
+
+    def resumed():
+        state = store.load(run.run_id)
+        return len(state.attempts) >= 2 and state.phase == "running" and state
+
+    state = wait_for(resumed, 240, "a second Slurm job after the time limit's signal")
+    first, second = state.attempts[:2]
+    assert first.reason.startswith("preempted: saved at step ") and "(SIGUSR2" in first.reason, first
+    wait_for(lambda: any(r["attempt"] == second.number for r in metrics(run)), 120,
+             "the second job's first metrics row")
+    rows = metrics(run)
+    ran_to = max(r["step"] for r in rows if r["attempt"] == first.number)
+    assert first.reason.startswith(f"preempted: saved at step {ran_to} "), (first, ran_to)
+    assert second.resume_step == ran_to, (second, ran_to)      # the last step it ran: nothing lost
+    assert min(r["step"] for r in rows if r["attempt"] == second.number) == ran_to + 1
+    jobs = SlurmEngine.jobs(run)
+    assert jobs["2"] != jobs["1"], jobs                          # a new Slurm job
+    run.stop(grace_s=5)
+    assert_nothing_left(run, store)
