@@ -6,14 +6,16 @@ jump hosts): ``sbatch --parsable`` of the script ``backend.engines.slurm_script`
 folder is on a filesystem the login host shares with the nodes (docs/slurm.md), so logs,
 metrics and checkpoints are read on the login host, and the watch agent, save now, export and
 restore work there unchanged. Each attempt's Slurm job id is kept in the local run folder
-(``slurm.json``): a restart is a new job, resuming from the newest checkpoint.
+(``slurm.json``): a restart is a new job, resuming from the newest checkpoint. When the cluster
+requeues a job itself (Slurm's ``Restarts`` grows), the same job id runs again as the next attempt
+(``requeued``): the run follows it, and no new job is submitted.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from backend.diagnosis import diagnose
 from backend.hosts import remote
@@ -33,9 +35,22 @@ from backend.config.spec import JobKind, JobSpec, job_to_dict
 
 JOBS_FILE = "slurm.json"   # in the local run folder: {"jobs": {attempt: job id}}
 STOP_WAIT_S = 120.0        # beyond the grace: Slurm's KillWait (30 s by default) and its cleanup
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """The cluster requeued the current attempt's job: the same job runs again as ``attempt``."""
+    job_id: str
+    restart: int               # Slurm's restart count this attempt is (1: the first requeue)
+    attempt: int
+    resume_step: int | None    # the step the re-run resumes from, when ``known``
+    known: bool                # the re-run's own word (slurm/requeued.json); else not started yet
+
+
 class SlurmEngine:
     def __init__(self, pool: Pool, spec: SlurmSpec) -> None:
         self.pool, self.spec = pool, spec
+        self._seen: tuple[JobInfo | None, dict | None] = (None, None)   # the last probe's job, requeue record
 
     def _login(self):
         return self.pool.transport(self.spec.login())
@@ -100,7 +115,9 @@ class SlurmEngine:
         result = self._login().run(argv, timeout=60).check(
             "could not read the Slurm job's state", "Check the login host and that scontrol works there.")
         answer = json.loads(result.stdout)
-        return with_place(parse_scontrol(answer["scontrol"]["out"]), answer.get("queue")), answer["tasks"]
+        job = with_place(parse_scontrol(answer["scontrol"]["out"]), answer.get("queue"))
+        self._seen = (job, answer.get("requeued"))
+        return job, answer["tasks"]
 
     def status(self, run: RunView) -> list[TaskStatus]:
         names = [t.name for t in run.state.tasks]
@@ -116,6 +133,27 @@ class SlurmEngine:
             if s.failed and s.diagnosis is None:   # the task's own failure: read its log
                 s.diagnosis = diagnose.diagnose(diagnose.current_attempt(self.log_tail(run, s.name, 20000)))
         return statuses
+
+    def requeued(self, run: RunView) -> Requeued | None:
+        """After ``status``: the next requeue of the current attempt's job that the run has not
+        recorded yet, or None. Not while Slurm still ends the job's processes (COMPLETING): the
+        requeue's SIGTERM may still be saving a step."""
+        job, record = self._seen
+        job_id = self.job_id(run)
+        if job is None or job.job_id != job_id or job.phase == SlurmPhase.COMPLETING:
+            return None
+        first = min(int(a) for a, j in self.jobs(run).items() if j == job_id)   # its submitted attempt
+        restart = run.state.attempt - first + 1
+        if job.restarts < restart:
+            return None
+        known = bool(record) and record.get("job") == job_id and record.get("restart") == restart
+        return Requeued(job_id, restart, run.state.attempt + 1,
+                        record.get("resume_step") if known else None, known)
+
+    def follow(self, run: RunView, found: Requeued) -> None:
+        """The requeued job is the new attempt's job too (before the run records that attempt, so
+        every reader finds the attempt's job)."""
+        self._remember(run, found.attempt, found.job_id)
 
     def job(self, run: RunView) -> JobInfo | None:
         """The current attempt's job as Slurm shows it (None: not submitted, or forgotten)."""

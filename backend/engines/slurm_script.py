@@ -4,8 +4,12 @@ One ``srun`` step starts one task per worker: each runs ``harness/slurm_task.py`
 its TF_CONFIG from the step's ``SLURM_*`` variables and runs the harness command unchanged.
 ``--distribution=block`` fixes which rank lands on which node (slurm_env.py relies on it);
 ``--kill-on-bad-exit`` ends the step when one task fails, because under
-MultiWorkerMirroredStrategy its peers can only abort or hang. ``--no-requeue``: a restart is
-the console's own resubmission, which resumes from the newest checkpoint. ``--signal=USR2@<s>``:
+MultiWorkerMirroredStrategy its peers can only abort or hang. ``--requeue``: when the cluster
+requeues the job (an administrator, a preemption under ``PreemptMode=REQUEUE``, a node failure),
+Slurm runs this script again under the same job id with ``SLURM_RESTART_COUNT`` set; the script
+then resumes from the newest checkpoint every task holds, as the next attempt (``slurm_task.py
+requeue``), and the console records that attempt on the same job. A failure the console restarts
+is its own resubmission, a new job. ``--signal=USR2@<s>``:
 ahead of the time limit Slurm sends every task SIGUSR2 (USR1 is the harness's stack dump), and
 every worker saves the step it is at and exits 75 (harness/preempt.py); the keeper resumes from
 that step. The lead is the job's ``preempt_grace_s`` (Slurm may send it up to a minute early;
@@ -49,7 +53,7 @@ def sbatch_options(spec: SlurmSpec, *, run_id: str, run_dir: str, signal_lead_s:
                         "Use a workdir of letters, digits, '/', '.', '_' and '-'.")
     opts = [f"--job-name=tfconsole-{run_id}", f"--nodes={spec.nodes}",
             f"--ntasks-per-node={spec.tasks_per_node}", f"--cpus-per-task={spec.cpus_per_task}",
-            f"--time={spec.time_limit}", f"--output={run_dir}/{layout.LOGS}/{BATCH_LOG}", "--no-requeue",
+            f"--time={spec.time_limit}", f"--output={run_dir}/{layout.LOGS}/{BATCH_LOG}", "--requeue",
             f"--signal=USR2@{signal_lead_s}"]
     for name in ("partition", "account", "qos"):
         if getattr(spec, name):
@@ -75,6 +79,9 @@ def batch_script(spec: SlurmSpec, job: JobSpec, *, run_dir: str, run_id: str, at
             "--run-dir", run_dir, "--tf-port", str(spec.tf_port),
             *(["--cwd", cwd] if (cwd := task_cwd(job, run_dir)) else []), "--",
             *task_argv(job, spec.login(), run_dir, run_id, attempt, resume_step)]
+    requeue = [spec.python, "-S", f"{run_dir}/{layout.HARNESS}/slurm_task.py", "requeue",
+               "--run-dir", run_dir, "--attempt", str(attempt),
+               *[a for name in spec.task_names() for a in ("--task", name)]]
     srun = ["srun", "--distribution=block", "--kill-on-bad-exit=1", "--open-mode=append",
             f"--output={run_dir}/{layout.LOGS}/{layout.SLURM_RANK_LOG.format(rank='%t')}"]
     lines = ["#!/bin/bash",
@@ -85,6 +92,11 @@ def batch_script(spec: SlurmSpec, job: JobSpec, *, run_dir: str, run_id: str, at
              "",
              *[f"export {key}={shlex.quote(value)}" for key, value in env.items()],
              f"mkdir -p -- {shlex.quote(f'{run_dir}/{layout.LOGS}')}",
+             "# Slurm requeued this job and runs it again: resume from the newest checkpoint every",
+             "# task holds, as the next attempt (slurm/requeued.json tells each task and the console).",
+             'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
+             "  " + shlex.join(requeue) + " || exit 1",
+             "fi",
              "# Each task builds its TF_CONFIG from SLURM_PROCID, SLURM_STEP_NODELIST and",
              "# SLURM_STEP_TASKS_PER_NODE; slot k on a node listens on --tf-port + k.",
              shlex.join(srun) + " \\",

@@ -73,6 +73,7 @@ class JobInfo:
     time_limit: str = ""
     position: int = 0          # while pending: its place among its partition's waiting jobs (1 = next)
     waiting: int = 0           # how many wait there, itself included (0: not known)
+    restarts: int = 0          # how often Slurm has requeued it (scontrol's Restarts)
 
     @property
     def phase(self) -> SlurmPhase:
@@ -121,10 +122,11 @@ def parse_scontrol(text: str) -> JobInfo | None:
         return None
     state = pairs.get("JobState", "")
     code, _, sig = pairs.get("ExitCode", "0:0").partition(":")
-    nodes = pairs.get("NodeList", "")
+    nodes, restarts = pairs.get("NodeList", ""), pairs.get("Restarts", "0")
     return JobInfo(pairs.get("JobId", ""), state, pairs.get("Reason", ""),
                    int(code) if code.isdigit() else 0, int(sig) if sig.isdigit() else 0,
-                   "" if nodes == "(null)" else nodes, pairs.get("TimeLimit", ""))
+                   "" if nodes == "(null)" else nodes, pairs.get("TimeLimit", ""),
+                   restarts=int(restarts) if restarts.isdigit() else 0)
 
 
 SQUEUE_FORMAT = "%i|%T|%r|%N|%l"   # job id, state, reason, nodes, time limit

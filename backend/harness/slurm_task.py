@@ -6,6 +6,13 @@ uses for SSH hosts), runs ARGV (the harness, unchanged) with it, and keeps the f
 part of the console reads in the run directory: ``tasks/<task>.json`` (pid, node),
 ``tasks/<task>.exit`` (exit code) and ``logs/<task>.log`` (a link to the log ``srun --output``
 writes for this rank). ``probe`` answers the console's status poll in one command.
+
+When Slurm requeues the job (an administrator's ``scontrol requeue``, a preemption under
+``PreemptMode=REQUEUE``, a node failure), it runs the same batch script again with
+``SLURM_RESTART_COUNT`` set. The script then runs ``requeue`` once, before its ``srun``: it finds
+the newest checkpoint every task holds complete (the run folder is shared) and writes it, with the
+new attempt's number, to ``slurm/requeued.json``; each task's ``run`` reads that record and starts
+the job from that step as that attempt, instead of the step the script was written with.
 Standard library only.
 """
 from __future__ import annotations
@@ -22,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import ckpt_index  # noqa: E402
 import layout  # noqa: E402
 import preempt  # noqa: E402
 import slurm_env  # noqa: E402
@@ -49,7 +57,77 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+REQUEUED = "slurm/requeued.json"   # in the run folder: what the requeued job's re-run resumes from
+
+
+def restart_count() -> int:
+    """How often Slurm has requeued this job (0: its first run)."""
+    value = os.environ.get("SLURM_RESTART_COUNT", "")
+    return int(value) if value.isdigit() else 0
+
+
+def common_step(run_dir: str, tasks: list[str]) -> int | None:
+    """The newest step every task holds complete: the chief's (the first task) in checkpoints/,
+    every other task's in its own folder, as the console's ``common_checkpoint`` reads them."""
+    held = []
+    for i, name in enumerate(tasks):
+        folder = (os.path.join(run_dir, layout.CHECKPOINTS) if i == 0
+                  else layout.worker_checkpoint_dir(run_dir, name))
+        held.append({c["step"] for c in ckpt_index.list_complete(folder)})
+    common = set.intersection(*held) if held else set()
+    return max(common) if common else None
+
+
+def requeue(run_dir: str, attempt: int, tasks: list[str]) -> dict:
+    """The batch script's re-run after a requeue: the attempt it now is (the submitted attempt
+    plus Slurm's restart count) and the step it resumes from, kept for every task and the console."""
+    restarts = restart_count()
+    record = {"job": os.environ.get("SLURM_JOB_ID"), "restart": restarts, "attempt": attempt + restarts,
+              "resume_step": common_step(run_dir, tasks), "time": time.time()}
+    os.makedirs(os.path.dirname(os.path.join(run_dir, REQUEUED)), exist_ok=True)
+    _write_atomic(os.path.join(run_dir, REQUEUED), json.dumps(record))
+    print(f"tfconsole: Slurm requeued job {record['job']} (restart {restarts}): attempt "
+          f"{record['attempt']} resumes from "
+          f"{'scratch' if record['resume_step'] is None else 'step ' + str(record['resume_step'])}", flush=True)
+    return record
+
+
+def requeued_record(run_dir: str) -> dict | None:
+    """This re-run's record (None on the job's first run); raises if the batch script wrote none."""
+    restarts = restart_count()
+    if not restarts:
+        return None
+    record = json.loads(_read(os.path.join(run_dir, REQUEUED)) or "{}")
+    if record.get("job") != os.environ.get("SLURM_JOB_ID") or record.get("restart") != restarts:
+        raise RuntimeError(f"requeued job {os.environ.get('SLURM_JOB_ID')} (restart {restarts}) finds "
+                           f"no record of its own in {REQUEUED}: {record}")
+    return record
+
+
+def resumed_argv(argv: list[str], attempt: int, resume_step: int | None) -> list[str]:
+    """The harness command line as this attempt's (``--attempt``, ``--resume-step``); any other
+    command is unchanged: a command job reads TFCONSOLE_ATTEMPT and TFCONSOLE_RESUME_STEP."""
+    if len(argv) < 2 or not argv[1].endswith(f"{layout.HARNESS}/train.py"):
+        return argv
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--resume-step":
+            i += 2
+            continue
+        out.append(argv[i])
+        if argv[i] == "--attempt" and i + 1 < len(argv):
+            out.append(str(attempt))
+            i += 1
+        i += 1
+    return out + ([] if resume_step is None else ["--resume-step", str(resume_step)])
+
+
 def run(run_dir: str, tf_port: int, argv: list[str], cwd: str | None = None) -> int:
+    record = requeued_record(run_dir)
+    if record is not None:   # a re-run after Slurm requeued the job: a new attempt, resumed
+        os.environ["TFCONSOLE_ATTEMPT"] = str(record["attempt"])
+        os.environ["TFCONSOLE_RESUME_STEP"] = "" if record["resume_step"] is None else str(record["resume_step"])
+        argv = resumed_argv(argv, record["attempt"], record["resume_step"])
     name, config = slurm_env.tf_config_for(dict(os.environ), tf_port)
     rank = int(os.environ["SLURM_PROCID"])
     for sub in (layout.TASKS, layout.LOGS):
@@ -118,7 +196,11 @@ def probe(run_dir: str, job: str, names: list[str]) -> dict:
                            "exit": int(code) if code and code.strip() else None}
         except ValueError:   # a file being written: the next poll reads it whole
             tasks[name] = {"info": None, "exit": None}
-    return {"scontrol": scontrol, "tasks": tasks, "queue": _queue(scontrol["out"])}
+    try:
+        requeued = json.loads(_read(os.path.join(run_dir, REQUEUED)) or "null")
+    except ValueError:
+        requeued = None
+    return {"scontrol": scontrol, "tasks": tasks, "queue": _queue(scontrol["out"]), "requeued": requeued}
 
 
 def main(argv=None) -> int:
@@ -133,7 +215,14 @@ def main(argv=None) -> int:
     q.add_argument("--run-dir", required=True)
     q.add_argument("--job", required=True)
     q.add_argument("--task", action="append", default=[])
+    rq = sub.add_parser("requeue", help="in the batch script, when Slurm runs it again")
+    rq.add_argument("--run-dir", required=True)
+    rq.add_argument("--attempt", type=int, required=True, help="the attempt the job was submitted as")
+    rq.add_argument("--task", action="append", default=[], help="every task, the chief first")
     a = p.parse_args(argv)
+    if a.cmd == "requeue":
+        requeue(a.run_dir, a.attempt, a.task)
+        return 0
     if a.cmd == "probe":
         print(json.dumps(probe(a.run_dir, a.job, a.task)))
         return 0

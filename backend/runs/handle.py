@@ -21,9 +21,9 @@ from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.harness import layout, preempt
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
-from backend.runs.outcome import (Conclusion, TaskPhase, TaskStatus, Verdict, all_queued, conclude,
-                                  preempted_reason, shown_phase)
-from backend.runs.store import UNDERWAY, Phase, RunState, RunStore, TaskState
+from backend.runs.outcome import (PREEMPTED, REQUEUED, Conclusion, TaskPhase, TaskStatus, Verdict, all_queued,
+                                  conclude, preempted_reason, shown_phase)
+from backend.runs.store import UNDERWAY, Attempt, Phase, RunState, RunStore, TaskState
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
 SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (docs/facts.md #6)
@@ -101,10 +101,50 @@ class Run:
 
     # -- reading ------------------------------------------------------------------------
     def status(self) -> list[TaskStatus]:
-        """Each task's state; the recorded phase follows the scheduler (``follow_queue``)."""
+        """Each task's state; the recorded phase and attempts follow the scheduler
+        (``follow_requeue``, ``follow_queue``)."""
         statuses = self.engine.status(self)
+        self.follow_requeue()
         self.follow_queue(statuses)
         return statuses
+
+    def follow_requeue(self) -> None:
+        """The cluster requeued the job itself (Slurm: an administrator's ``scontrol requeue``, a
+        preemption under ``PreemptMode=REQUEUE``, a node failure) and runs the same job again:
+        record that as the next attempt. The attempt that ends says so and which step the
+        requeue's signal saved; the next one resumes from the newest checkpoint every task holds,
+        as the re-run itself does. A compare-and-set on the attempt number: of two readers, one
+        records it; nothing is submitted."""
+        find = getattr(self.engine, "requeued", None)
+        if find is None or self.state.phase not in UNDERWAY:
+            return
+        found = find(self)
+        if found is None:
+            return
+        from backend.checkpoints import common_checkpoint   # imports this module
+        try:
+            step = found.resume_step if found.known else common_checkpoint(self)
+        except ConsoleError:
+            return   # the login host did not answer: the next reader records it
+        saved = self._preempt_record()
+        said = preempted_reason(saved).removeprefix(f"{PREEMPTED}: ") if saved else "no save on its signal"
+        reason = (f"{REQUEUED} by Slurm: job {found.job_id} went back to the queue (restart "
+                  f"{found.restart}); {said}; the same job resumes from "
+                  f"{'scratch' if step is None else f'step {step}'}")
+        last_step = int(saved["step"]) if saved else self.last_step()
+        self.engine.follow(self, found)
+        recorded = []
+
+        def record_it(state: RunState) -> None:
+            if state.attempt != found.attempt - 1 or state.phase not in UNDERWAY:
+                return   # another reader recorded it, or the run moved on
+            ended, now = state.attempts[-1], time.time()
+            ended.ended, ended.reason, ended.last_step = now, reason, last_step
+            state.attempts.append(Attempt(found.attempt, now, resume_step=step))
+            recorded.append(True)
+        self.update(record_it)
+        if recorded:
+            outbox.on_restart(self.local_dir, self.state)   # the webhook hears why, once
 
     def follow_queue(self, statuses: list[TaskStatus]) -> None:
         """Record ``queued`` while the scheduler holds every task, ``running`` once it has started
@@ -232,6 +272,11 @@ class Run:
 
     def preemption(self) -> tuple[str, int | None]:
         """The attempt's reason and saved step after a preemption, from the chief's record."""
+        record = self._preempt_record()
+        return preempted_reason(record), (int(record["step"]) if record else self.last_step())
+
+    def _preempt_record(self) -> dict | None:
+        """The chief's record of the step every worker saved on a signal in this attempt."""
         chief = self.state.chief.name
         try:
             data = remote.read_file(self.remote(chief), layout.task_file("", chief, preempt.SUFFIX))
@@ -240,7 +285,7 @@ class Run:
             record = None
         if record and record.get("attempt") not in (None, self.state.attempt):
             record = None   # an older attempt's record
-        return preempted_reason(record), (int(record["step"]) if record else self.last_step())
+        return record
 
     def _stop_survivors(self, found: Conclusion) -> None:
         """A task failed while others still run: they can only abort or hang, so stop them."""

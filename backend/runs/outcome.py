@@ -12,6 +12,7 @@ from backend.diagnosis import diagnose
 from backend.harness import preempt
 
 PREEMPTED = "preempted"   # an attempt's reason starts so: every task saved and exited on a signal
+REQUEUED = "requeued"     # ... so: the cluster requeued the job itself, and it ran again (Slurm)
 
 
 class TaskPhase(enum.StrEnum):

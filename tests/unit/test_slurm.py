@@ -61,7 +61,7 @@ def test_the_batch_script_starts_one_task_per_worker_with_srun():
     text = batch_script(spec, job, run_dir="tf/runs/r1.abc", run_id="r1", attempt=2, resume_step=40)
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2", "#SBATCH --partition=debug",
                  "#SBATCH --account=ml", "#SBATCH --qos=high", "#SBATCH --time=04:00:00",
-                 "#SBATCH --mem=8G", "#SBATCH --no-requeue", "export CUDA_VISIBLE_DEVICES=''",
+                 "#SBATCH --mem=8G", "#SBATCH --requeue", "export CUDA_VISIBLE_DEVICES=''",
                  "export SECRET_NAME='a b'\"'\"'c'", "export TFCONSOLE_ATTEMPT=2"):
         assert line in text.splitlines(), line
     srun = text[text.index("\nsrun "):]

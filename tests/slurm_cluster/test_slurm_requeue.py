@@ -1,0 +1,70 @@
+"""The cluster's own requeue (issue 29 item 2): an administrator's ``scontrol requeue``, a
+preemption under ``PreemptMode=REQUEUE`` or a node failure puts the SAME Slurm job back in the
+queue, and Slurm runs its batch script again. The console follows that job id: the run shows
+queued, then running, the history has the requeue as a new attempt, the re-run resumes from the
+step the requeue's SIGTERM saved (the newest checkpoint every task holds), and the keeper
+submits no second job."""
+from __future__ import annotations
+
+import pytest
+
+from backend.config.slurm_spec import slurm_from_dict
+from backend.engines.slurm import SlurmEngine
+from backend.runs import launcher
+from backend.runs.store import RunStore
+from tests import sshd
+from tests.conftest import wait_for
+from tests.faults.conftest import PARAMS, assert_nothing_left, expected_steps, harness_job, metrics, \
+    steps_seen, wait_phase
+
+pytestmark = pytest.mark.slow
+TOTAL = PARAMS["epochs"] * PARAMS["steps_per_epoch"]
+
+
+def test_an_administrators_requeue_is_followed_on_the_same_job_and_resumes_from_the_saved_step(
+        slurm_cluster, tmp_path, python_path):
+    store = RunStore(tmp_path / "runs")
+    cluster = slurm_from_dict({"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
+                               "tasks_per_node": 2, "time_limit": "10", "python": python_path,
+                               "workdir": str(tmp_path / "shared"), "tf_port": sshd.free_port(span=2)})
+    # max_restarts=0: a requeue must not be taken for a failure the keeper restarts.
+    run = launcher.launch(cluster, harness_job(max_restarts=0, pace_s=0.03), store=store)
+    wait_for(lambda: any(r["step"] > PARAMS["checkpoint_every"] + 5 for r in metrics(run)), 300,
+             "training past the first periodic checkpoint")
+    job_id = SlurmEngine.jobs(run)["1"]
+    slurm_cluster.run("scontrol", "requeue", job_id)   # as the cluster's administrator (root)
+
+    def phase_is(phase: str):
+        def seen():
+            handle = launcher.attach(run.run_id, store=store)
+            handle.status()   # what status, the pages and the keeper read
+            return handle.state.phase == phase and handle.state
+        return seen
+
+    state = wait_for(phase_is("queued"), 90, "the run queued again after the requeue")
+    assert len(state.attempts) == 2, state.attempts          # the requeue is a new attempt
+    first = state.attempts[0]
+    assert first.reason.startswith(f"requeued by Slurm: job {job_id} "), first
+    # Slurm holds a requeued job for its credential lifetime (121 s by default); let it go now.
+    slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+    state = wait_for(phase_is("running"), 60, "the requeued job running again")
+    assert len(state.attempts) == 2 and SlurmEngine.jobs(run)["2"] == job_id, SlurmEngine.jobs(run)
+    state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 400)
+    assert state.phase == "finished", (state, run.log_tail("chief-0"))
+    assert len(state.attempts) == 2, state.attempts
+    first, second = state.attempts
+    rows = metrics(run)
+    ran_to = max(r["step"] for r in rows if r["attempt"] == first.number)
+    # The requeue's SIGTERM saved the step each worker was at: nothing lost.
+    print(f"attempt 1: {first}\nattempt 2: {second}")
+    assert f"saved at step {ran_to}" in first.reason, (first, ran_to)
+    assert first.last_step == ran_to and second.resume_step == ran_to, (first, second)
+    assert min(r["step"] for r in rows if r["attempt"] == second.number) == ran_to + 1
+    assert second.last_step == TOTAL
+    for task in [t.name for t in state.tasks]:
+        assert steps_seen(rows, task) == expected_steps([0, ran_to]), task
+    # The same job id throughout, and no other job: the keeper submitted nothing.
+    assert set(SlurmEngine.jobs(run).values()) == {job_id}, SlurmEngine.jobs(run)
+    ids = slurm_cluster.run("squeue", "-h", "-t", "all", "-o", "%i").stdout.split()
+    assert ids.count(job_id) == 1 and not [i for i in ids if int(i) > int(job_id)], ids
+    assert_nothing_left(run, store)
