@@ -136,11 +136,11 @@ class SlurmEngine:
 
     def requeued(self, run: RunView) -> Requeued | None:
         """After ``status``: the next requeue of the current attempt's job that the run has not
-        recorded yet, or None. Not while Slurm still ends the job's processes (COMPLETING): the
-        requeue's SIGTERM may still be saving a step."""
+        recorded yet, or None. Not while Slurm still ends the job's processes (COMPLETING, or
+        REQUEUED, which some versions show meanwhile): the requeue's SIGTERM may still be saving."""
         job, record = self._seen
         job_id = self.job_id(run)
-        if job is None or job.job_id != job_id or job.phase == SlurmPhase.COMPLETING:
+        if job is None or job.job_id != job_id or job.phase == SlurmPhase.COMPLETING or job.state == "REQUEUED":
             return None
         first = min(int(a) for a, j in self.jobs(run).items() if j == job_id)   # its submitted attempt
         restart = run.state.attempt - first + 1

@@ -117,3 +117,25 @@ def test_the_clusters_requeues_do_not_count_against_max_restarts(tmp_path, monke
     assert keeper.check() is None
     after = store.load("r1")
     assert (after.phase, len(after.attempts), engine.begun) == ("running", 3, [40]), after
+
+
+def test_the_engine_reports_a_requeue_once_the_old_processes_ended_and_takes_the_re_runs_own_step(tmp_path):
+    from types import SimpleNamespace
+
+    from backend.engines.slurm import SlurmEngine
+    (tmp_path / "slurm.json").write_text(json.dumps({"jobs": {"1": "9", "2": "7"}}))   # attempt 2 = job 7
+    run = SimpleNamespace(local_dir=tmp_path, state=SimpleNamespace(attempt=2))
+    engine = SlurmEngine.__new__(SlurmEngine)
+
+    def seen(state: str, restarts: int, record: dict | None = None):
+        engine._seen = (parse_scontrol(f"JobId=7 JobState={state} Restarts={restarts} ExitCode=0:0"), record)
+        return engine.requeued(run)
+    assert seen("RUNNING", 0) is None
+    assert seen("COMPLETING", 1) is None and seen("REQUEUED", 1) is None   # a save may be under way
+    found = seen("PENDING", 1)
+    assert (found.job_id, found.restart, found.attempt, found.known) == ("7", 1, 3, False)
+    found = seen("RUNNING", 1, {"job": "7", "restart": 1, "attempt": 3, "resume_step": 55})
+    assert (found.attempt, found.resume_step, found.known) == (3, 55, True)
+    run.state.attempt = 3   # recorded (slurm.json then maps 3 -> 7): nothing more to report
+    engine.follow(run, found)
+    assert seen("RUNNING", 1) is None and SlurmEngine.jobs(run)["3"] == "7"
