@@ -94,6 +94,13 @@ def fold(rows: list, tasks: tuple) -> tuple[dict, dict, bool]:
     return losses, times, any(r[3] > 0 for r in rows)
 
 
+# Where each model's last fit() in this process ended, (step, epoch): a script that fits in
+# stages (several fit() calls, a new callback each or the same one) gets one rising step count,
+# so its metrics and checkpoints go on (steps 61-120 ...) instead of starting over at step 1
+# and writing ckpt-60 again; and a resumed attempt restores once, in its first fit.
+_CARRIED: dict[int, tuple[int, int]] = {}
+
+
 class _Hooks:
     def __init__(self, *, every: int | None = None, checkpoint_every: int = 0, keep_checkpoints: int = 5,
                  batch_size: int | None = None, save_at_epoch_end: bool = True,
@@ -107,7 +114,7 @@ class _Hooks:
         self.min_sync_s = MIN_SYNC_S
         self.keep, self.batch_size = int(keep_checkpoints), batch_size
         self.save_at_epoch_end = save_at_epoch_end
-        self.active = False
+        self.active, self.epoch_base = False, 0
         # This callback never reads `logs`: without this, tf_keras turns every batch's logs into
         # numpy for it, a host sync at every step.
         self._supports_tf_logs = True
@@ -125,7 +132,12 @@ class _Hooks:
         kmod = keras_module()
         self.versions = {"tensorflow": tf.__version__, "keras": kmod.__version__}
         self.step, self.epoch, self.first = 0, 1, True
-        if self.ctx.resume_step:
+        self.epoch_base = 0
+        carried = _CARRIED.get(id(model))
+        if carried:   # a later fit() of this model in this process: count on, restore nothing
+            self.step, self.epoch_base = carried
+            self.epoch = self.epoch_base + 1
+        elif self.ctx.resume_step:
             self._restore(int(self.ctx.resume_step))
         self.gather = _make_gather(self.strategy) if len(self.ctx.tasks) > 1 else None
         self.prev = (0.0, 0.0)
@@ -201,7 +213,7 @@ class _Hooks:
 
     # ---- every batch --------------------------------------------------------------------------
     def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = int(epoch) + 1
+        self.epoch = self.epoch_base + int(epoch) + 1
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.active:
@@ -276,6 +288,7 @@ class _Hooks:
     def on_train_end(self, logs=None):
         if not self.active:
             return
+        _CARRIED[id(self.model)] = (self.step, self.epoch)
         if isinstance(getattr(self.model, "_training_state", None), _ResumeAt):
             self.model._training_state = None
         if getattr(self, "resumed_epoch", False):

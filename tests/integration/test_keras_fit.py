@@ -226,3 +226,40 @@ def test_export_of_a_fit_job_checkpoint_verifies_and_reloads_as_the_checkpoint(
     assert out.returncode == 0, out.stderr[-3000:]
     diffs = json.loads(out.stdout.split("DIFF ", 1)[1])
     assert max(diffs) <= 1e-5, diffs
+
+
+STAGED_FITS = """
+import json, os
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import numpy as np, tensorflow as tf, tf_keras as keras, tfconsole
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+x = np.random.RandomState(0).normal(size=(4096, 4)).astype("float32")
+ds = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).repeat().batch(32)
+for stage in range(4):   # a script that fits in stages, as many do
+    model.fit(ds, epochs=1, steps_per_epoch=60, callbacks=[tfconsole.KerasCallback()], verbose=0)
+print("stages done")
+"""
+
+
+@pytest.mark.slow
+def test_a_script_that_fits_in_stages_counts_on_across_its_fits(local_cluster, python_path, tmp_path):
+    """Four fit() calls of 60 steps in one script, a new callback each: one curve of steps 1-240
+    and checkpoints at 60, 120, 180 and 240 (before: every fit started over at step 1, so the
+    curve went back four times and ckpt-60 was written four times, the last over the first)."""
+    script = tmp_path / "stages.py"
+    script.write_text(STAGED_FITS)
+    job = job_from_dict({"kind": "command", "command": [python_path, str(script)],
+                         "env": {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}})
+    run = launcher.launch(local_cluster, job, store=RunStore(tmp_path / "runs"),
+                          preflight=launcher.Preflight.SKIP)
+    run.wait(timeout=300)
+    assert run.state.phase == "finished"
+    assert "stages done" in run.log_tail("worker-0")
+    steps = [m["step"] for m in metrics(run) if m["task"] == "worker-0"]
+    assert steps == sorted(set(steps)) and steps[0] == 1 and steps[-1] == 240, steps
+    listed = {c["step"]: c for c in checkpoints.list_checkpoints(run)}
+    assert {60, 120, 180, 240} <= set(listed), sorted(listed)
+    assert [listed[s]["epoch"] for s in (60, 120, 180, 240)] == [1, 2, 3, 4]
