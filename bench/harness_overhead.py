@@ -109,6 +109,15 @@ def main():
         med, cmed = statistics.median(results[name]), statistics.median(cpu[name])
         print(f"{name:8s} {med:9.1f} {100 * (1 - med / base):13.1f}% {cmed:12.3f} "
               f"{100 * (cmed / cbase - 1):12.1f}%")
+    # Paired: each round's variant against the bare run next to it (same minute, same load),
+    # steadier than the ratio of medians where the machine's speed drifts between rounds.
+    print("\npaired, median over rounds of (1 - variant/bare in that round):")
+    for name in VARIANTS:
+        if name != "bare":
+            pairs = [100 * (1 - v / b) for v, b in zip(results[name], results["bare"])]
+            cpairs = [100 * (c / b - 1) for c, b in zip(cpu[name], cpu["bare"])]
+            print(f"{name:8s} wall {statistics.median(pairs):5.1f}%  CPU {statistics.median(cpairs):5.1f}%"
+                  f"  (wall per round: {', '.join(f'{p:.1f}' for p in pairs)})")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,26 @@ def test_metrics_lines_follow_the_contract(trained_run):
     assert os.listdir(os.path.join(trained_run.run_dir, "tensorboard"))
 
 
+def test_tensorboard_holds_every_metrics_step_with_its_values(trained_run):
+    """TensorBoard's scalars (written in batches about once a second) are the metrics lines'
+    figures at the same steps: none dropped, none doubled, the last one flushed at the end."""
+    import tensorflow as tf
+    folder = os.path.join(trained_run.run_dir, "tensorboard")
+    found = defaultdict(dict)
+    for name in os.listdir(folder):
+        for record in tf.data.TFRecordDataset(os.path.join(folder, name)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                assert value.tag not in found[event.step], (value.tag, event.step)
+                found[event.step][value.tag] = float(tf.make_ndarray(value.tensor))
+    steps = by_step(trained_run.metrics)
+    assert sorted(found) == sorted(steps)
+    for step, rows in steps.items():
+        assert abs(found[step]["loss/global"] - rows["worker-0"]["global_loss"]) <= 1e-5 * max(1.0, abs(rows["worker-0"]["global_loss"]))
+        for task, row in rows.items():
+            assert abs(found[step][f"loss/{task}"] - row["loss"]) <= 1e-5 * max(1.0, abs(row["loss"]))
+
+
 def test_local_losses_differ_and_global_is_their_mean(trained_run):
     steps = by_step(trained_run.metrics)
     differ = 0
