@@ -80,6 +80,12 @@ def pytest_collection_modifyitems(config, items) -> None:
         if SLOW_FIXTURES & used:
             item.add_marker(pytest.mark.slow)
         shared = [name for name in SHARED_SESSION_FIXTURES if name in used]
+        # Browser tests start the console's default cluster, whose two workers take the same
+        # default TF ports (spec.DEFAULT_PORTS): two such tests at once fight over them (a full
+        # run saw Start answer neither "started" nor "Preflight failed" for 300 s). One process
+        # runs them one after another.
+        if not shared and item.path.parent.name == "e2e":
+            shared = ["e2e_default_ports"]
         item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.path.name))
 
 

@@ -117,7 +117,11 @@ def test_a_save_over_the_grace_time_is_reported_and_the_previous_checkpoint_resu
                            "worker-1.json").read_text())
     os.kill(info["pid"], signal.SIGTERM)
     # The cluster's kill comes when the grace is over; the slow save is still being written.
-    wait_for(lambda: "PREEMPT GRACE EXCEEDED" in run.log_tail("worker-1"), 30, "the grace line")
+    # Each worker's grace runs from when it learnt of the preemption (worker-0: at the next sync
+    # point), so wait for both lines: a kill of worker-0 before its own grace is over is a plain
+    # kill, and the attempt's reason may name it first (a loaded full run did).
+    wait_for(lambda: all("PREEMPT GRACE EXCEEDED" in run.log_tail(n) for n in ("worker-0", "worker-1")),
+             30, "the grace line of both workers")
     for name in ("worker-0", "worker-1"):
         kill_task(run, name)
     state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 300)
