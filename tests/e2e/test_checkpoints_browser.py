@@ -22,22 +22,26 @@ def _choose(page, label: str, pick) -> str:
 
     A page run that ends while the list is open (a background action finishing, the pick before
     this one) closes it and redraws the options, as it would under an operator's mouse: then the
-    list is opened again and the pick made from the new options."""
+    list is opened again and the pick made from the new options. A click that lands while such a
+    page run redraws the box opens nothing (seen once in a loaded CI run, the box redrawn with
+    a new list); the operator clicks again, and so does this."""
     box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label)
     options = page.locator('[role="option"]')
     for _ in range(4):
         box.click()
         try:
             options.first.wait_for(timeout=10_000)
-        except Exception:  # noqa: BLE001 - say what the page showed instead
-            web.fail(page, f"selectbox {label!r} shows no options")
+        except Exception:  # noqa: BLE001 - the click opened nothing; click again
+            page.keyboard.press("Escape")
+            continue
         target = pick([t.strip() for t in options.all_inner_texts()])
         try:
             options.filter(has_text=re.compile(rf"^\s*{re.escape(target)}\s*$")).first.click(timeout=5_000)
             return target
         except Exception:  # noqa: BLE001 - the list was redrawn under us; open it again
             page.keyboard.press("Escape")
-    web.fail(page, f"selectbox {label!r}: the pick never held")
+    web.fail(page, f"selectbox {label!r}: four clicks, and no pick held (no options shown, or "
+                   "the list redrawn each time)")
 
 
 def _oldest_listed(listed: list[int]):
