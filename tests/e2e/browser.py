@@ -21,6 +21,8 @@ from tests.conftest import ROOT, require
 from tests.sshd import free_port
 
 CHROMIUM = "/usr/bin/chromium"
+LOGS: list[Path] = []   # the logs of the consoles running now, newest last
+PAGE_EVENTS: list[str] = []   # what the browser said went wrong (a crash, a script error)
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync"]
 OUT = ROOT / "test-output" / "e2e"
@@ -70,9 +72,11 @@ def console(argv: list[str], tmp_path: Path):
             kill_group(proc)
             pytest.fail("the console did not start: " + log_path.read_text()[-2000:])
         time.sleep(0.3)
+    LOGS.append(log_path)   # a failing wait shows its tail (``fail``)
     try:
         yield Console(url, runs, log_path, proc)
     finally:
+        LOGS.remove(log_path)
         from backend.runs.launcher import attach
         for state in RunStore(runs).list():   # a failed test must not leave workers behind
             if state.live:
@@ -109,6 +113,11 @@ def open_console(pw, url: str, *, height: int = 1000):
     """A new headless Chromium on the console's Launch page; returns (browser, page)."""
     browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
     page = browser.new_page(viewport={"width": 1400, "height": height})
+    PAGE_EVENTS.clear()
+    page.on("crash", lambda _: PAGE_EVENTS.append("the page crashed"))
+    page.on("pageerror", lambda err: PAGE_EVENTS.append(f"script error: {err}"))
+    page.on("websocket", lambda ws: ws.on("close", lambda _: PAGE_EVENTS.append(
+        f"{time.strftime('%H:%M:%S')} websocket closed: {ws.url}")))
     page.goto(url)
     page.get_by_role("heading", name="Launch").first.wait_for(timeout=60_000)
     return browser, page
@@ -152,7 +161,12 @@ def fail(page, why: str) -> None:
     page.screenshot(path=str(OUT / "failure.png"), full_page=True)
     text = page.inner_text("body")
     shown = text if len(text) < 6000 else text[:3000] + "\n[...]\n" + text[-3000:]
-    pytest.fail(f"{why}; the page shows:\n{shown}")
+    # A blank page says nothing by itself (seen once in a loaded full run): what the browser and
+    # the console's own log said are the clues.
+    said = "\n".join(PAGE_EVENTS[-20:]) or "nothing"
+    logs = "".join(f"\n--- {log.name}, last lines:\n" + "\n".join(
+        log.read_text(errors="replace").splitlines()[-40:]) for log in LOGS if log.exists())
+    pytest.fail(f"{why}; the page shows:\n{shown}\n--- the browser said: {said}{logs}")
 
 
 def goto(page, title: str) -> None:
