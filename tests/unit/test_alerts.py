@@ -7,13 +7,13 @@ import os
 import signal
 import stat
 import time
-from pathlib import Path
 
 import pytest
 
 from backend.alerts import outbox, settings
 from backend.config.spec import job_from_dict, job_to_dict
 from backend.errors import ConsoleError, SpecErrors
+from tests.conftest import ps
 from tests.webhook import Receiver
 
 
@@ -34,14 +34,11 @@ def _no_sender_left(tmp_path):
     """A detached sender started here ends with its test: left, it retried its alerts against
     the closed receiver for minutes each (``BACKOFF_S``, ``TRIES``)."""
     yield
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"backend.alerts.outbox" in argv and any(a.startswith(str(tmp_path).encode()) for a in argv):
+    for line in ps("pid=,args="):
+        pid, args = line.split(None, 1)
+        if "backend.alerts.outbox" in args and str(tmp_path) in args:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(proc.name), signal.SIGKILL)
+                os.kill(int(pid), signal.SIGKILL)
 
 
 def _run_dir(tmp_path, url, fmt="json"):
