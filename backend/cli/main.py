@@ -12,6 +12,7 @@ import threading
 from backend.runs import launcher
 from backend.config import tfconfig
 from backend.cli.checkpoints import EXIT_CODES, add_commands, print_json, print_table, status_json
+from backend.cli.plain import SafeStream
 from backend.errors import ConsoleError
 from backend.hosts.resolve import tf_addresses, tf_hosts
 from backend.hosts.known_hosts import KnownHosts, OnChange, Verdict
@@ -321,6 +322,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Everything printed may hold a job's or a host's text (reasons, diagnoses, log tails, host
+    # errors): control sequences in it are shown as escapes, never run by the terminal.
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(out), SafeStream(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     a = parser().parse_args(argv)
     try:
         return a.fn(a)
