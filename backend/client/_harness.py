@@ -10,7 +10,7 @@ import importlib.util
 import os
 import sys
 
-_DEPS = {"layout": (), "ckpt_index": (), "report": ("layout",), "retention": ("ckpt_index",),
+_DEPS = {"layout": (), "ckpt_index": (), "metric_line": (), "report": ("layout", "metric_line"), "retention": ("ckpt_index",),
          "requests_dir": ("ckpt_index", "layout"), "preempt": ("layout",)}
 _loaded: dict = {}
 

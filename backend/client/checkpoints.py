@@ -20,14 +20,18 @@ def _modules():
 
 
 def save(checkpoint, step: int, *, epoch: int, losses: dict, keep: int = 5,
-         versions: dict | None = None) -> str | None:
-    """Write ``checkpoint`` at ``step`` with its metadata; None outside a run."""
+         versions: dict | None = None, metrics: dict | None = None, keep_best: int = 0,
+         best_metric: str = "loss", best_mode: str = "min") -> str | None:
+    """Write ``checkpoint`` at ``step`` with its metadata; None outside a run. ``metrics``:
+    every metric's global value at this step, kept in the metadata (the Checkpoints page shows
+    them; keep-best by ``best_metric``, ``best_mode`` "min" or "max", reads them)."""
     directory = checkpoint_dir()
     if directory is None:
         return None
     ckpt_index, retention = _modules()
     os.makedirs(directory, exist_ok=True)
-    policy = retention.Policy(keep_last=int(keep), keep_best=0, grace_s=30.0)
+    policy = retention.Policy(keep_last=int(keep), keep_best=int(keep_best), grace_s=30.0,
+                              best_metric=best_metric, best_mode=best_mode)
     retention.write_policy(directory, policy)
     meta = ckpt_index.meta_path(directory, step)
     if os.path.exists(meta):   # an older attempt's meta would make a half-written save look complete
@@ -35,9 +39,13 @@ def save(checkpoint, step: int, *, epoch: int, losses: dict, keep: int = 5,
     checkpoint.save_counter.assign_add(1)
     path = checkpoint.write(ckpt_index.prefix_path(directory, step))
     values = {k: float(v) for k, v in losses.items()}
+    global_loss = sum(values.values()) / len(values) if values else None
+    named = {k: float(v) for k, v in (metrics or {}).items()}
+    if global_loss is not None:
+        named = {"loss": global_loss, **named}
     ckpt_index.write_json_atomic(meta, {
-        "step": int(step), "epoch": int(epoch), "losses": values,
-        "global_loss": sum(values.values()) / len(values) if values else None,
+        "step": int(step), "epoch": int(epoch), "losses": values, "metrics": named,
+        "global_loss": global_loss,
         "time": time.time(), **(versions or {})})
     retention.apply(directory, policy)
     return path

@@ -27,7 +27,8 @@ def _reporter(ctx: Context):
 
 def report(step: int, loss: float | None = None, *, epoch: int = 1,
            losses: dict | None = None, step_time: float | dict | None = None,
-           examples_per_sec: float | dict | None = None) -> bool:
+           examples_per_sec: float | dict | None = None, metrics: dict | None = None,
+           global_metrics: dict | None = None) -> bool:
     """Record ``loss`` (this worker's own mean loss since the last report) at ``step``.
 
     The chief writes RUN/metrics.jsonl, which the console tails. Other workers write nothing:
@@ -35,6 +36,12 @@ def report(step: int, loss: float | None = None, *, epoch: int = 1,
     (the Keras callback does) and pass ``losses={task: loss}`` on the chief. Returns whether a
     line was written; outside a run, nothing is written and it returns False. ``step_time``
     (seconds per step) and ``examples_per_sec`` may be one figure or one per task.
+
+    Named metrics besides the loss: ``metrics={"accuracy": 0.9}`` with ``loss=``, or
+    ``metrics={task: {"accuracy": 0.9}}`` with ``losses=``; ``global_metrics={name: value}``
+    (the learning rate, or values from summed state); without it each name's global value is
+    the mean over workers (metric_line.mean_of_workers). Names: 1-64 printable characters, at
+    most 64 per line; a bad name or value raises ValueError that names it.
     """
     ctx = context()
     if not ctx.in_run or not ctx.is_chief:
@@ -42,13 +49,33 @@ def report(step: int, loss: float | None = None, *, epoch: int = 1,
     values = dict(losses) if losses else {ctx.task: loss}
     if any(v is None for v in values.values()):
         raise ValueError("tfconsole.report: give loss= (this worker's) or losses={task: loss}")
-    global_loss = sum(float(v) for v in values.values()) / len(values)
+    per_task = _per_task(metrics, values, single=not losses, task=ctx.task)
+    line = _harness.load("metric_line", ctx.run_dir)
+    glob = {**line.mean_of_workers(per_task), **(global_metrics or {})}
+    global_loss = line.mean_of_workers({t: {"loss": v} for t, v in values.items()})["loss"]
     now = time.time()
     rep = _reporter(ctx)
     for task in [t for t in ctx.tasks if t in values] + [t for t in values if t not in ctx.tasks]:
         rep.log(task, step, epoch, float(values[task]), global_loss,
-                _nan(_of(step_time, task)), _nan(_of(examples_per_sec, task)), now=now)
+                _nan(_of(step_time, task)), _nan(_of(examples_per_sec, task)), now=now,
+                metrics=per_task.get(task), global_metrics=glob)
     return True
+
+
+def _per_task(metrics: dict | None, losses: dict, *, single: bool, task: str) -> dict:
+    """``metrics`` as {task: {name: value}} whichever form it was given in."""
+    if not metrics:
+        return {}
+    if not isinstance(metrics, dict):
+        raise ValueError("tfconsole.report: metrics= is a dict of metric name -> number")
+    if single:
+        return {task: metrics}
+    unknown = [t for t in metrics if t not in losses]
+    if unknown or not all(isinstance(v, dict) for v in metrics.values()):
+        raise ValueError("tfconsole.report: with losses={task: loss}, give metrics={task: "
+                         "{name: value}} for the same tasks (got "
+                         f"{sorted(map(str, metrics))[:5]})")
+    return metrics
 
 
 def _of(value, task: str):

@@ -47,8 +47,10 @@ class Checkpointer:
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
         retention.write_policy(directory, policy)   # listings show what this retention keeps
 
-    def save(self, step: int, epoch: int, losses: dict, global_loss: float) -> str:
-        """Save at ``step`` (all workers must call this at the same step), then write meta."""
+    def save(self, step: int, epoch: int, losses: dict, global_loss: float,
+             metrics: dict | None = None) -> str:
+        """Save at ``step`` (all workers must call this at the same step), then write meta.
+        ``metrics``: the global value of every metric at this step (keep-best reads them)."""
         self.step_var.assign(step)
         # A leftover meta from an earlier attempt would make a half-written save look complete.
         meta = ckpt_index.meta_path(self.directory, step)
@@ -62,6 +64,7 @@ class Checkpointer:
             "step": int(step), "epoch": int(epoch),
             "losses": {k: float(v) for k, v in losses.items()},
             "global_loss": float(global_loss), "time": time.time(),
+            "metrics": {"loss": float(global_loss), **{k: float(v) for k, v in (metrics or {}).items()}},
             "tensorflow": tf.__version__, "keras": keras.__version__,
         })
         retention.apply(self.directory, self.policy)

@@ -1,5 +1,7 @@
 """Write RUN/metrics.jsonl: one JSON line per worker per sync point. Standard library only.
 
+The line's fields and name rules are metric_line.py's; this is their only writer.
+
 The harness uses it, and so can a bring-your-own training script (examples/byo_script.py): copy
 this file next to the script or put the run's harness/ folder on sys.path. Only the chief writes;
 each line is flushed at once because the watch agent tails the file live.
@@ -13,8 +15,9 @@ import time
 
 try:
     import layout
+    import metric_line
 except ImportError:  # imported as backend.harness.report (tests, the backend)
-    from . import layout
+    from . import layout, metric_line
 
 
 class MetricsReporter:
@@ -30,7 +33,13 @@ class MetricsReporter:
 
     def log(self, task: str, step: int, epoch: int, loss: float, global_loss: float,
             step_time: float, examples_per_sec: float, *, now: float | None = None,
-            input_wait: float | None = None, first_batch: float | None = None) -> dict:
+            input_wait: float | None = None, first_batch: float | None = None,
+            metrics: dict | None = None, global_metrics: dict | None = None) -> dict:
+        """One worker's line. ``metrics``: this worker's named values besides the loss;
+        ``global_metrics``: their global values (metric_line.py says what both mean). Raises
+        ValueError for a name or value metric_line refuses, before anything is written."""
+        mine = metric_line.checked(metrics, what=f"metrics of {task}")
+        glob = metric_line.checked(global_metrics, what="global metrics")
         line = {
             "run_id": self.run_id, "attempt": self.attempt, "task": task,
             "step": int(step), "epoch": int(epoch),
@@ -44,6 +53,10 @@ class MetricsReporter:
             line["input_wait"] = round(float(input_wait), 4)
         if first_batch is not None:
             line["first_batch"] = int(first_batch)
+        if mine:
+            line["metrics"] = mine
+        if glob:
+            line["global"] = glob
         self._fh.write(json.dumps(line) + "\n")
         self._fh.flush()
         return line

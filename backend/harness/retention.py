@@ -1,7 +1,7 @@
 """Which checkpoints a folder keeps, and the holds that actions place on them. Standard library only.
 
-Retention keeps the last ``keep_last`` complete checkpoints, the ``keep_best`` with the lowest
-global loss, and every step that an unexpired hold names. A checkpoint that falls out of the last
+Retention keeps the last ``keep_last`` complete checkpoints, the ``keep_best`` best by one metric
+(``best_metric``, global value, lowest or highest by ``best_mode``; the loss by default), and every step that an unexpired hold names. A checkpoint that falls out of the last
 ``keep_last`` stays on disk ``grace_s`` seconds more but is no longer listed: an action picked from
 a list that is a few seconds old still finds it, and the action's pin then holds it.
 
@@ -39,6 +39,8 @@ class Policy:
     keep_last: int = 5
     keep_best: int = 0
     grace_s: float = 30.0
+    best_metric: str = "loss"     # a name in the checkpoint's "metrics" (global values)
+    best_mode: str = "min"        # "min" (losses) or "max" (accuracy)
 
 
 def write_policy(directory: str, policy: Policy) -> None:
@@ -86,9 +88,20 @@ def kept(complete: list[dict], policy: Policy, held: set[int]) -> set[int]:
     steps = [c["step"] for c in complete]
     # keep_last 0 keeps every checkpoint, as CheckpointManager's max_to_keep did.
     last = set(steps[-policy.keep_last:]) if policy.keep_last > 0 else set(steps)
-    scored = [c for c in complete if isinstance(c.get("global_loss"), (int, float))]
-    best = {c["step"] for c in sorted(scored, key=lambda c: c["global_loss"])[: max(policy.keep_best, 0)]}
+    scored = [(v, c["step"]) for c in complete
+              if (v := score(c, policy.best_metric)) is not None and v == v]   # NaN never best
+    scored.sort(reverse=policy.best_mode == "max")
+    best = {step for _, step in scored[: max(policy.keep_best, 0)]}
     return last | best | (held & set(steps))
+
+
+def score(meta: dict, metric: str) -> float | None:
+    """A checkpoint's global value of ``metric`` from its metadata; checkpoints written before
+    named metrics carry the loss only, as "global_loss"."""
+    value = (meta.get("metrics") or {}).get(metric)
+    if value is None and metric == "loss":
+        value = meta.get("global_loss")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def doomed(complete: list[dict], policy: Policy, held: set[int], now: float) -> list[int]:

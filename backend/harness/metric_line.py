@@ -1,0 +1,166 @@
+"""The metrics line: its fields, its name rules, and the one parser every reader uses.
+
+Standard library only: the chief writes these lines on its host (report.py) and the console,
+the keeper, the Runs page and the CLI read them back through ``parse``. One JSON object per
+worker per sync point in RUN/metrics.jsonl::
+
+    {"run_id", "attempt", "task", "step", "epoch", "time",
+     "loss", "global_loss",                    # the training loss: this worker's, and global
+     "step_time", "examples_per_sec",          # timings (null where unknown)
+     "input_wait", "first_batch",              # the harness's input checks (optional)
+     "metrics": {"accuracy": 0.91, "val_loss": 0.31, ...},   # this worker's other metrics
+     "global":  {"accuracy": 0.90, "val_loss": 0.30, "learning_rate": 0.001, ...}}
+
+What the values mean (docs/job-contract.md, "Metrics"): a worker's value is that worker's own
+over the window since the previous line (its share of the data); a global value is computed
+from every worker's summed metric state (sum of totals over sum of counts), never from Keras'
+logged per-batch numbers under MultiWorkerMirroredStrategy (docs/facts.md #2). ``loss`` and
+``global_loss`` stay top-level fields, so lines written before named metrics existed (loss only)
+read exactly as before, and a console of that time still reads the new lines.
+
+Names are nested under "metrics"/"global", so a metric called "step" cannot clash with a line
+field. A name is 1-64 printable characters; a line carries at most MAX_NAMES of them. The writer
+refuses anything else with a message naming the metric; readers skip it (and count it), so a
+hand-written line can never break a reader.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+LOSS = "loss"
+LEARNING_RATE = "learning_rate"
+NAME_MAX = 64
+MAX_NAMES = 64      # per line and per worker; a run's store keeps at most MAX_NAMES names too
+# Top-level fields a line may carry; "metrics" and "global" hold the named values.
+FIELDS = ("run_id", "attempt", "task", "step", "epoch", "time", LOSS, "global_loss",
+          "step_time", "examples_per_sec", "input_wait", "first_batch", "metrics", "global")
+
+
+def name_problem(name) -> str | None:
+    """Why ``name`` cannot be a metric name, or None when it can."""
+    if not isinstance(name, str):
+        return f"a metric name must be a string, not {type(name).__name__}"
+    if not name:
+        return "a metric name must not be empty"
+    if len(name) > NAME_MAX:
+        return f"metric name {name[:20]!r}... is {len(name)} characters (at most {NAME_MAX})"
+    if not name.isprintable():
+        return f"metric name {name!r} holds control characters"
+    return None
+
+
+def checked(values: Mapping | None, *, what: str) -> dict[str, float]:
+    """The writer's check: ``{name: number}`` as floats, or ValueError naming what is wrong.
+    NaN and Inf are kept (the console flags them); ``loss`` belongs in its own field."""
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise ValueError(f"{what}: give a dict of metric name -> number, not "
+                         f"{type(values).__name__}")
+    if len(values) > MAX_NAMES:
+        raise ValueError(f"{what}: {len(values)} metrics, at most {MAX_NAMES} per line; report "
+                         "the ones you look at (each name costs a series in the console)")
+    out = {}
+    for name, value in values.items():
+        problem = name_problem(name)
+        if problem:
+            raise ValueError(f"{what}: {problem}; rename it")
+        if isinstance(value, bool) or not _is_number(value):
+            raise ValueError(f"{what}: metric {name!r} is {type(value).__name__}, not a number; "
+                             "pass float(value)")
+        out[name] = float(value)
+    return out
+
+
+def _is_number(value) -> bool:
+    if isinstance(value, (int, float)):
+        return True
+    try:   # numpy scalars, 0-d tensors' .numpy() results
+        float(value)
+        return hasattr(value, "__float__") and not isinstance(value, (str, bytes))
+    except (TypeError, ValueError):
+        return False
+
+
+def named(values) -> tuple[dict[str, float], int]:
+    """The reader's side: the usable ``{name: float}`` of a line's "metrics"/"global" and the
+    number of entries skipped (bad name, not a number, past MAX_NAMES). Never raises."""
+    if not isinstance(values, dict):
+        return {}, 0 if values is None else 1
+    out, skipped = {}, 0
+    for name, value in values.items():
+        if (len(out) >= MAX_NAMES or name_problem(name) or name == LOSS
+                or isinstance(value, bool) or not isinstance(value, (int, float))):
+            skipped += 1
+            continue
+        try:
+            out[name] = float(value)
+        except OverflowError:   # an integer no float holds
+            skipped += 1
+    return out, skipped
+
+
+@dataclass(frozen=True)
+class Line:
+    """One parsed line. ``metrics``/``global_`` always hold "loss" when the line has one."""
+    task: str
+    step: int
+    attempt: int = 0
+    epoch: int | None = None
+    time: float = math.nan
+    metrics: dict = field(default_factory=dict)
+    global_: dict = field(default_factory=dict)
+    step_time: float = math.nan
+    examples_per_sec: float = math.nan
+    skipped: int = 0        # named entries that were not usable
+
+
+def parse(obj) -> Line | None:
+    """A parsed line, or None where ``obj`` has no task name or no integer step."""
+    if not isinstance(obj, dict):
+        return None
+    task, step = obj.get("task"), obj.get("step")
+    if type(task) is not str or type(step) is not int or abs(step) >= 2 ** 62:
+        return None
+    mine, bad_mine = named(obj.get("metrics"))
+    glob, bad_glob = named(obj.get("global"))
+    loss, global_loss = _float(obj.get(LOSS)), _float(obj.get("global_loss"))
+    if loss is not None:
+        mine = {LOSS: loss, **mine}
+    if global_loss is not None:
+        glob = {LOSS: global_loss, **glob}
+    attempt, epoch = obj.get("attempt"), obj.get("epoch")
+    return Line(task=task, step=step, attempt=attempt if type(attempt) is int else 0,
+                epoch=epoch if type(epoch) is int else None,
+                time=_float(obj.get("time"), math.nan), metrics=mine, global_=glob,
+                step_time=_float(obj.get("step_time"), math.nan),
+                examples_per_sec=_float(obj.get("examples_per_sec"), math.nan),
+                skipped=bad_mine + bad_glob)
+
+
+def _float(value, default=None):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    try:
+        return float(value)
+    except OverflowError:
+        return default
+
+
+def mean_of_workers(per_task: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Global values where only each worker's own value is known: per name that every worker
+    has, the mean over workers. Equal to the summed-state value when every worker saw an equal
+    share of examples in the window (sharded batches of one size, as harness jobs and Keras'
+    distributed datasets give); a script that has the summed state passes global values."""
+    rows = [r for r in per_task.values() if r]
+    if not rows:
+        return {}
+    common = [n for n in rows[0] if all(n in r for r in rows[1:])]
+    return {n: sum(float(r[n]) for r in rows) / len(rows) for n in common}
+
+
+def from_state(total: float, count: float) -> float:
+    """A mean metric's value from its (summed) state: NaN where nothing was counted."""
+    return total / count if count > 0 else math.nan
