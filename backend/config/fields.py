@@ -5,6 +5,7 @@ Internal to ``backend.config.spec`` (hence the underscores); split out to keep e
 from __future__ import annotations
 
 import copy
+import difflib
 import ipaddress
 import math
 import os
@@ -301,6 +302,56 @@ def _each_entry(value: object, where: str, fix: str, parse) -> dict:
 def parse_params(value: object, where: str) -> dict:
     fix = "Use identifier keys (like epochs) with number, text or true/false values."
     return _each_entry(value, where, fix, _param_value)
+
+
+def unknown_params(params: Mapping, known: frozenset[str] | None, module_name: str) -> list[SpecError]:
+    """A harness job's params that nothing reads: a typo (``steps_per_epcoh``) would otherwise
+    launch silently with the default. ``known``: the harness's keys and the module's ``DEFAULTS``;
+    None when the module's keys cannot be read without running it (then nothing is refused)."""
+    if known is None:
+        return []
+    out = []
+    for key in params:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        hint = f"Did you mean {close[0]!r}? " if close else ""
+        out.append(SpecError(f"params.{key}", f"unknown key {key!r}",
+                             f"{hint}A harness job reads the harness's params (docs/job-contract.md) and the "
+                             f"keys of its module's DEFAULTS: fix the name, or add the key to DEFAULTS "
+                             f"in {module_name}."))
+    return out
+
+
+def module_param_keys(path: str, harness_keys) -> frozenset[str] | None:
+    """The params a harness job module reads: the harness's keys and those of its literal
+    ``DEFAULTS = {...}``, read without running it. None when that cannot be known: the file
+    unreadable, DEFAULTS built by code, or changed after it is set (``DEFAULTS["x"] = ...``)."""
+    import ast
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    keys: set[str] = set(harness_keys)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            named = [t for t in targets if isinstance(t, ast.Name) and t.id == "DEFAULTS"]
+            if any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == "DEFAULTS"
+                   for t in targets) or (named and not isinstance(node, ast.Assign)):
+                return None
+            if named:
+                try:
+                    value = ast.literal_eval(node.value)
+                except (ValueError, SyntaxError, TypeError):
+                    return None
+                if not isinstance(value, dict):
+                    return None
+                keys |= {k for k in value if isinstance(k, str)}
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "DEFAULTS" and node.attr in ("update", "setdefault", "__setitem__")):
+            return None
+    return frozenset(keys)
 
 
 def _identifier(key: object, where: str, fix: str) -> str:

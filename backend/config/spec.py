@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 
 
 from backend.alerts import settings as alert_settings
+from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from backend.errors import SpecError, SpecErrors
 
 
@@ -61,6 +62,8 @@ from backend.config.fields import (  # noqa: F401  (parsers shared by the field 
     parse_params,
     parse_env,
     unknown_keys,
+    unknown_params,
+    module_param_keys,
     parse_fields,
     parse_plain,
     read_yaml,
@@ -303,6 +306,11 @@ def job_from_dict(data: object, *, base_dir: Path | None = None) -> JobSpec:
                                     "Check the path; a relative path is read from the job file's folder."))
     if values.get("files"):
         values["files"] = _local_files(values["files"], base_dir, errors)
+    if values.get("kind") == JobKind.HARNESS and module and Path(module).is_file():
+        # Only here, where a user's file or form is read: a saved run's record is read back
+        # through JobSpec as it was launched.
+        known = module_param_keys(module, HARNESS_DEFAULTS)
+        errors += unknown_params(values.get("params") or {}, known, Path(module).name)
     errors += _job_cross_errors(values, "") if "kind" in values else []
     if errors:
         raise SpecErrors(errors)

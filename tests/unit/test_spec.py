@@ -288,7 +288,7 @@ def test_import_ssh_config(tmp_path):
 @pytest.fixture
 def module(tmp_path) -> Path:
     path = tmp_path / "job.py"
-    path.write_text("def build(): pass\n")
+    path.write_text('DEFAULTS = {"lr": 0.01, "name": "", "ok": False}\n\ndef build(): pass\n')
     return path
 
 
@@ -399,3 +399,27 @@ def test_slurm_workdir_is_checked_the_same_way():
         slurm_from_dict({"kind": "slurm", "host": "login1", "workdir": "shared runs"})
     assert [e.field for e in err.value.errors] == ["workdir"]
     assert "whitespace" in str(err.value), str(err.value)
+
+
+def test_a_misspelt_harness_param_is_refused_with_the_closest_name(module):
+    """`steps_per_epcoh: 20` launched with the default 100 steps, silently (issue 35)."""
+    with pytest.raises(SpecErrors) as info:
+        job_from_dict({"kind": "harness", "module": str(module), "params": {"steps_per_epcoh": 20, "lr": 0.1}})
+    assert [e.field for e in info.value.errors] == ["params.steps_per_epcoh"]
+    assert "unknown key 'steps_per_epcoh'. Did you mean 'steps_per_epoch'?" in str(info.value)
+    assert "add the key to DEFAULTS in job.py" in str(info.value)
+    with pytest.raises(SpecErrors, match="Did you mean 'lr'"):   # the module's own keys are known too
+        job_from_dict({"kind": "harness", "module": str(module), "params": {"lrr": 0.1}})
+
+
+def test_params_are_free_where_nothing_says_which_keys_are_read(tmp_path):
+    """A command job reads its own params; a module whose DEFAULTS is built by code cannot be
+    read without running it: neither is refused."""
+    job = job_from_dict({"kind": "command", "command": ["x"], "params": {"steps_per_epcoh": 20}})
+    assert job.params == {"steps_per_epcoh": 20}
+    built = tmp_path / "built.py"
+    built.write_text("BASE = {'a': 1}\nDEFAULTS = dict(BASE, width=3)\n")
+    assert job_from_dict({"kind": "harness", "module": str(built), "params": {"width": 4}}).params == {"width": 4}
+    grown = tmp_path / "grown.py"
+    grown.write_text("DEFAULTS = {'a': 1}\nDEFAULTS['width'] = 3\n")
+    assert job_from_dict({"kind": "harness", "module": str(grown), "params": {"width": 4}}).params == {"width": 4}
