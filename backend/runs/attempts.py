@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from backend.errors import ConsoleError, RunError
+from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.runs.handle import Run
 from backend.runs.store import Attempt, Phase, RunState, this_process
 
@@ -50,8 +50,16 @@ def begin_attempt(run: Run, *, resume_step: int | None, expect: tuple[Phase, ...
                 got = started[t.name]
                 t.pid, t.pgid, t.started = got.pid, got.pgid, got.started
     if not run.move(Phase.RUNNING, when=(Phase.LAUNCHING,), before=record_pids):
-        # someone stopped the run while its tasks were starting: theirs is the last word
-        run.stop(grace_s=START_STOP_GRACE_S, reason="stopped while starting")
+        # someone stopped the run while its tasks were starting: theirs is the last word. A stop
+        # already over leaves the record alone (Run.stop on an ended run does nothing), but may
+        # have missed the tasks started since: stop those without touching the record.
+        if run.state.live:
+            run.stop(grace_s=START_STOP_GRACE_S, reason="stopped while starting")
+        else:
+            report = run.stop_attempt(grace_s=START_STOP_GRACE_S)
+            if not report.clean:
+                raise MultiHostError("stop", report.errors, "Those hosts may still run a task of this "
+                                     "run started as it was stopped: end it there when they answer.")
         raise RunError(f"run {run.run_id} was stopped while its tasks started",
                        "Nothing is left running; start it again if that was not meant.")
     return number[0]

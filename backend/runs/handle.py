@@ -306,6 +306,15 @@ class Run:
         queued = self.state.phase == Phase.QUEUED   # nothing started, so nothing to save
         self.move(Phase.STOPPING, when=lambda state: state.live)
         self.saved_step = None
+        if not self.reload().live:
+            # Already ended: a second delivery of one Stop click, or a stop that came after
+            # another. What the first stop recorded (reason, saved step) stays, and nothing waits
+            # for a save that no worker will make (this used to reset ``saved_step`` and wait
+            # ``save_grace_s``, and the console then said "no save" after both workers saved).
+            last = self.state.attempts[-1] if self.state.attempts else None
+            saved = last is not None and (last.reason or "").startswith("stopped: saved at step")
+            self.saved_step = last.last_step if saved else None
+            return StopReport()
         if save and not queued:
             self.saved_step = self._save_then_exit(save_grace_s)
             reason = (f"stopped: saved at step {self.saved_step} on every worker"
