@@ -164,3 +164,15 @@ def mean_of_workers(per_task: Mapping[str, Mapping[str, float]]) -> dict[str, fl
 def from_state(total: float, count: float) -> float:
     """A mean metric's value from its (summed) state: NaN where nothing was counted."""
     return total / count if count > 0 else math.nan
+
+
+def direction(name: str) -> str | None:
+    """Which way is better for a metric, by its name as Keras names them: "min" for losses and
+    errors, "max" for accuracy-like metrics, None where a name says nothing (the learning rate,
+    a custom metric): such a metric has a last value but no "best"."""
+    base = name.removeprefix("val_").lower()
+    if any(w in base for w in ("loss", "error", "mse", "mae", "perplexity")):
+        return "min"
+    if any(w in base for w in ("acc", "auc", "precision", "recall", "f1", "iou")):
+        return "max"
+    return None

@@ -44,7 +44,11 @@ class Journal:
     def metric_blocks(self, size: int = 32 << 20) -> Iterator[bytes]:
         """The mirrored metric lines in blocks of about ``size`` bytes, each ending in a newline
         (a torn last line, from a crash mid-write, gets one and is quarantined by the parser)."""
-        path = os.path.join(self.mirror, METRICS)
+        return self.read_blocks(os.path.join(self.mirror, METRICS), size)
+
+    @staticmethod
+    def read_blocks(path: str, size: int = 32 << 20) -> Iterator[bytes]:
+        """A file of lines in blocks of about ``size`` bytes, each ending in a newline."""
         if not os.path.exists(path):
             return
         rest = b""

@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from backend.watch.metrics import records_to_columns
+from backend.watch.metrics import NAMED, named_columns, records_to_columns
 
 ARROW_MIN_LINES = 5000   # below this, pyarrow's fixed cost outweighs its speed
 _SCAN = json.JSONDecoder().scan_once
@@ -87,4 +87,15 @@ def _with_arrow(data: bytes, count: int) -> dict | None:
                 or pa.types.is_null(col.type)):
             return None
         cols[name] = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    # Named values: arrow infers one struct over every line's names (null where a line lacks
+    # one); back to per-row dicts, checked by the same rules as the line-by-line path.
+    cols.update(named_columns(_dicts(table, key, names, count) for key in NAMED))
     return cols
+
+
+def _dicts(table, key: str, names: set, count: int) -> list:
+    if key not in names:
+        return [None] * count
+    rows = table.column(key).to_pylist()
+    return [{k: v for k, v in r.items() if v is not None} if isinstance(r, dict) else r
+            for r in rows]

@@ -13,6 +13,12 @@ builds new arrays, so ``series()`` returns read-only views that never change und
 Names: at most MAX_TASKS distinct task names of at most MAX_TASK_NAME characters; lines past
 them are dropped and counted (``warning()``).
 
+Named metrics (accuracy, val_loss, learning_rate ...: backend/harness/metric_line.py) are kept
+beside these columns, per (metric, task) and per metric for the global value, each a (step, time,
+value) series with the same cap and the same replay and restart rules, so a validation line at a
+step that already has a training line adds its values. At most metric_line.MAX_NAMES names a
+store; lines' values past it are dropped and counted (``warning()``).
+
 Records arrive per (task, attempt) in step order (the chief writes them so). A record at or below
 the latest step of its (task, attempt) is a replay and is dropped; a record of a newer attempt (the
 job restarted from a checkpoint) cuts that task's series back to before its step, so the curve
@@ -26,6 +32,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 import numpy as np
+
+from backend.harness import metric_line
 
 FIELDS = ("step", "time", "loss", "step_time", "examples_per_sec")
 _FLOATS = FIELDS[1:]
@@ -144,6 +152,8 @@ _NO_STEP = -(2 ** 62)
 # per task as small summaries (``input_wait``, ``same_data``), not as series.
 _FLOAT_IN = ("time", "loss", "global_loss", "step_time", "examples_per_sec", "input_wait",
              "first_batch")
+NAMED = ("metrics", "global")   # a line's named values: columns of dicts (or None) per row
+_VALUE = ("step", "time", "value")
 WAIT_WINDOW = 5   # input_wait: the mean of a task's last few sync points (a steady figure)
 
 
@@ -168,12 +178,30 @@ def records_to_columns(records: Iterable[Mapping]) -> tuple[dict, int]:
     except OverflowError:   # rare: find the records at fault rather than pay for a check per record
         good = [r for r in good if all(_fits(r.get(name)) for name in _FLOAT_IN)]
         floats = {name: _floats([r.get(name) for r in good]) for name in _FLOAT_IN}
-    cols = {"task": [r["task"] for r in good],
+    cols = {"task": [r["task"] for r in good], **named_columns([r.get(k) for r in good] for k in NAMED),
             "step": np.fromiter((r["step"] for r in good), np.int64, len(good)),
             "attempt": np.fromiter((a if type(a := r.get("attempt")) is int and abs(a) < 2 ** 62
                                     else 0 for r in good), np.int64, len(good))}
     cols.update(floats)
     return cols, len(records) - len(good)
+
+
+def named_columns(per_key) -> dict:
+    """The "metrics" and "global" columns, each a list of {name: float} (or None) per row, by
+    metric_line's reader rules; ``skipped_named`` counts the entries it refused."""
+    out, skipped = {}, 0
+    for key, values in zip(NAMED, per_key):
+        col = []
+        for v in values:
+            if v is None:
+                col.append(None)
+                continue
+            good, bad = metric_line.named(v)
+            skipped += bad
+            col.append(good or None)
+        out[key] = col
+    out["skipped_named"] = skipped
+    return out
 
 
 def _fits(value) -> bool:
@@ -198,6 +226,10 @@ class MetricsStore:
         self._first: dict[str, tuple[int, float]] = {}   # task -> (attempt, hash of its first batch)
         self.dropped_names = 0  # lines of task names past the first MAX_TASKS
         self.dropped_long = 0   # lines whose task name is longer than MAX_TASK_NAME
+        self._named: dict[str, dict[str, _Task]] = {}   # metric -> task -> (step, time, value)
+        self._named_global: dict[str, _Task] = {}       # metric -> its global series
+        self.dropped_metrics = 0   # values of names past metric_line.MAX_NAMES, or refused names
+        self.nonfinite_metrics: dict[str, tuple[str, int, float]] = {}   # task -> first (name, step, value)
 
     def add(self, record: Mapping) -> int:
         return self.add_many((record,))
@@ -240,9 +272,91 @@ class MetricsStore:
             g = np.flatnonzero(~np.isnan(cols["global_loss"]) & accepted)
             self._global.add(attempt[g], {"step": cols["step"][g], "time": cols["time"][g],
                                           "loss": cols["global_loss"][g]})
+            kept += self._add_named(cols, attempt, accepted)
             if kept:
                 self.version += 1
         return kept
+
+    def _add_named(self, cols: Mapping, attempt: np.ndarray, accepted: np.ndarray) -> int:
+        """The rows' named values into their (metric, task) and global series. Only rows that
+        carry any are visited: most lines of a run carry a few names, old lines none."""
+        self.dropped_metrics += int(cols.get("skipped_named", 0))
+        mine, glob = cols.get("metrics"), cols.get("global")
+        if not mine and not glob:
+            return 0
+        runs: dict[tuple, tuple[list, list, list, list]] = {}
+        names = cols["task"][0] if isinstance(cols["task"], tuple) else None
+        tasks = cols["task"][1] if names is not None else cols["task"]
+        for key, values in (("metrics", mine), ("global", glob)):
+            for i in (i for i, v in enumerate(values or ()) if v and accepted[i]):
+                task = names[int(tasks[i])] if names is not None else tasks[i]
+                for name, value in values[i].items():
+                    buf = runs.setdefault((key, name, task if key == "metrics" else None),
+                                          ([], [], [], []))
+                    buf[0].append(int(attempt[i]))
+                    buf[1].append(int(cols["step"][i]))
+                    buf[2].append(float(cols["time"][i]))
+                    buf[3].append(value)
+        kept = 0
+        for (key, name, task), (att, step, when, value) in runs.items():
+            series = self._named_series(name, task)
+            if series is None:
+                self.dropped_metrics += len(step)
+                continue
+            data = {"step": np.array(step, np.int64), "time": np.array(when),
+                    "value": np.array(value)}
+            kept += series.add(np.array(att, np.int64), data)
+            if task is not None:
+                self._check_finite_named(task, name, data)
+        return kept
+
+    def _named_series(self, name: str, task: str | None) -> _Task | None:
+        """The series of metric ``name`` for ``task`` (None: its global value), made when the
+        store has room for the name."""
+        if name not in self._named:
+            if len(self._named) >= metric_line.MAX_NAMES:
+                return None
+            self._named[name] = {}
+        if task is None:
+            return self._named_global.setdefault(name, _Task(_VALUE, self._cap))
+        return self._named[name].setdefault(task, _Task(_VALUE, self._cap))
+
+    def _check_finite_named(self, task: str, name: str, data: dict) -> None:
+        if task in self.nonfinite_metrics or np.isfinite(data["value"]).all():
+            return
+        i = int(np.flatnonzero(~np.isfinite(data["value"]))[0])
+        self.nonfinite_metrics[task] = (name, int(data["step"][i]), float(data["value"][i]))
+
+    def metric_names(self) -> list[str]:
+        """Every metric the run reported, the loss first, then by name (val_x after x)."""
+        with self._lock:
+            names = list(self._named)
+        return ["loss"] + sorted(names, key=lambda n: (n.removeprefix("val_"), n.startswith("val_")))
+
+    def metric(self, name: str, task: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of metric ``name`` for ``task``, or its global value when ``task``
+        is None; empty arrays where there is none. Read-only views."""
+        if name == "loss":
+            if task is None:
+                return self.global_loss()
+            try:
+                s = self.series(task)
+            except KeyError:
+                return np.empty(0, np.int64), np.empty(0)
+            return s.step, s.loss
+        with self._lock:
+            series = (self._named_global.get(name) if task is None
+                      else self._named.get(name, {}).get(task))
+            if series is None:
+                return np.empty(0, np.int64), np.empty(0)
+            return series.cols.view("step"), series.cols.view("value")
+
+    def metric_tasks(self, name: str) -> list[str]:
+        """The tasks that reported ``name`` per worker (none for a global-only metric)."""
+        if name == "loss":
+            return self.tasks()
+        with self._lock:
+            return sorted(self._named.get(name, {}), key=_task_order)
 
     def _task(self, name: str, lines: int) -> _Task | None:
         """The series for ``name``, made when there is room; None (lines counted) when not."""
@@ -269,6 +383,10 @@ class MetricsStore:
             if self.dropped_long:
                 notes.append(f"{self.dropped_long} metric line(s) with a task name over "
                              f"{MAX_TASK_NAME} characters dropped")
+            if self.dropped_metrics:
+                notes.append(f"{self.dropped_metrics} metric value(s) dropped: a name that is not "
+                             f"1-{metric_line.NAME_MAX} printable characters, a value that is not "
+                             f"a number, or a name past the first {metric_line.MAX_NAMES}")
         if not notes:
             return ""
         return ("; ".join(notes) + " (each task name costs memory in the console). Write one "
@@ -364,7 +482,9 @@ class MetricsStore:
 
     def nbytes(self) -> int:
         with self._lock:
-            every = list(self._tasks.values()) + [self._global]
+            every = (list(self._tasks.values()) + [self._global]
+                     + list(self._named_global.values())
+                     + [t for by_task in self._named.values() for t in by_task.values()])
             return sum(a.nbytes for t in every for a in t.cols.cols.values())
 
 
