@@ -1,8 +1,12 @@
 """A real webhook receiver for alert tests: http.server on 127.0.0.1 in a thread.
 
 ``answers`` is the status codes it gives, in order (the last repeats); ``hang_s`` makes it hold
-each request that long before answering (a receiver that does not answer). Every body it got is
-in ``bodies`` (parsed JSON) with its arrival time in ``times``.
+each request that long before answering (a receiver that does not answer). ``banner`` makes it
+answer with those bytes instead of HTTP (another server on the port: ``SSH-2.0-...``) and hang
+up. ``trickle_s`` makes it send its answer one byte every that many seconds: the whole of it
+(``trickle="all"``, the status line first) or only the body after a prompt status and headers
+(``trickle="body"``). Every body it got is in ``bodies`` (parsed JSON) with its arrival time in
+``times``.
 """
 from __future__ import annotations
 
@@ -13,8 +17,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    def __init__(self, answers=(200,), hang_s: float = 0.0) -> None:
+    def __init__(self, answers=(200,), hang_s: float = 0.0, *, banner: bytes = b"",
+                 trickle_s: float = 0.0, trickle: str = "all") -> None:
         self.answers, self.hang_s = list(answers), hang_s
+        self.banner, self.trickle_s, self.trickle = banner, trickle_s, trickle
         self.bodies: list[dict] = []
         self.times: list[float] = []
         self.paths: list[str] = []
@@ -29,12 +35,25 @@ class Receiver:
                 owner.paths.append(self.path)
                 if owner.hang_s:
                     time.sleep(owner.hang_s)
+                self.close_connection = True
+                head = f"HTTP/1.1 {code} OK\r\nContent-Length: 200\r\nConnection: close\r\n\r\n".encode()
                 try:
-                    self.send_response(code)
-                    self.end_headers()
-                    self.wfile.write(b"ok")
+                    if owner.banner:
+                        self.wfile.write(owner.banner)
+                    elif owner.trickle_s:
+                        slow = head + b"x" * 200 if owner.trickle == "all" else b"x" * 200
+                        if owner.trickle == "body":
+                            self.wfile.write(head)
+                        for i in range(len(slow)):
+                            self.wfile.write(slow[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(owner.trickle_s)
+                    else:
+                        self.send_response(code)
+                        self.end_headers()
+                        self.wfile.write(b"ok")
                 except (BrokenPipeError, ConnectionResetError):
-                    pass   # the sender gave up waiting (hang_s tests): its timeout is the point
+                    pass   # the sender gave up waiting (hang_s, trickle_s): its deadline is the point
 
             def log_message(self, *args):
                 pass

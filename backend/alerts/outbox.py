@@ -8,25 +8,31 @@ loss in the chief's metrics too, once per attempt. Each alert has a key, queued 
 one small file and starts ``python -m backend.alerts.outbox RUN_DIR`` in a session of its own,
 so neither training, the keeper nor the console ever waits on a webhook, and an alert queued by
 a CLI command that exits at once is still delivered. The sender holds ``sender.lock`` (one per
-run), posts each pending alert with a timeout, retries a 5xx, a 429 or a connection error with
-backoff (``BACKOFF_S`` doubling, ``TRIES`` tries), and records each alert ``sent`` or ``failed``
-(with why) in ``outbox.json``. The queue is bounded (``MAX_EVENTS``): a run's alerts are few.
+run), posts each pending alert in order, each POST bounded as a whole (``TIMEOUT_S``: connect,
+send, status line and headers; a body that trickles is not waited for), retries a 5xx, a 429, a
+timeout, a connection error or an answer that is not HTTP, and records each alert ``sent`` or
+``failed`` (with why) in ``outbox.json``. The backoff (``BACKOFF_S`` doubling, ``TRIES`` tries) is
+the webhook's, shared by its alerts: a receiver that is down is tried ``TRIES`` times in all, then
+every alert still pending is marked failed, so a queue of alerts costs one backoff, not one each.
+The queue is bounded (``MAX_EVENTS``): a run's alerts are few.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import http.client
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlsplit
 
 from backend.alerts import settings as alert_settings
 from backend.runs.store import write_private
@@ -37,8 +43,8 @@ SENDER_LOCK = "sender.lock"
 SENDER_LOG = "sender.log"
 MAX_EVENTS = 100
 TRIES = 8
-BACKOFF_S = 2.0          # 2, 4, 8 ... s between tries: about 8 minutes in all
-TIMEOUT_S = 10.0         # one POST
+BACKOFF_S = 2.0          # 2, 4, 8 ... s between tries of the webhook: about 6 minutes in all
+TIMEOUT_S = 10.0         # one POST, as a whole
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("finished", "failed", "restarted", "preempted", "nan", "stall")
 
@@ -188,46 +194,112 @@ def start_sender(run_dir: Path) -> None:
     threading.Thread(target=proc.wait, daemon=True).start()   # reaped: no zombies in a console
 
 
+def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    """A connection for ``url`` (through the environment's proxy, as urllib would) and the
+    request target to send on it."""
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return kind(parts.hostname, parts.port, timeout=timeout), target
+    via = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    if parts.scheme == "https":   # a tunnel through the proxy; TLS to the webhook itself
+        conn = kind(via.hostname, via.port or 8080, timeout=timeout)
+        conn.set_tunnel(parts.hostname, parts.port)
+        return conn, target
+    return http.client.HTTPConnection(via.hostname, via.port or 8080, timeout=timeout), url
+
+
+def _cut(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
+    """The deadline: a read that is waiting returns at once, and the try ends."""
+    expired.set()
+    with contextlib.suppress(OSError, AttributeError):
+        conn.sock.shutdown(socket.SHUT_RDWR)
+
+
 def post(url: str, data: bytes, timeout: float = TIMEOUT_S) -> tuple[bool, bool, str]:
-    """One try: (delivered, worth retrying, why not). The URL never appears in the why."""
-    req = urllib.request.Request(url, data=data, method="POST",
-                                 headers={"Content-Type": "application/json", "User-Agent": "tfconsole"})
+    """One try: (delivered, worth retrying, why not). The URL never appears in the why.
+
+    The whole try takes at most ``timeout``: a socket's timeout is per read, so a receiver that
+    trickles a byte every 2 s held one POST for minutes; at the deadline the socket is shut. A
+    2xx status line is the delivery: the body after it is not read."""
+    expired = threading.Event()
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            resp.read(1 << 16)
-            return True, False, ""
-    except urllib.error.HTTPError as err:
-        return False, err.code >= 500 or err.code == 429, f"HTTP {err.code}"
-    except (urllib.error.URLError, OSError) as err:
-        why = getattr(err, "reason", err)
-        return False, True, f"{type(why).__name__}: {why}" if not isinstance(why, str) else why
+        conn, target = _connection(url, timeout)
+    except (ValueError, http.client.HTTPException) as err:   # a port that is not a number
+        return False, False, f"the webhook URL cannot be used: {type(err).__name__}"
+    killer = threading.Timer(timeout, _cut, args=(conn, expired))
+    killer.daemon = True
+    killer.start()
+    try:
+        conn.connect()
+        if expired.is_set():
+            raise TimeoutError
+        conn.request("POST", target, body=data, headers={"Content-Type": "application/json",
+                                                           "User-Agent": "tfconsole"})
+        code = conn.getresponse().status
+    except Exception as err:  # noqa: BLE001 - any failure of a try is retried; the sender must live on
+        if expired.is_set() or isinstance(err, TimeoutError):
+            return False, True, f"no answer within {timeout:g} s"
+        if isinstance(err, http.client.HTTPException):   # a banner, a half answer: not an HTTP server
+            return False, True, f"not an HTTP answer ({type(err).__name__})"
+        why = getattr(err, "reason", None) or err
+        return False, True, why if isinstance(why, str) else f"{type(why).__name__}: {why}"
+    finally:
+        killer.cancel()
+        conn.close()
+    if 200 <= code < 300:
+        return True, False, ""
+    return False, code >= 500 or code == 429, f"HTTP {code}"
 
 
-def deliver(run_dir: Path, *, backoff_s: float = BACKOFF_S, tries: int = TRIES,
+def _record(run_dir: Path, entry_id: str, *, ok: bool, again: bool, why: str, tries: int) -> tuple[str, int]:
+    """One try of one alert, written to the outbox: its state and tries now."""
+    with _locked(run_dir) as entries:
+        mine = next(e for e in entries if e["id"] == entry_id)
+        mine["tries"] += 1
+        mine["state"] = "sent" if ok else ("pending" if again and mine["tries"] < tries else "failed")
+        mine["error"] = why
+        mine["at"] = time.time()
+        return mine["state"], mine["tries"]
+
+
+def _give_up(run_dir: Path, why: str, failures: int) -> None:
+    """The webhook failed ``failures`` tries in a row: every alert still pending fails with why."""
+    with _locked(run_dir) as entries:
+        for e in entries:
+            if e.get("state") == "pending":
+                e["state"] = "failed"
+                e["error"] = e.get("error") or f"not sent: the webhook failed {failures} tries in a row ({why})"
+                e["at"] = time.time()
+
+
+def deliver(run_dir: Path, *, backoff_s: float = BACKOFF_S, tries: int = TRIES, timeout_s: float = TIMEOUT_S,
             log=lambda msg: print(time.strftime("%H:%M:%S"), msg, flush=True)) -> int:
-    """Send every pending alert, retrying with backoff; how many were delivered."""
+    """Send every pending alert in order, with one backoff for the webhook; how many were
+    delivered. A try that the receiver answers (a 2xx, or a 4xx that no retry mends) resets the
+    backoff; ``tries`` failed tries in a row fail every alert left."""
     found = alert_settings.load(run_dir)
     if not found:
         return 0
-    sent = 0
-    for entry in pending(run_dir):
-        delay = backoff_s
-        while True:
-            ok, again, why = post(found["webhook"], body(entry["alert"], found.get("format", "slack")))
-            with _locked(run_dir) as entries:
-                mine = next(e for e in entries if e["id"] == entry["id"])
-                mine["tries"] += 1
-                mine["state"] = "sent" if ok else ("pending" if again and mine["tries"] < tries else "failed")
-                mine["error"] = why
-                mine["at"] = time.time()
-                state, count = mine["state"], mine["tries"]
-            log(f"{entry['id']} to {alert_settings.mask(found['webhook'])}: "
-                f"{'sent' if ok else why} (try {count})")
-            if state != "pending":
-                sent += state == "sent"
-                break
-            time.sleep(delay)
-            delay *= 2
+    sent, failures, delay = 0, 0, backoff_s
+    while (todo := pending(run_dir)):
+        entry = todo[0]
+        ok, again, why = post(found["webhook"], body(entry["alert"], found.get("format", "slack")), timeout_s)
+        state, count = _record(run_dir, entry["id"], ok=ok, again=again, why=why, tries=tries)
+        log(f"{entry['id']} to {alert_settings.mask(found['webhook'])}: {'sent' if ok else why} (try {count})")
+        sent += state == "sent"
+        if ok or not again:   # the receiver answered: the webhook is up
+            failures, delay = 0, backoff_s
+            continue
+        failures += 1
+        if failures >= tries:
+            _give_up(run_dir, why, failures)
+            log(f"the webhook failed {failures} tries in a row: {len(todo) - 1} more alert(s) not sent")
+            break
+        time.sleep(delay)
+        delay *= 2
     return sent
 
 

@@ -21,8 +21,8 @@ from tests.webhook import Receiver
 def receiver():
     made = []
 
-    def make(answers=(200,), hang_s=0.0):
-        made.append(Receiver(answers, hang_s))
+    def make(answers=(200,), hang_s=0.0, **kw):
+        made.append(Receiver(answers, hang_s, **kw))
         return made[-1]
     yield make
     for r in made:
@@ -168,3 +168,70 @@ def test_a_nonfinite_loss_alerts_once_per_attempt(tmp_path, receiver):
     assert not outbox.on_nonfinite(run_dir, "run-1", attempt=1, step=5, loss=float("inf"))   # seen already
     assert outbox.on_nonfinite(run_dir, "run-1", attempt=2, step=1, loss=float("inf"))
     assert [(e["alert"]["event"], e["alert"]["step"]) for e in outbox.read(run_dir)] == [("nan", 4), ("nan", 1)]
+
+
+def _queue(run_dir, count=1):
+    for i in range(count):
+        assert outbox.queue(run_dir, outbox.event("run-1", "failed", reason=f"r{i}", step=i, attempt=1,
+                                                  phase="failed", console_url="http://c"),
+                            key=f"failed-{i}", start=False)
+
+
+def test_a_receiver_that_answers_with_a_banner_is_retried_then_failed_not_a_crash(tmp_path, receiver):
+    """An SSH banner on the webhook's port raised BadStatusLine out of the sender: a traceback,
+    and the alert left pending forever (issue 35)."""
+    hook = receiver(banner=b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+    run_dir = _run_dir(tmp_path, hook.url)
+    _queue(run_dir)
+    logged = []
+    assert outbox.deliver(run_dir, backoff_s=0.01, tries=3, log=logged.append) == 0
+    entry = outbox.read(run_dir)[0]
+    assert (entry["state"], entry["tries"]) == ("failed", 3) and len(hook.bodies) == 3
+    assert entry["error"] == "not an HTTP answer (BadStatusLine)", entry
+    assert not any("SECRET" in line for line in logged)
+
+
+def test_a_receiver_that_trickles_its_answer_is_cut_at_the_deadline(tmp_path, receiver):
+    """A socket's timeout is per read: one byte every 2 s held a POST for minutes (issue 35)."""
+    hook = receiver(trickle_s=0.2)
+    run_dir = _run_dir(tmp_path, hook.url)
+    _queue(run_dir)
+    started = time.monotonic()
+    assert outbox.deliver(run_dir, backoff_s=0.01, tries=2, timeout_s=1.0) == 0
+    took = time.monotonic() - started
+    assert 2.0 <= took < 3.5, took   # two tries of 1 s each, and the backoff
+    entry = outbox.read(run_dir)[0]
+    assert (entry["state"], entry["tries"], entry["error"]) == ("failed", 2, "no answer within 1 s")
+
+
+def test_a_prompt_200_is_the_delivery_whatever_its_body_does(tmp_path, receiver):
+    hook = receiver(trickle_s=2.0, trickle="body")
+    run_dir = _run_dir(tmp_path, hook.url)
+    _queue(run_dir)
+    started = time.monotonic()
+    assert outbox.deliver(run_dir, backoff_s=0.01, tries=2, timeout_s=10.0) == 1
+    assert time.monotonic() - started < 2.0 and outbox.read(run_dir)[0]["state"] == "sent"
+
+
+def test_queued_alerts_share_one_backoff_for_a_webhook_that_is_down(tmp_path, receiver):
+    """Each alert ran its own 8 tries and backoff: minutes per queued alert (issue 35). Now the
+    webhook is tried ``tries`` times in all, then every alert left is failed with why."""
+    hook = receiver(answers=(503,))
+    run_dir = _run_dir(tmp_path, hook.url)
+    _queue(run_dir, count=5)
+    started = time.monotonic()
+    assert outbox.deliver(run_dir, backoff_s=0.2, tries=3) == 0
+    assert time.monotonic() - started < 1.5        # 0.2 + 0.4 s of backoff, once
+    assert len(hook.bodies) == 3                   # three tries of the webhook, not fifteen
+    entries = outbox.read(run_dir)
+    assert {e["state"] for e in entries} == {"failed"}
+    assert entries[0]["error"] == "HTTP 503"
+    assert entries[1]["tries"] == 0 and "webhook failed 3 tries in a row (HTTP 503)" in entries[1]["error"]
+
+
+def test_after_the_webhook_answers_the_backoff_starts_again(tmp_path, receiver):
+    hook = receiver(answers=(503, 503, 200, 503, 200, 200))
+    run_dir = _run_dir(tmp_path, hook.url)
+    _queue(run_dir, count=3)
+    assert outbox.deliver(run_dir, backoff_s=0.01, tries=3) == 3
+    assert [e["tries"] for e in outbox.read(run_dir)] == [3, 2, 1]
