@@ -53,6 +53,8 @@ class Actions:
         """Run ``work(action)`` in a thread; refuse while another action on that run is going."""
         with self._lock:
             busy = self._by_run.get(run_id)
+            if busy is not None and not busy.done and kind == busy.kind == "stop":
+                return busy   # one stop at a time: a second (a click delivered twice) is the first
             if busy is not None and not busy.done and kind == "stop":
                 # Stop is always possible: the running Save, Export or Restore loses its run
                 # under it and ends with an error; it is marked so nobody waits on it.

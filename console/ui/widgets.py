@@ -16,6 +16,7 @@ from console.plain import md_escape
 
 ACTION_SHOWN_S = 120.0   # how long a finished action stays on the page
 LEVELS = ("success", "info", "warning", "error")
+CLICKS_KEY = "_action_clicks"   # action button key -> clicks acted on (widgets.action_button)
 
 
 def action_button(label: str, key: str, act: Callable, *args, where=None, said_at: str | None = None,
@@ -33,8 +34,19 @@ def action_button(label: str, key: str, act: Callable, *args, where=None, said_a
     ``where``: the column or container to draw in; ``said_at``: the key of the button whose place
     shows what this one says (a confirm's Yes, gone once answered, says it at the first button);
     ``button``: ``st.button``'s other arguments (type, disabled, help).
+
+    One click acts once. On a busy machine a fragment's timed refresh can carry a click the
+    browser has not sent yet, and the server runs ``on_click`` for every message carrying it
+    (docs/facts.md #17): one "Save, then stop" ran the stop three times. So each drawing of the
+    button carries the button's click count, and a delivery whose count has already acted is
+    dropped; a new click reaches a button drawn after the last one acted, with the new count.
+    (A delivery that comes after the button was drawn again, and enabled, looks like a new
+    click: Stop's and Restore's confirms are gone by then; Start, Save now and Export are
+    disabled while their action runs, and a second stop joins the first, ``Actions.submit``.)
     """
-    (where or st).button(label, key=key, on_click=_act, args=(said_at or key, act, args, spinner), **button)
+    clicks = st.session_state.setdefault(CLICKS_KEY, {})
+    (where or st).button(label, key=key, on_click=_act,
+                         args=(key, clicks.get(key, 0), said_at or key, act, args, spinner), **button)
     for level, text in st.session_state.pop(_said_key(key), []):
         getattr(where or st, level)(text)
 
@@ -43,9 +55,13 @@ def _said_key(key: str) -> str:
     return f"{key}__said"
 
 
-def _act(said_at: str, act: Callable, args: tuple, spinner: str | None) -> None:
+def _act(key: str, drawn_at: int, said_at: str, act: Callable, args: tuple, spinner: str | None) -> None:
     if not auth.holds_token():   # callbacks run before the page's guard(), which then refuses
         return
+    clicks = st.session_state.setdefault(CLICKS_KEY, {})
+    if clicks.get(key, 0) != drawn_at:   # this click has acted: a repeated delivery of it
+        return
+    clicks[key] = drawn_at + 1
     try:
         if spinner:
             with st.spinner(spinner):

@@ -5,6 +5,7 @@ next, so a click that starts a run which stops early, or is cut off by the next 
 ``guard()``: the helper checks the login token itself."""
 from __future__ import annotations
 
+from streamlit.runtime.state.session_state import SessionState
 from streamlit.testing.v1 import AppTest
 
 from tests.app.conftest import as_owner, errors
@@ -70,3 +71,27 @@ def test_a_session_without_the_token_cannot_act(runs_dir):
     tokens.token_path().unlink()                   # the owner revokes every URL handed out so far
     at.button(key="save").click().run()
     assert "acted" not in at.session_state
+
+
+def _delivered_twice(monkeypatch) -> None:
+    """The server's handling of one click on a busy machine (issue 35, docs/facts.md #17): a
+    fragment's timed refresh carried the click, then the click's own message did, and each
+    message's widget states ran the callbacks before the page was drawn again."""
+    once = SessionState.on_script_will_rerun
+
+    def twice(self, fresh_widget_states, **kw):
+        once(self, fresh_widget_states, **kw)
+        once(self, fresh_widget_states, **kw)
+    monkeypatch.setattr(SessionState, "on_script_will_rerun", twice)
+
+
+def test_one_click_delivered_twice_acts_once_and_a_second_click_acts_again(runs_dir, monkeypatch):
+    at = _open(runs_dir)
+    with monkeypatch.context() as m:
+        _delivered_twice(m)
+        at.button(key="save").click().run()
+    assert not at.exception
+    assert at.session_state["acted"] == ["it"]          # not ["it", "it"]
+    assert [s.value for s in at.success] == ["Saved it."]
+    at.button(key="save").click().run()                 # the user clicks again: that acts
+    assert at.session_state["acted"] == ["it", "it"]

@@ -10,6 +10,7 @@ import pytest
 from backend import checkpoints
 from backend.runs.store import RunStore
 from tests.app.conftest import errors, local_rows
+from tests.app.test_action_button import _delivered_twice
 from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.slow
@@ -29,14 +30,16 @@ def _paced_run(root):
     return launch(cluster, job, store=RunStore(root), preflight=Preflight.SKIP)
 
 
-def test_save_then_stop_names_the_step_and_restore_offers_it_first(page, runs_dir):
+def test_save_then_stop_names_the_step_and_restore_offers_it_first(page, runs_dir, monkeypatch):
     run = _paced_run(runs_dir)
     wait_for(lambda: any(c["step"] >= 20 for c in checkpoints.list_checkpoints(run)), 180,
              "a periodic checkpoint")
     at = page("monitor", run_id=run.run_id)
     at.button(key="monitor_stop").click().run()
     assert any("Save, then stop" in w.value for w in at.warning)   # the confirm explains both
-    at.button(key="monitor_save").click().run()
+    with monkeypatch.context() as busy:   # the click delivered twice, as on a busy machine (issue 35)
+        _delivered_twice(busy)
+        at.button(key="monitor_save").click().run()
     assert not at.exception
     assert not errors(at), errors(at)
 
