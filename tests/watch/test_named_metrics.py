@@ -1,0 +1,147 @@
+"""Named metrics through the one line format (backend/harness/metric_line.py), the console's store
+and the summary every reader prints: what an operator sees for accuracy, val_loss and the
+learning rate, and what a damaged or hostile line does (nothing but a counted, stated drop)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from backend.harness import metric_line
+from backend.harness.report import MetricsReporter
+from backend.watch import summary
+from backend.watch.lines import ARROW_MIN_LINES, parse_metric_block
+from backend.watch.metrics import MetricsStore
+
+TASKS = ("chief-0", "worker-1")
+
+
+def lines(steps, *, val_every=0, old=False) -> bytes:
+    """Lines as the chief writes them: every worker's accuracy, the global values, and at every
+    ``val_every`` steps a validation line at the same step. ``old``: loss-only lines."""
+    out = []
+    for step in steps:
+        acc = {"chief-0": 0.5 + step / 1e5, "worker-1": 0.4 + step / 1e5}
+        for task in TASKS:
+            line = {"run_id": "r", "attempt": 0, "task": task, "step": step, "epoch": 1,
+                    "time": 1000.0 + step, "loss": 2.0 - step / 1e5, "global_loss": 2.0 - step / 1e5,
+                    "step_time": 0.01, "examples_per_sec": 100.0}
+            if not old:
+                line["metrics"] = {"accuracy": acc[task]}
+                line["global"] = {"accuracy": (acc["chief-0"] + acc["worker-1"]) / 2,
+                                  "learning_rate": 0.1 / (1 + step // 100)}
+            out.append(line)
+        if val_every and step % val_every == 0:
+            for task in TASKS:
+                out.append({"task": task, "step": step, "attempt": 0, "time": 1000.5 + step,
+                            "loss": 2.0 - step / 1e5, "global_loss": 2.0 - step / 1e5,
+                            "metrics": {"val_loss": 1.0 + (step == 200)},
+                            "global": {"val_loss": 1.0 + (step == 200) + step / 1e6}})
+    return ("\n".join(json.dumps(x) for x in out) + "\n").encode()
+
+
+def store_of(data: bytes) -> MetricsStore:
+    store = MetricsStore()
+    cols, _ = parse_metric_block(data)
+    store.add_columns(cols)
+    return store
+
+
+def test_every_named_metric_per_worker_and_global_with_validation_at_the_same_step():
+    store = store_of(lines(range(1, 301), val_every=100))
+    assert store.metric_names() == ["loss", "accuracy", "learning_rate", "val_loss"]
+    steps, acc = store.metric("accuracy", "worker-1")
+    assert len(steps) == 300 and acc[-1] == pytest.approx(0.403)
+    # The validation lines repeat a trained step: their values are kept, the loss not twice.
+    assert store.metric("val_loss")[0].tolist() == [100, 200, 300]
+    assert store.metric("val_loss", "chief-0")[1].tolist() == [1.0, 2.0, 1.0]
+    assert len(store.series("chief-0")) == 300
+    # The learning rate is global only: no per-worker series.
+    assert store.metric_tasks("learning_rate") == [] and store.metric("learning_rate")[1][-1] == pytest.approx(0.1 / 4)
+
+
+def test_old_loss_only_lines_read_as_before():
+    store = store_of(lines(range(1, 51), old=True))
+    assert store.metric_names() == ["loss"]
+    assert len(store.metric("loss")[0]) == 50 and len(store.metric("loss", "worker-1")[0]) == 50
+    assert summary.summarize(store)["global"]["loss"]["best_step"] == 50
+
+
+def test_the_fast_columnar_parser_reads_exactly_what_the_line_parser_reads():
+    data = lines(range(1, ARROW_MIN_LINES), val_every=1000)
+    fast = store_of(data)
+    slow = MetricsStore()
+    slow.add_many(json.loads(x) for x in data.splitlines())
+    assert fast.metric_names() == slow.metric_names()
+    for name in fast.metric_names():
+        for task in [None, *TASKS]:
+            a, b = fast.metric(name, task), slow.metric(name, task)
+            assert a[0].tolist() == b[0].tolist() and np.allclose(a[1], b[1], equal_nan=True)
+
+
+def test_summary_last_and_best_by_the_metrics_direction():
+    found = summary.summarize(store_of(lines(range(1, 301), val_every=100)))
+    val = found["global"]["val_loss"]
+    assert (val["mode"], val["best_step"], val["last_step"]) == ("min", 100, 300)
+    assert found["global"]["accuracy"]["mode"] == "max"
+    assert found["global"]["accuracy"]["best_step"] == 300
+    assert found["global"]["learning_rate"]["best"] is None        # no better way for it
+    assert found["workers"]["worker-1"]["accuracy"] == pytest.approx(0.403)
+
+
+@pytest.mark.parametrize("bad", [
+    {"": 1.0}, {"x" * 65: 1.0}, {"bell\x07": 1.0}, {"acc": "high"}, {"acc": [1]}, {"acc": True},
+])
+def test_a_bad_name_or_value_in_a_line_is_dropped_counted_and_named_never_a_crash(bad):
+    line = {"task": "chief-0", "step": 1, "loss": 1.0, "metrics": {"ok": 1.0, **bad}, "global": bad}
+    store = store_of((json.dumps(line) + "\n").encode())
+    assert store.metric_names() == ["loss", "ok"]
+    assert "metric value(s) dropped" in store.warning()
+
+
+def test_a_script_reporting_hundreds_of_names_is_capped_at_a_stated_bound():
+    data = b"".join((json.dumps({"task": "chief-0", "step": s, "loss": 1.0,
+                                  "metrics": {f"m{s}_{i}": 1.0 for i in range(10)}}) + "\n").encode()
+                    for s in range(1, 31))
+    store = store_of(data)
+    assert len(store.metric_names()) == 1 + metric_line.MAX_NAMES
+    assert f"past the first {metric_line.MAX_NAMES}" in store.warning()
+
+
+def test_the_writer_refuses_bad_names_and_values_naming_them(tmp_path):
+    rep = MetricsReporter(str(tmp_path), "r")
+    for metrics, words in [({"": 1.0}, "empty"), ({"a\nb": 1.0}, "control characters"),
+                           ({"x" * 65: 1.0}, "at most 64"), ({"acc": "0.9"}, "'acc' is str"),
+                           ({1: 1.0}, "must be a string"),
+                           ({f"m{i}": 1.0 for i in range(65)}, "at most 64 per line")]:
+        with pytest.raises(ValueError, match=words):
+            rep.log("chief-0", 1, 1, 1.0, 1.0, 0.1, 1.0, metrics=metrics)
+    rep.log("chief-0", 1, 1, 1.0, 1.0, 0.1, 1.0, metrics={"acc": np.float32(0.5)},
+            global_metrics={"learning_rate": 0.01, "val_loss": math.nan})
+    rep.close()
+    written = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert written["metrics"] == {"acc": 0.5} and math.isnan(written["global"]["val_loss"])
+    assert metric_line.parse(written).metrics == {"loss": 1.0, "acc": 0.5}
+
+
+def test_a_non_finite_metric_is_flagged_with_its_name():
+    data = (json.dumps({"task": "worker-1", "step": 7, "loss": 1.0,
+                        "metrics": {"accuracy": float("nan")}}) + "\n").encode()
+    store = store_of(data)
+    assert store.nonfinite_metrics["worker-1"][:2] == ("accuracy", 7)
+
+
+def test_the_mirror_is_parsed_once_per_version_of_the_file(tmp_path):
+    path = summary.mirror_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(lines(range(1, 101)))
+    first = summary.from_mirror(tmp_path)
+    assert summary.from_mirror(tmp_path) is first           # a second click parses nothing
+    with open(path, "ab") as fh:
+        fh.write(lines(range(101, 111)))
+    os.utime(path, ns=(1, 2))
+    again = summary.from_mirror(tmp_path)
+    assert again is not first and again.progress() == 110
