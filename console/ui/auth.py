@@ -143,11 +143,13 @@ def fragment(*, run_every: float | None):
     return wrap
 
 
-def guard() -> None:
+def guard() -> bool:
     """The first call on every page (AppTest and a direct run reach a page without the entry
-    script): the same check, the page stopped on refusal, and the notice when the token is off."""
+    script): the same check, and the notice when the token is off. False: refused (the refusal
+    drawn); the page then draws nothing else and returns, never ``st.stop()`` (see ``gate``)."""
     setting = _check()
     if setting is None:
-        st.stop()
+        return False
     if setting is tokens.Access.NONE:
         st.warning(tokens.OFF_NOTICE, icon=":material/lock_open:")
+    return True

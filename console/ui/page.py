@@ -5,8 +5,12 @@ from console.ui import auth, state
 
 
 def open_page(title: str):
-    """Stop here for a session without the login token; otherwise set up and title the page."""
-    auth.guard()
+    """The session state, the page set up and titled; None for a session without the login
+    token (the refusal drawn): the page then returns at once. A page never ends with
+    ``st.stop()``: a run ended that way keeps the fragments it drew, whose timers can blank the
+    browser's page (docs/facts.md #15), so each page is a function that returns instead."""
+    if not auth.guard():
+        return None
     state.init()
     st.title(title)
     return st.session_state

@@ -125,7 +125,8 @@ def _live_page():
 
     from console import tokens
     from console.ui import auth
-    auth.guard()
+    if not auth.guard():
+        return
     st.title("Live")
     if st.session_state.pop("revoke", None):
         tokens.token_path().unlink()
