@@ -56,6 +56,10 @@ def start(rows: list[dict], job: JobSpec, registry: Registry, *, run_id: str | N
     if cluster is None or forms.blocking(problems):
         return StartResult(errors=["The cluster has errors; fix them on the Cluster page. "
                                    + p.text() for p in problems if p.level == "error"])
+    try:   # before preflight, as launch does: a runs folder that cannot hold the run refuses it now
+        registry.store.require_writable()
+    except ConsoleError as err:
+        return StartResult(errors=[str(err)])
     report = cluster_actions.preflight(cluster, registry.options)
     if report["error"] or report["failures"]:
         return StartResult(errors=[report["error"] or "Preflight failed, nothing was started. "

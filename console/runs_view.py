@@ -10,6 +10,20 @@ from backend.watch.metrics import MetricsStore
 from backend.runs import record
 from backend.runs.store import RunState, RunStore
 from backend.watch.journal import METRICS, MIRROR_DIR
+from console.plain import md_escape
+
+
+def damaged_note(store: RunStore) -> str | None:
+    """The runs the page cannot show (a damaged state file: every list skips them), each named
+    with why, as Markdown for ``st.warning``; None when there are none. Escaped: the reasons
+    quote a path and the file's own values."""
+    damaged = [found for found in store.list_all() if not isinstance(found, RunState)]
+    if not damaged:
+        return None
+    lines = "\n".join(f"- {md_escape(err.problem)}" for err in damaged)
+    return (f"{len(damaged)} run(s) under {md_escape(store.root)} cannot be shown: their state file is "
+            f"damaged, and they are left out below.\n\n{lines}\n\n"
+            "Inspect each file by hand; the runs' logs are still in their folders.")
 
 
 def run_rows(states: list[RunState]) -> list[dict]:

@@ -13,6 +13,8 @@ def main() -> None:
     if ss is None:   # a session without the login token: the refusal is drawn, nothing else
         return
     store = state.run_store()
+    if damaged := runs_view.damaged_note(store):
+        st.warning(damaged)   # runs whose record is damaged: named here, left out of every list
     states = store.list()
     if not states:
         st.info(f"No run under {store.root} yet: start one on the Launch page.")

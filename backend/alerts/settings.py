@@ -72,6 +72,9 @@ def console_settings(runs_root: Path) -> dict:
     path = Path(runs_root) / CONSOLE_FILE
     if not path.exists():
         return {}
+    if not path.is_file():   # a run named webhook.json, from before such ids were refused
+        raise ConsoleError(f"{path} is a folder, not the console's webhook file",
+                           "Move that folder out of the runs folder (it may hold a run's files), then launch again.")
     if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ConsoleError(f"{path} may be read by others, and it holds a webhook URL (a secret)",
                            f"Make it the owner's alone: chmod 600 {path}.")

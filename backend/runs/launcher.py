@@ -24,7 +24,7 @@ from backend.hosts.resolve import tf_hosts
 from backend.hosts.ssh import SSHOptions
 from backend.hosts.preflight import require_preflight
 from backend.runs.handle import Run
-from backend.runs.store import Phase, RunState, RunStore, TaskState, check_run_id, new_run_id
+from backend.runs.store import Phase, RunState, RunStore, TaskState, new_run_id
 from backend.config.slurm_spec import SlurmSpec, slurm_to_dict
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, cluster_to_dict, job_to_dict
 
@@ -43,7 +43,8 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
     at ``sbatch`` time replace preflight, and refuse with Slurm's message).
     """
     store = store or RunStore()
-    run_id = check_run_id(run_id or new_run_id())
+    # Before preflight: a folder that cannot hold the run refuses it before any host is touched.
+    run_id = store.require_new(run_id or new_run_id())
     pool = Pool(options)
     if isinstance(cluster, SlurmSpec):
         jobfit.require_valid(cluster, job)
@@ -94,7 +95,10 @@ def _keep_module(job: JobSpec, local_dir: Path) -> JobSpec:
 def attach(run_id: str, *, store: RunStore | None = None, options: SSHOptions | None = None) -> Run:
     """A handle on an existing run, from its saved state: for status, logs and stop."""
     store = store or RunStore()
-    return Run(store.load(run_id), store, Pool(options))
+    state = store.load(run_id)
+    if state.live:   # its readers record what they find (settle, log copies): say so first
+        store.require_writable(run_id)
+    return Run(state, store, Pool(options))
 
 
 __all__ = ["Preflight", "launch", "attach"]

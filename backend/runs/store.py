@@ -23,11 +23,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from backend.alerts import settings as alert_settings
 from backend.errors import RunError
 from backend.harness import layout
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")   # \Z: no trailing newline
 LOCK = "state.lock"
+# The runs folder's own files, beside the run folders: no new run may take one's name (a run
+# named webhook.json made the console's webhook file a folder, and every later launch failed).
+# The login token (.console-token) starts with a dot, which RUN_ID never matches.
+FOLDER_FILES = frozenset({alert_settings.CONSOLE_FILE})
+FOLDER_FIX = "Make it writable by you, or choose another folder with --runs or $TFCONSOLE_RUNS."
 
 
 class Phase(enum.StrEnum):
@@ -64,6 +70,14 @@ def check_run_id(run_id: str) -> str:
     if not isinstance(run_id, str) or not RUN_ID.match(run_id) or ".." in run_id:
         raise RunError(f"run id {run_id!r} is not valid",
                        "Use letters, digits, '.', '_' and '-' only (see `python -m backend runs`).")
+    return run_id
+
+
+def check_new_run_id(run_id: str) -> str:
+    """``check_run_id``, and not the name of one of the runs folder's own files."""
+    if check_run_id(run_id).lower() in FOLDER_FILES:
+        raise RunError(f"run id {run_id!r} is the name of the runs folder's own file (the console's "
+                       "webhook settings)", "Choose another name with --run-id.")
     return run_id
 
 
@@ -175,10 +189,45 @@ def process_alive(info: dict) -> bool:
     return isinstance(pid, int) and start is not None and _start_ticks(pid) == start
 
 
-def _from_json(data: dict) -> RunState:
-    data = dict(data)
-    data["tasks"] = [TaskState(**t) for t in data["tasks"]]
-    data["attempts"] = [Attempt(**a) for a in data["attempts"]]
+# The type each saved field must have (None: may be null). A state file edited by hand or
+# damaged is refused when it is read, naming the field, never taken in and left to break a
+# reader later (a string `created` broke the sort of every run list; a null job, every page).
+NUMBER = (int, float)
+_RUN_TYPES = {"run_id": str, "created": NUMBER, "cluster": dict, "job": dict, "tasks": list,
+              "attempts": list, "phase": str, "unreachable": list, "launcher": (dict, type(None))}
+_TASK_TYPES = {"name": str, "position": int, "host": str, "remote_run_dir": str,
+               "pid": (int, type(None)), "pgid": (int, type(None)), "started": (*NUMBER, type(None))}
+_ATTEMPT_TYPES = {"number": int, "started": NUMBER, "resume_step": (int, type(None)),
+                  "ended": (*NUMBER, type(None)), "reason": (str, type(None)),
+                  "last_step": (int, type(None))}
+
+
+def _checked(data: object, types: dict, where: str) -> dict:
+    """``data`` as a dict whose known fields have their types (ValueError naming the first that
+    does not); a missing or unknown field is left to the dataclass (TypeError)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where or 'the file'} is {_kind(data)}, not a mapping")
+    for key, kinds in types.items():
+        value = data.get(key)
+        if key in data and (not isinstance(value, kinds) or isinstance(value, bool)):
+            wanted = dict.fromkeys(_kind(k) for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+            raise ValueError(f"{where}{key} is {_kind(value)}, not {' or '.join(wanted)}")
+    return dict(data)
+
+
+def _kind(value: object) -> str:
+    """A JSON value's kind as a user reads it: 'null', 'a string', 'a number'..."""
+    kind = value if isinstance(value, type) else type(value)
+    return {type(None): "null", str: "a string", int: "a number", float: "a number", bool: "true/false",
+            dict: "a mapping", list: "a list"}.get(kind, kind.__name__)
+
+
+def _from_json(data: object) -> RunState:
+    data = _checked(data, _RUN_TYPES, "")
+    data["tasks"] = [TaskState(**_checked(t, _TASK_TYPES, f"tasks[{i}]."))
+                     for i, t in enumerate(data["tasks"])]
+    data["attempts"] = [Attempt(**_checked(a, _ATTEMPT_TYPES, f"attempts[{i}]."))
+                        for i, a in enumerate(data["attempts"])]
     data["phase"] = Phase(data.get("phase", Phase.LAUNCHING))
     return RunState(**data)
 
@@ -213,13 +262,53 @@ class RunStore:
     def path(self, run_id: str) -> Path:
         return self.root / check_run_id(run_id)
 
+    def _require_folder(self) -> None:
+        """A runs folder that is a file is refused by name (was NotADirectoryError: "a bug")."""
+        if self.root.exists() and not self.root.is_dir():
+            raise RunError(f"the runs folder {self.root} is a file, not a folder",
+                           "Move that file away, or choose another folder with --runs or $TFCONSOLE_RUNS.")
+
+    def require_writable(self, run_id: str | None = None) -> None:
+        """Refuse, by name, a runs folder (or one run's folder) this process cannot write: a file,
+        read-only, another user's. Asked before work that must record what it does: a launch
+        before its preflight, a reader of a live run before it reaches the hosts. Tried, not
+        judged from mode bits: root ignores them, and a read-only mount refuses what they allow."""
+        self._require_folder()
+        folder = self.path(run_id) if run_id else self.root
+        try:
+            if run_id is None:
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)   # the runs folder: 0700
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as err:
+            what = f"run {run_id}'s folder" if run_id else "the runs folder"
+            raise RunError(f"{what} {folder} cannot be written ({err.strerror or err})",
+                           "Make it writable (a read-only mount: remount it read-write), then run "
+                           "the command again." if run_id else FOLDER_FIX) from None
+
+    def require_new(self, run_id: str) -> str:
+        """Everything a launch of ``run_id`` needs from this folder, checked before anything
+        starts (its preflight): a valid id that no run or folder file has, a folder it can write.
+        ``reserve`` still refuses a run that took the id meanwhile."""
+        check_new_run_id(run_id)
+        self.require_writable()
+        if self.path(run_id).exists():
+            raise RunError(f"run {run_id} already exists under {self.root}", "Choose another name with --run-id.")
+        return run_id
+
     @contextlib.contextmanager
     def locked(self, run_id: str) -> Iterator[None]:
         """Hold the run's lock: one writer at a time, across processes."""
         folder = self.path(run_id)
-        folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)   # the runs folder: 0700
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(folder / LOCK, "a") as lock:
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)   # the runs folder: 0700
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            lock = open(folder / LOCK, "a")
+        except OSError as err:   # a read-only, full or foreign folder: ours to say, not "a bug"
+            self._require_folder()
+            raise RunError(f"run {run_id}'s record in {folder} cannot be written ({err.strerror or err})",
+                           "Make the runs folder writable, then run the command again.") from None
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -228,7 +317,7 @@ class RunStore:
 
     def reserve(self, run_id: str) -> Path:
         """Create a new run's folder; refuse an id that is taken. Its state is saved next."""
-        folder = self.path(run_id)
+        folder = self.path(check_new_run_id(run_id))
         folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)   # the runs folder: 0700
         try:
             folder.mkdir(mode=0o700)
@@ -274,14 +363,20 @@ class RunStore:
 
     def load(self, run_id: str) -> RunState:
         path = self.path(run_id) / layout.STATE
+        self._require_folder()
         try:
-            return _from_json(json.loads(path.read_text()))
+            state = _from_json(json.loads(path.read_text()))
         except FileNotFoundError:
             raise RunError(f"no run {run_id!r} under {self.root}",
                            "List runs with `python -m backend runs`.") from None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-            raise RunError(f"run {run_id!r} has a damaged state file {path} ({err})",
+        except (OSError, KeyError, TypeError, ValueError) as err:   # a folder, unreadable, bad JSON
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+            raise RunError(f"run {run_id!r} has a damaged state file {path} ({reason})",
                            "Inspect it by hand; its logs are still in the same folder.") from None
+        if state.run_id != run_id:   # its writes would go to another run's folder
+            raise RunError(f"run {run_id!r} has a damaged state file {path} (it names run {state.run_id!r})",
+                           "Inspect it by hand; its logs are still in the same folder.")
+        return state
 
     def list(self) -> list[RunState]:
         return [s for s in self.list_all() if isinstance(s, RunState)]
@@ -290,17 +385,24 @@ class RunStore:
         """Every run, newest (latest created) first, whatever its name: a run named ``fitjob`` is
         not newer than a later timestamped one. A damaged run appears as its RunError (dated by
         its state file), never hidden."""
-        if not self.root.exists():
+        self._require_folder()
+        try:
+            folders = list(self.root.iterdir())
+        except FileNotFoundError:
             return []
+        except OSError as err:
+            raise RunError(f"the runs folder {self.root} cannot be read ({err.strerror or err})", FOLDER_FIX) from None
         found: list[tuple[float, RunState | RunError]] = []
-        for folder in self.root.iterdir():
+        for folder in folders:
             state_file = folder / layout.STATE
-            if state_file.exists() and RUN_ID.match(folder.name):
-                try:
-                    state = self.load(folder.name)
-                    found.append((state.created, state))
-                except RunError as err:
-                    found.append((_mtime(state_file), err))
+            try:
+                if not (RUN_ID.match(folder.name) and state_file.exists()):
+                    continue   # not a run, or one whose launch has not saved its state yet
+                state = self.load(folder.name)
+                found.append((state.created, state))
+            except (RunError, OSError) as err:   # skipped, named, and the rest still listed
+                found.append((_mtime(state_file), err if isinstance(err, RunError) else RunError(
+                    f"run {folder.name!r} cannot be read ({err.strerror or err})", "Inspect its folder by hand.")))
         found.sort(key=lambda pair: pair[0], reverse=True)
         return [item for _, item in found]
 
@@ -308,5 +410,5 @@ class RunStore:
 def _mtime(path: Path) -> float:
     try:
         return path.stat().st_mtime
-    except FileNotFoundError:
+    except OSError:
         return 0.0
