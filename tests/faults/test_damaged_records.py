@@ -159,3 +159,18 @@ def test_the_runs_page_names_each_damaged_run_and_shows_the_rest(runs_dir):  # n
     assert list(at.dataframe[0].value["run"]) == ["good"]
     shutil.rmtree(runs_dir / "state-folder")                     # each damage, alone, is named
     assert "2 run(s)" in " ".join(w.value for w in open_page("runs").warning)
+
+
+def test_the_consoles_start_on_a_read_only_runs_folder_is_refused_before_preflight(read_only):
+    from backend.config.spec import job_from_dict
+    from backend.hosts.ssh import SSHOptions
+    from console import actions
+    from console.live_run import Registry
+    from tests.app.conftest import local_rows
+    registry = Registry(RunStore(read_only), SSHOptions())
+    try:
+        result = actions.start(local_rows(), job_from_dict({"kind": "command", "command": ["true"]}), registry)
+    finally:
+        registry.close()
+    assert result.live is None and result.preflight is None, result   # no host was checked
+    assert any(f"the runs folder {read_only} cannot be written" in e for e in result.errors), result.errors
