@@ -364,14 +364,16 @@ class Run:
 
     def mirror_logs(self) -> None:
         """Copy each task's log into the local run directory (best effort: hosts may be gone)."""
+        from backend.watch import logcopy
         (self.local_dir / layout.LOGS).mkdir(parents=True, exist_ok=True)
         for t in self.state.tasks:
             try:
-                text = self.engine.log_tail(self, t.name, 50_000_000)
+                text = self.engine.log_tail(self, t.name, logcopy.SNAPSHOT_READ)
             except ConsoleError:
                 continue
-            if text:
-                (self.local_dir / layout.LOGS / f"{t.name}.log").write_text(text)
+            if text:   # bounded like the live copy: 4 KiB a line, about 4 MiB a task
+                logcopy.keep_snapshot(self.local_dir / layout.LOGS / f"{t.name}.log", text,
+                                      asked=logcopy.SNAPSHOT_READ)
         record.keep_host_versions(self)   # what each host ran with, kept while its hosts answer
 
     def wait(self, timeout: float, poll_s: float = 1.0) -> list[TaskStatus]:
