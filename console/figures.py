@@ -7,6 +7,7 @@ Traces are given as plain dicts: plotly validates them once in ``go.Figure`` rat
 """
 from __future__ import annotations
 
+import html
 from typing import Callable, Sequence
 
 import numpy as np
@@ -25,17 +26,60 @@ Thin = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 def loss_figure(store: MetricsStore, smoothing: float = 0.0, max_points: int = 2000, *,
                 thin: Thin = downsample) -> go.Figure:
-    """Each worker's own loss, thin, plus the global mean loss, thick, on top."""
+    """Each worker's own loss, thin, plus the global mean loss, thick, on top (and the
+    validation loss, dashed, where the run validates)."""
+    return metric_figure(store, "loss", smoothing, max_points, thin=thin)
+
+
+def metric_figure(store: MetricsStore, name: str, smoothing: float = 0.0, max_points: int = 2000,
+                  *, thin: Thin = downsample) -> go.Figure:
+    """One metric: each worker's own value, thin, the global value thick on top; its validation
+    counterpart (``val_<name>``) on the same axes, dashed with markers (a point per validation).
+    Names come from the job's lines: escaped, since plotly reads a few HTML tags in names."""
     traces = []
-    for i, task in enumerate(store.tasks()):
-        x, y = store.downsampled(task, "loss", max_points, smoothing=smoothing, thin=thin)
-        traces.append(_line(task, x, y, _color(i), width=1.2, group="workers"))
-    gx, gy = store.global_loss()
+    for i, task in enumerate(store.metric_tasks(name)):
+        x, y = store.metric(name, task)
+        traces.append(_line(task, *_smooth_thin(x, y, smoothing, max_points, thin), _color(i),
+                            width=1.2, group="workers"))
+    gx, gy = store.metric(name)
     if len(gx):
-        gy = ema(gy, smoothing) if smoothing else gy
-        gx, gy = thin(gx, gy, max_points)
-        traces.append(_line("global (mean of workers)", gx, gy, GLOBAL_COLOR, width=3.5))
-    return _figure(traces, title="Loss", y_title="loss")
+        label = "global (mean of workers)" if name == "loss" else "global"
+        traces.append(_line(label, *_smooth_thin(gx, gy, smoothing, max_points, thin), GLOBAL_COLOR,
+                            width=3.5))
+    val = f"val_{name}"
+    if val in store.metric_names():
+        for i, task in enumerate(store.metric_tasks(val)):
+            x, y = store.metric(val, task)
+            traces.append(_line(f"{task} (validation)", *thin(x, y, max_points), _color(i),
+                                width=1.2, dash="dash", markers=True, group="validation"))
+        vx, vy = store.metric(val)
+        if len(vx):
+            traces.append(_line("global (validation)", *thin(vx, vy, max_points), GLOBAL_COLOR,
+                                width=3.0, dash="dash", markers=True))
+    title = "Loss" if name == "loss" else html.escape(name)
+    return _figure(traces, title=title, y_title=html.escape(name))
+
+
+def learning_rate_figure(store: MetricsStore, max_points: int = 2000, *,
+                         thin: Thin = downsample) -> go.Figure:
+    """The learning rate the optimizer used, per step (one value for every worker)."""
+    x, y = store.metric("learning_rate")
+    traces = [_line("learning rate", *thin(x, y, max_points), GLOBAL_COLOR, width=2.0)] if len(x) else []
+    return _figure(traces, title="Learning rate", y_title="learning rate")
+
+
+def chart_metrics(store: MetricsStore) -> list[str]:
+    """The metrics that get a chart of their own: training metrics (a validation metric shares
+    its training metric's chart; one with no training twin gets its own), the loss first; the
+    learning rate has its own figure."""
+    names = store.metric_names()
+    return [n for n in names if n != "learning_rate"
+            and not (n.startswith("val_") and n.removeprefix("val_") in names)]
+
+
+def _smooth_thin(x, y, smoothing: float, max_points: int, thin: Thin):
+    y = ema(y, smoothing) if smoothing else y
+    return thin(x, y, max_points)
 
 
 def step_time_figure(store: MetricsStore, max_points: int = 2000, *,
@@ -86,9 +130,11 @@ def _color(i: int) -> str:
 
 
 def _line(name: str, x, y, color: str, *, width: float, opacity: float = 1.0,
-          group: str | None = None) -> dict:
-    trace = {"type": "scattergl", "mode": "lines", "name": name, "x": x, "y": y,
-             "line": {"color": color, "width": width}, "opacity": opacity,
+          group: str | None = None, dash: str | None = None, markers: bool = False) -> dict:
+    name = html.escape(name, quote=False)   # task names come from the job's lines
+    trace = {"type": "scattergl", "mode": "lines+markers" if markers else "lines", "name": name,
+             "x": x, "y": y, "line": {"color": color, "width": width, **({"dash": dash} if dash else {})},
+             "opacity": opacity,
              "hovertemplate": f"{name}<br>step %{{x}}<br>%{{y:.4g}}<extra></extra>"}
     if group:
         trace["legendgroup"] = group

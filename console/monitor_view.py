@@ -11,6 +11,8 @@ import plotly.graph_objects as go
 from backend.diagnosis import data_checks, health
 from backend.diagnosis import stacks
 from backend.config.spec import RestartMode
+from backend.watch import summary
+from backend.watch.metrics import task_order
 from console import figures
 from console.chart_feed import stable_thin
 from console.plain import md_escape
@@ -33,18 +35,41 @@ class Snapshot:
     throughput: go.Figure
     monitor: dict = field(default_factory=dict)
     tasks: list[str] = field(default_factory=list)
+    metrics: dict[str, go.Figure] = field(default_factory=dict)   # name -> chart, loss excluded
+    learning_rate: go.Figure | None = None
+    last_values: list[dict] = field(default_factory=list)
 
 
-def snapshot(live: LiveRun, smoothing: float = 0.0) -> Snapshot:
+def snapshot(live: LiveRun, smoothing: float = 0.0, hidden: frozenset = frozenset()) -> Snapshot:
+    """Everything the live panel draws; ``hidden``: metrics the operator chose not to chart."""
     store = live.metrics
     steps, times = step_times(store)
+    names = [n for n in figures.chart_metrics(store) if n != "loss" and n not in hidden]
     return Snapshot(progress=progress(steps, times, live.train_info() if len(steps) else None),
+                    metrics={n: figures.metric_figure(store, n, smoothing, thin=stable_thin)
+                             for n in names},
+                    learning_rate=(figures.learning_rate_figure(store, thin=stable_thin)
+                                   if "learning_rate" in store.metric_names()
+                                   and "learning_rate" not in hidden else None),
+                    last_values=last_value_rows(store),
                     loss=figures.loss_figure(store, smoothing=smoothing, thin=stable_thin),
                     step_time=figures.step_time_figure(store, thin=stable_thin),
                     throughput=figures.throughput_figure(store, thin=stable_thin),
                     monitor=(dict(live.monitor.status(), store_warning=store.warning())
                              if live.monitor else {}),
                     tasks=[t.name for t in live.run.state.tasks])
+
+
+def last_value_rows(store) -> list[dict]:
+    """A row per worker, then one for the global values: each metric's last value (names are
+    column headers: the table shows them as text)."""
+    found = summary.summarize(store)
+    names = [n for n in store.metric_names() if n != "learning_rate"]
+    rows = [{"task": task, **{n: values.get(n) for n in names}}
+            for task, values in sorted(found["workers"].items(), key=lambda kv: task_order(kv[0]))]
+    if found["global"]:
+        rows.append({"task": "global", **{n: (found["global"].get(n) or {}).get("last") for n in names}})
+    return rows
 
 
 STALE_S = 15.0   # the agent sends a heartbeat every few seconds: this much silence is news
@@ -121,9 +146,13 @@ def stacks_text(found: list) -> dict[str, str]:
 
 
 def health_error(live: LiveRun) -> str:
-    """A NaN or Inf loss, the moment its metrics line arrives, with every worker's versions."""
+    """A NaN or Inf loss or other metric, the moment its metrics line arrives, with every
+    worker's versions."""
     bad = dict(live.metrics.nonfinite)
-    return health.nan_line(bad, live.task_versions()) if bad else ""
+    if bad:
+        return health.nan_line(bad, live.task_versions())
+    named = dict(live.metrics.nonfinite_metrics)
+    return health.metric_nan_line(named, live.task_versions()) if named else ""
 
 
 def data_notes(live: LiveRun) -> tuple[str, list[str]]:

@@ -40,11 +40,17 @@ def main() -> None:
     attempts = live.run.state.attempts
     WAITING = (live.run.state.live and live.metrics.progress() is None
                and bool(attempts) and time.time() - attempts[-1].started < 120)
-    smoothing = st.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="smoothing")
+    s_col, h_col = st.columns([1, 2])
+    smoothing = s_col.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="smoothing")
+    # Hidden rather than shown: the default (nothing hidden) stays the same as new metrics appear.
+    hidden = frozenset(h_col.multiselect(
+        "Hide charts", [n for n in figures.chart_metrics(live.metrics) if n != "loss"]
+        + (["learning_rate"] if "learning_rate" in live.metrics.metric_names() else []),
+        key="hidden_metrics", placeholder="every metric the run reports is charted"))
 
     @auth.fragment(run_every=0.5 if WAITING else EVERY)
     def live_panel() -> None:
-        snap = monitor_view.snapshot(live, smoothing)
+        snap = monitor_view.snapshot(live, smoothing, hidden)
         p = snap.progress
         ended = not live.run.state.live
         if ended and p.step is None:   # no chart to draw: a command job, or it ended before step 1
@@ -73,6 +79,14 @@ def main() -> None:
         live_chart(snap.loss, key="loss_chart")
         if waits:
             st.caption(md_escape(waits))
+        charts = list(snap.metrics.items()) + ([("learning_rate", snap.learning_rate)]
+                                               if snap.learning_rate is not None else [])
+        for row in range(0, len(charts), 2):   # two charts a row: accuracy beside the rate ...
+            for col, (name, fig) in zip(st.columns(2), charts[row:row + 2]):
+                with col:
+                    live_chart(fig, key=f"metric_chart:{name}", height=380)
+        if len(snap.last_values) > 1 or len(live.metrics.metric_names()) > 1:
+            st.dataframe(snap.last_values, hide_index=True, key="last_values")   # names: text
         a, b = st.columns(2)
         with a:
             live_chart(snap.step_time, key="step_time_chart", height=380)

@@ -59,6 +59,14 @@ def nan_line(bad: dict[str, tuple[int, float]], versions: dict[str, dict]) -> st
             "losses (keras-team/keras#21061). Set the job parameter stop_on_nan to stop on it.")
 
 
+def metric_nan_line(bad: dict[str, tuple[str, int, float]], versions: dict[str, dict]) -> str:
+    """One line for a non-finite metric other than the loss: which, where, and the versions."""
+    where = ", ".join(f"{task} {name} {value} at step {step}"
+                      for task, (name, step, value) in sorted(bad.items()))
+    return (f"A metric is not finite: {where}. Versions: {versions_text(versions)}. Check the "
+            "metric's inputs (an empty validation shard gives 0/0) and the data.")
+
+
 def status_line(run: RunOnHosts) -> str:
     """For ``status``: the recorded non-finite loss and versions, or "" (also when unreadable)."""
     try:

@@ -488,10 +488,13 @@ class MetricsStore:
             return sum(a.nbytes for t in every for a in t.cols.cols.values())
 
 
-def _task_order(name: str):
-    """chief-0, worker-1, worker-2, ..., worker-10: numbers sort as numbers."""
+def task_order(name: str):
+    """chief-0, worker-1, worker-2, ..., worker-10: numbers sort as numbers (a sort key)."""
     role, _, index = name.rpartition("-")
     return (role, int(index)) if index.isdigit() else (name, -1)
+
+
+_task_order = task_order
 
 
 def downsample(x: np.ndarray, y: np.ndarray, n: int = 2000) -> tuple[np.ndarray, np.ndarray]:
