@@ -20,6 +20,8 @@ from typing import Mapping
 import yaml
 
 from backend.errors import SpecError, SpecErrors
+from backend.harness.jobs import BEST_MODES
+from backend.harness.metric_line import name_problem
 
 # ---- field parsers ----------------------------------------------------------------------------
 # Each parser takes (value, where) and returns the normalised value or raises SpecError(where, ...)
@@ -38,7 +40,8 @@ _HOST_RULE = ("Use a hostname, IP address or ~/.ssh/config alias: letters, digit
 _PATH_RULE = "Use a plain path with no newline or NUL character, not starting with '-'."
 # Known harness params that must be whole numbers, with their minimum; other params are free.
 _INT_PARAMS = {"epochs": 1, "steps_per_epoch": 1, "global_batch_size": 1, "log_every": 1,
-               "checkpoint_every": 0, "keep_checkpoints": 0, "keep_best_checkpoints": 0, "seed": None}
+               "checkpoint_every": 0, "keep_checkpoints": 0, "keep_best_checkpoints": 0, "seed": None,
+               "val_every": 0, "val_steps": 1}
 # Known harness params that are seconds: (minimum, whether the minimum itself is allowed, an example).
 _SECONDS_PARAMS = {"checkpoint_grace_s": (0.0, True, 30), "startup_timeout_s": (0.0, False, 30),
                    "collective_timeout_s": (0.0, True, 60)}   # 0: no bound on a step
@@ -361,6 +364,12 @@ def _identifier(key: object, where: str, fix: str) -> str:
 
 
 def _param_value(key: str, item: object, where: str, fix: str) -> object:
+    if key == "keep_best_mode" and item not in BEST_MODES:
+        raise SpecError(where, f"expected min or max, got {show_value(item)}",
+                        "Use min for a loss (lower is better), max for accuracy-like metrics.")
+    if key == "keep_best_metric" and (problem := name_problem(item)):
+        raise SpecError(where, problem, "Name a metric the job reports, e.g. loss, or val_loss for a job "
+                                        "with validation (docs/job-contract.md).")
     if key in _INT_PARAMS:
         low = _INT_PARAMS[key]
         if not _is_int(item) or (low is not None and item < low):

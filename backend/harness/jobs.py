@@ -10,7 +10,14 @@ import importlib.util
 import os
 import sys
 
+try:
+    import metric_line
+except ImportError:  # imported as backend.harness.jobs (the backend's job spec)
+    from . import metric_line
+
 REQUIRED = ("build_model", "make_dataset", "loss_fn", "make_optimizer")
+OPTIONAL = ("metrics_fn", "make_val_dataset", "probe_batch")
+BEST_MODES = ("min", "max")
 
 # Harness defaults; a job's DEFAULTS dict overrides them, --param key=value overrides both.
 DEFAULTS = {
@@ -20,7 +27,11 @@ DEFAULTS = {
     "log_every": 10,            # K: gather and write metrics every K steps
     "checkpoint_every": 50,     # 0 = only at the end of each epoch
     "keep_checkpoints": 5,      # the last N checkpoints kept (0 = all); held ones are kept too
-    "keep_best_checkpoints": 0, # also keep the K with the lowest global loss
+    "keep_best_checkpoints": 0, # also keep the K best by keep_best_metric
+    "keep_best_metric": "loss", # a metric's global value at the checkpoint (val_loss: validation's)
+    "keep_best_mode": "min",    # "min" (losses) or "max" (accuracy)
+    "val_every": 0,             # validate every N steps; 0 = at each epoch end (needs make_val_dataset)
+    "val_steps": 10,            # batches per replica each validation reads
     "checkpoint_grace_s": 30.0, # an unlisted checkpoint stays on disk this long (backend/harness/retention.py)
     "seed": 0,
     "collective_timeout_s": 60,
@@ -51,6 +62,11 @@ def load_job(path: str):
     missing = [name for name in REQUIRED if not callable(getattr(module, name, None))]
     if missing:
         raise JobError(f"job {path} lacks {', '.join(missing)}; see docs/job-contract.md")
+    wrong = [name for name in OPTIONAL
+             if getattr(module, name, None) is not None and not callable(getattr(module, name))]
+    if wrong:
+        raise JobError(f"job {path}: {', '.join(wrong)} must be a function; see "
+                       "docs/job-contract.md")
     return module
 
 
@@ -97,6 +113,24 @@ def settle_params(module, overrides: list[str]) -> dict:
         raise JobError(f"preempt_grace_s must be > 0 seconds, got {params['preempt_grace_s']}")
     if params["resume_data"] not in ("skip", "reseed"):
         raise JobError(f"resume_data must be skip or reseed, got {params['resume_data']}")
+    _check_metric_params(module, params)
     # The job reads its own parameters (model width, learning rate...) from here.
     module.PARAMS = params
     return params
+
+
+def _check_metric_params(module, params: dict) -> None:
+    """Validation and keep-best settings; the metric names themselves are known only once the
+    model runs (Session checks keep_best_metric against them)."""
+    if int(params["val_every"]) < 0:
+        raise JobError(f"val_every must be >= 0 steps (0: each epoch end), got {params['val_every']}")
+    if int(params["val_steps"]) < 1:
+        raise JobError(f"val_steps must be >= 1 batches, got {params['val_steps']}")
+    if int(params["val_every"]) and not callable(getattr(module, "make_val_dataset", None)):
+        raise JobError(f"val_every is {params['val_every']} but the job defines no "
+                       "make_val_dataset: add one (docs/job-contract.md) or drop val_every")
+    if params["keep_best_mode"] not in BEST_MODES:
+        raise JobError(f"keep_best_mode must be min or max, got {params['keep_best_mode']!r}")
+    problem = metric_line.name_problem(params["keep_best_metric"])
+    if problem:
+        raise JobError(f"keep_best_metric: {problem}; name a metric such as loss or val_loss")

@@ -9,15 +9,13 @@ import json
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import tensorflow as tf
 
+import jobs
 import layout
+import rows
 import step_probe
-
-# Columns of the row every replica contributes at a sync step (gathered or all-reduced).
-COLS = ("task_index", "loss", "step_time", "examples_per_sec", "save_flag", "input_wait",
-        "first_batch")
-
 
 @dataclass(frozen=True)
 class Cluster:
@@ -64,17 +62,73 @@ def ensure_built(model, element_spec) -> None:
     model(dummy, training=False)
 
 
+def _dummy(spec):
+    """Zeros shaped like ``spec`` (an unknown dimension: 1): one example, to call a job's code."""
+    def zeros(s):
+        s = getattr(s, "_value_specs", (s,))[0]   # a PerReplicaSpec (several workers): replica 0's
+        return tf.zeros([1 if d is None else d for d in s.shape], s.dtype)
+
+    return tf.nest.map_structure(zeros, spec)
+
+
+def metric_names(metrics_fn, model, element_spec) -> list[str]:
+    """The names ``metrics_fn`` returns, found by calling it once on one zero example, and
+    checked: a dict of per-example values under names the harness can carry."""
+    if metrics_fn is None:
+        return []
+    features, labels = element_spec
+    got = metrics_fn(_dummy(labels), model(_dummy(features), training=False))
+    if not isinstance(got, dict):
+        raise jobs.JobError(f"metrics_fn returned {type(got).__name__}: return a dict "
+                            "{name: per-example tensor}, e.g. {'accuracy': ...}; see "
+                            "docs/job-contract.md")
+    for name, value in got.items():
+        if len(getattr(value, "shape", ())) < 1:
+            raise jobs.JobError(f"metrics_fn value {name!r} is a scalar: return one value per "
+                                "example (shape [batch], like loss_fn); the harness averages")
+    return list(got)
+
+
+def _metric_states(metrics_fn, names, labels, predictions) -> list:
+    """[total, count] of every metric over this replica's batch, in ``names`` order."""
+    if not names:
+        return []
+    got = metrics_fn(labels, predictions)
+    if not isinstance(got, dict) or list(got) != list(names):
+        raise jobs.JobError(f"metrics_fn returned {sorted(got) if isinstance(got, dict) else got!r}"
+                            f", first {list(names)}: return the same names every call")
+    out = []
+    for name in names:
+        values = tf.cast(tf.reshape(got[name], [-1]), tf.float32)
+        out += [tf.reduce_sum(values), tf.cast(tf.size(values), tf.float32)]
+    return out
+
+
+def learning_rate_reader(optimizer):
+    """A function giving the optimizer's current learning rate (a schedule's value at this
+    step) as a float32 tensor, or None for an optimizer that has no readable one."""
+    try:
+        float(np.asarray(optimizer.learning_rate))
+    except Exception:  # noqa: BLE001 - any optimizer: no number, no learning_rate metric
+        return None
+    return lambda: tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
+
+
 def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int,
-                    wait_total=None):
+                    layout_: rows.Layout, *, metrics_fn=None, wait_total=None):
     """Two tf.functions over the same step: ``train_step(iterator)`` returns this worker's
-    per-replica mean loss; ``train_step_sync(iterator, row)`` also returns every replica's
-    metrics row, carried by the step's own gradient all-reduce where the optimizer allows it
-    (step_probe.can_fold), else by an all_gather in the same graph call (measured in
+    per-replica state (``layout_.state_cols``: the step's mean loss and 1, each metric's total
+    and count); ``train_step_sync(iterator, row)`` takes the window's row (rows.py) and returns
+    every replica's row, carried by the step's own gradient all-reduce where the optimizer
+    allows it (step_probe.can_fold), else by an all_gather in the same graph call (measured in
     bench/harness.md). ``wait_total``: a step_probe.wait_counter() that sums the seconds spent
     in ``next(iterator)``; None (the bare loop) times nothing.
     """
     fold = step_probe.can_fold(optimizer)
     replicas = strategy.num_replicas_in_sync
+    names = layout_.metrics[1:]
+    n_head, width = len(layout_.head), len(layout_.cols)
+    lr = learning_rate_reader(optimizer) or (lambda: tf.constant(float("nan")))
 
     def forward_backward(batch):
         features, labels = batch
@@ -85,28 +139,32 @@ def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int,
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
             if model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-        return tf.reduce_mean(per_example), tape.gradient(loss, model.trainable_variables)
+        state = [tf.cast(tf.reduce_mean(per_example), tf.float32), tf.constant(1.0)]
+        state += _metric_states(metrics_fn, names, labels, predictions)
+        return tf.stack(state), tape.gradient(loss, model.trainable_variables)
 
     def replica_step(batch):
-        local, grads = forward_backward(batch)
+        state, grads = forward_backward(batch)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return local
+        return state
 
     def replica_step_sync(batch, row):
-        # row = [task_index, sum and count of this worker's losses since the last sync,
-        #        step_time, examples_per_sec, save_flag, input_wait, hash_first_batch];
-        # this step's loss joins the mean here.
-        local, grads = forward_backward(batch)
-        mean_loss = (row[1] + local) / (row[2] + 1.0)
-        out = tf.stack([row[0], mean_loss, row[3], row[4], row[5], row[6],
-                        step_probe.maybe_fingerprint(row[7], batch)])
+        # The row's head passes through but for the first batch's hash and the learning rate
+        # (read before this step's update: the rate this step used); this step's state joins
+        # the window's.
+        state, grads = forward_backward(batch)
+        head = [row[i] for i in range(n_head)]
+        head[layout_.at("first_batch")] = step_probe.maybe_fingerprint(
+            row[layout_.at("first_batch")], batch)
+        head[layout_.at("learning_rate")] = lr()
+        out = tf.concat([tf.stack(head), row[n_head:] + state], axis=0)
         ctx = tf.distribute.get_replica_context()
         pairs = [(g, v) for g, v in zip(grads, model.trainable_variables) if g is not None]
         if not fold:
             optimizer.apply_gradients(pairs)
             # all_reduce of a tensor passed in from outside failed ("destinations can not be
             # empty", docs/facts.md #3); all_gather in the replica context works.
-            return ctx.all_gather(tf.reshape(out, [1, len(COLS)]), axis=0)
+            return ctx.all_gather(tf.reshape(out, [1, width]), axis=0)
         # One all-reduce for the gradients and the rows (step_probe's docstring); the optimizer
         # is told, while this is traced, that its gradients are summed already.
         summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
@@ -127,39 +185,55 @@ def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int,
     return train_step, train_step_sync
 
 
-def loss_sum(strategy, outputs: list) -> tuple[float, int]:
-    """Sum and count of this worker's step losses since the last sync (replicas averaged).
-    Read only at sync points, not every step: on a GPU each read is a host sync."""
-    total = 0.0
+def make_eval_steps(strategy, model, loss_fn, layout_: rows.Layout, *, metrics_fn=None):
+    """Validation: ``eval_step(iterator)`` returns this worker's per-replica state of one
+    batch (loss and metrics as total and count of examples); ``eval_step_gather(iterator,
+    row)`` adds its batch to the row (rows.py's rule) and gathers every replica's row."""
+    names = layout_.metrics[1:]
+    n_head, width = len(layout_.head), len(layout_.cols)
+
+    def replica_state(batch):
+        features, labels = batch
+        predictions = model(features, training=False)
+        per_example = tf.cast(tf.reshape(loss_fn(labels, predictions), [-1]), tf.float32)
+        return tf.stack([tf.reduce_sum(per_example), tf.cast(tf.size(per_example), tf.float32),
+                         *_metric_states(metrics_fn, names, labels, predictions)])
+
+    def replica_gather(batch, row):
+        out = tf.concat([row[:n_head], row[n_head:] + replica_state(batch)], axis=0)
+        ctx = tf.distribute.get_replica_context()
+        return ctx.all_gather(tf.reshape(out, [1, width]), axis=0)
+
+    @tf.function
+    def eval_step(iterator):
+        return strategy.run(replica_state, args=(next(iterator),))
+
+    @tf.function
+    def eval_step_gather(iterator, row):
+        return strategy.run(replica_gather, args=(next(iterator), row))
+
+    return eval_step, eval_step_gather
+
+
+def window_state(strategy, outputs: list, width: int) -> np.ndarray:
+    """This worker's state over the steps since the last sync: the sum over steps of the
+    per-step state, averaged over its replicas (rows.py says why averaged). Read only at sync
+    points, not every step: on a GPU each read is a host sync."""
+    total = np.zeros(width, dtype=np.float64)
     for out in outputs:
-        values = [float(v) for v in strategy.experimental_local_results(out)]
-        total += sum(values) / len(values)
-    return total, len(outputs)
+        local = [np.asarray(v, dtype=np.float64) for v in strategy.experimental_local_results(out)]
+        total += np.mean(local, axis=0)
+    return total
 
 
-def step_and_gather(strategy, step_fn, iterator, row: list) -> list[dict]:
-    """Run one step with the sync collective; return one dict per replica in the cluster."""
-    gathered = step_fn(iterator, tf.constant(row, dtype=tf.float32))
+def gather_rows(strategy, step_fn, iterator, layout_: rows.Layout, values: dict) -> list:
+    """Run a step that gathers ``layout_`` rows (the row in: ``values`` by column); return
+    every replica's row in the cluster."""
+    gathered = step_fn(iterator, tf.constant(layout_.vector(values), dtype=tf.float32))
     matrix = strategy.experimental_local_results(gathered)[0].numpy()
-    return [dict(zip(COLS, map(float, r))) for r in matrix]
+    return [layout_.read(r) for r in matrix]
 
 
-def per_task(rows: list[dict], tasks: tuple) -> dict:
-    """Fold replica rows into one entry per task (a worker with several GPUs has several)."""
-    folded: dict = {}
-    for r in rows:
-        folded.setdefault(tasks[int(r["task_index"])], []).append(r)
-    out = {}
-    for task, items in folded.items():
-        n = len(items)
-        out[task] = {
-            "loss": sum(i["loss"] for i in items) / n,
-            "step_time": max(i["step_time"] for i in items),
-            "examples_per_sec": sum(i["examples_per_sec"] for i in items) / n,
-            "input_wait": max(i.get("input_wait", float("nan")) for i in items),
-            "first_batch": [i.get("first_batch", step_probe.NO_FP) for i in items],
-        }
-    out["_save"] = any(r["save_flag"] > 0 for r in rows)
-    # A worker that got a preemption signal raises the flag to preempt.FLAG (2): save and exit.
-    out["_preempt"] = any(r["save_flag"] >= 2 for r in rows)
-    return out
+def state_values(layout_: rows.Layout, state) -> dict:
+    """``{state column: value}`` from a state vector (``layout_.state_cols`` order)."""
+    return dict(zip(layout_.state_cols, (float(v) for v in state)))

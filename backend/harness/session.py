@@ -11,6 +11,8 @@ import tensorflow as tf
 import ckpt
 import ckpt_index
 import deadline
+import jobs
+import metric_line
 import nonfinite
 import layout
 import loop
@@ -18,9 +20,11 @@ import preempt
 import report
 import requests_dir
 import retention
+import rows
 import startup
 import step_probe
 import tb
+import validation
 
 
 class Session:
@@ -33,7 +37,7 @@ class Session:
         self.total = int(params["epochs"]) * self.spe
         self.gbs = int(params["global_batch_size"])
         self.pace = float(params["pace_s"])
-        self.losses_since_sync: list = []
+        self.since_sync: list = []     # each plain step's per-replica state (rows.py)
         self.preempted: int | None = None   # the step saved on a preemption signal
         self.versions = nonfinite.write_versions(self.run_dir, self.task)
         self.health = nonfinite.Watch(self.run_dir, is_chief=cluster.is_chief, stop=bool(params["stop_on_nan"]))
@@ -58,13 +62,15 @@ class Session:
             ckpt.checkpoint_dir(self.run_dir, self.task, self.cluster.is_chief),
             self.model, self.optimizer, self.step_var, retention.Policy(
                 keep_last=int(p["keep_checkpoints"]), keep_best=int(p["keep_best_checkpoints"]),
-                grace_s=float(p["checkpoint_grace_s"])))
+                grace_s=float(p["checkpoint_grace_s"]), best_metric=str(p["keep_best_metric"]),
+                best_mode=str(p["keep_best_mode"])))
         self.start = self._resume_step()
         self.iterator = iter(self._dataset(self.start))
         with self.strategy.scope():
             loop.ensure_built(self.model, self.iterator.element_spec)
             # Build the optimizer's slots now so a restore fills them instead of deferring.
             self.optimizer.build(self.model.trainable_variables)
+            self._setup_metrics()
         if self.start:
             self.ckpt.restore(self.start)
             print(f"[{self.task}] restored step {self.start} from {self.ckpt.directory}",
@@ -77,8 +83,31 @@ class Session:
         self.wait_total = None if self.bare else step_probe.wait_counter()
         self.waited_s = 0.0
         self.train_step, self.train_step_sync = loop.make_train_step(
-            self.strategy, self.model, self.optimizer, self.job.loss_fn, self.gbs,
-            wait_total=self.wait_total)
+            self.strategy, self.model, self.optimizer, self.job.loss_fn, self.gbs, self.layout,
+            metrics_fn=self.metrics_fn, wait_total=self.wait_total)
+
+    def _setup_metrics(self):
+        """The job's metric names (metrics_fn, called once), the row they ride in, validation,
+        and a check that keep_best_metric names one of them."""
+        self.metrics_fn = getattr(self.job, "metrics_fn", None)
+        names = loop.metric_names(self.metrics_fn, self.model, self.iterator.element_spec)
+        has_val = callable(getattr(self.job, "make_val_dataset", None))
+        problems = rows.name_problems(names, validation=has_val)
+        if problems:
+            raise jobs.JobError(f"metrics_fn: {'; '.join(problems)}; rename or drop them")
+        self.layout = rows.sync_layout(names)
+        self.has_lr = loop.learning_rate_reader(self.optimizer) is not None
+        self.validator = None if self.bare or not has_val else validation.Validator(
+            self.strategy, self.model, self.job, names, seed=int(self.p["seed"]),
+            per_replica=self.gbs // self.strategy.num_replicas_in_sync,
+            steps=int(self.p["val_steps"]))
+        known = [rows.LOSS, *names] + ([rows.VAL_PREFIX + n for n in (rows.LOSS, *names)]
+                                       if has_val else [])
+        known += [metric_line.LEARNING_RATE] if self.has_lr else []
+        best = self.p["keep_best_metric"]
+        if int(self.p["keep_best_checkpoints"]) > 0 and best not in known:
+            raise jobs.JobError(f"keep_best_metric {best!r} is not a metric of this job; it has "
+                                f"{', '.join(known)}")
 
     def _resume_step(self) -> int:
         if self.args.resume_step is not None:
@@ -118,9 +147,9 @@ class Session:
 
     def _open_writers(self):
         self.reporter = report.MetricsReporter(self.run_dir, self.args.run_id, self.args.attempt)
-        tags = ["loss/global"] + [f"{k}/{t}" for t in self.cluster.tasks
-                                  for k in ("loss", "step_time")]
-        self.tb = tb.ScalarWriter(os.path.join(self.run_dir, layout.TENSORBOARD), tags)
+        folder = os.path.join(self.run_dir, layout.TENSORBOARD)
+        self.tb = tb.ScalarWriter(folder)
+        self.tb_val = tb.ScalarWriter(os.path.join(folder, tb.VALIDATION)) if self.validator else None
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self) -> dict:
@@ -143,7 +172,7 @@ class Session:
                 else:
                     out = self.train_step(self.iterator)
                     if not self.bare:
-                        self.losses_since_sync.append(out)
+                        self.since_sync.append(out)
                 bound.step_done()
                 if self.pace:
                     time.sleep(self.pace)
@@ -152,7 +181,7 @@ class Session:
                     # same way with and without instrumentation (bench/harness_overhead.py).
                     t_clock, clock_step, cpu_clock = time.time(), step, time.process_time()
             if self.bare and self.total > self.start:  # the last step must finish before the clock
-                loop.loss_sum(self.strategy, [out])
+                loop.window_state(self.strategy, [out], len(self.layout.state_cols))
         finally:
             bound.close()
         if self.cluster.is_chief and not self.bare and self.preempted is None and self.total > self.start:
@@ -166,6 +195,8 @@ class Session:
         if chief_writes:
             self.reporter.close()
             self.tb.close()
+            if self.tb_val:
+                self.tb_val.close()
         last = self.preempted if self.preempted is not None else self.total
         return {"task": self.task, "steps": last - self.start, "last_step": last,
                 "preempted": self.preempted,
@@ -180,8 +211,11 @@ class Session:
         every = int(self.p["checkpoint_every"])
         return step % self.spe == 0 or (every > 0 and step % every == 0) or step == self.total
 
+    def _val_due(self, step: int) -> bool:
+        return bool(self.validator) and step % validation.every(self.p, self.spe) == 0
+
     def _scheduled(self, step: int) -> bool:
-        return step % int(self.p["log_every"]) == 0 or self._save_due(step)
+        return step % int(self.p["log_every"]) == 0 or self._save_due(step) or self._val_due(step)
 
     def _is_sync(self, step: int) -> bool:
         # Every worker computes the same schedule, so every worker joins every collective. The
@@ -189,10 +223,34 @@ class Session:
         # plain step function is even traced (first curves sooner; bench/first_curves.py).
         return step == self.start + 1 or self._scheduled(step)
 
+    # ---- the sync point: gather, validate, report, save ---------------------------------------
     def _sync_point(self, step: int) -> None:
-        """One step that also gathers every worker's metrics row; then log and maybe save."""
-        prev_sum, prev_n = loop.loss_sum(self.strategy, self.losses_since_sync)
-        self.losses_since_sync = []
+        """One step that also gathers every worker's row; then validate, report, maybe save."""
+        head = self._window(step)
+        pending, head["save_flag"] = self._requests()
+        gathered = rows.fold(
+            loop.gather_rows(self.strategy, self.train_step_sync, self.iterator, self.layout, head),
+            self.cluster.tasks, self.layout)
+        flags = [r["save_flag"] for rs in gathered.rows.values() for r in rs]
+        save_now = any(f > 0 for f in flags)
+        # A worker that got a preemption signal raises the flag to preempt.FLAG (2): save and
+        # exit. Every worker sees the same flags, so all skip the validation alike.
+        preempting = any(f >= preempt.FLAG for f in flags)
+        val = (self.validator.run(self.cluster.task_index, self.cluster.tasks)
+               if self._val_due(step) and not preempting else None)
+        per_task, glob = self._named(gathered, val)
+        self._report(step, gathered, per_task, glob, first=bool(head["first_batch"]),
+                     validated=val is not None)
+        if preempting:
+            preempt.WATCH.peer_flag()
+        if self._save_due(step) or save_now:
+            self._save(step, per_task, glob, pending, preempting=preempting, save_now=save_now)
+
+    def _window(self, step: int) -> dict:
+        """This worker's row going into the sync step: its state since the last sync point
+        (rows.py), its timings over that window, and whether to hash this batch."""
+        state = loop.window_state(self.strategy, self.since_sync, len(self.layout.state_cols))
+        self.since_sync = []
         now = time.time()
         # Wall time per step since the previous sync point, everything included (that sync
         # step, metrics writing, checkpoint saves): the throughput the user actually gets.
@@ -204,54 +262,99 @@ class Session:
             step_time = eps = math.nan
         wait = self._input_wait(now - self.t_sync if done else 0.0)
         self.t_sync, self.sync_step = now, step - 1
+        return {"task_index": self.cluster.task_index, "step_time": step_time,
+                "examples_per_sec": eps, "input_wait": wait,
+                "first_batch": 1.0 if step == self.start + 1 else 0.0,   # hash the first batch
+                **loop.state_values(self.layout, state)}
+
+    def _requests(self) -> tuple[list, float]:
+        """The chief's pending save requests and the flag this worker raises in the row."""
         pending = requests_dir.pending(self.run_dir) if self.cluster.is_chief else []
         if requests_dir.stop_requested(pending):
             preempt.WATCH.request("stop --save")
-        flag = preempt.FLAG if preempt.WATCH.pending else (1.0 if pending else 0.0)
-        first = 1.0 if step == self.start + 1 else 0.0   # hash the attempt's first batch
-        row = [self.cluster.task_index, prev_sum, prev_n, step_time, eps, flag, wait, first]
-        rows = loop.step_and_gather(self.strategy, self.train_step_sync, self.iterator, row)
-        folded = loop.per_task(rows, self.cluster.tasks)
-        save_now = folded.pop("_save")
-        preempting = folded.pop("_preempt")
-        global_loss = sum(v["loss"] for v in folded.values()) / len(folded)
-        epoch, local = self._epoch(step), folded[self.task]["loss"]
-        print(f"[{self.task}] step {step}/{self.total} epoch {epoch} loss {local:.5f} "
-              f"global_loss {global_loss:.5f} " + (f"{step_time * 1000:.1f} ms/step {eps:.0f} ex/s"
-                                                   if done else "(first step)"),
-              flush=True)
-        if first:
-            self._check_same_data(step, folded)
-        if self.cluster.is_chief:
-            self._write_metrics(step, epoch, folded, global_loss)
-        self.health.check(step, {t: v["loss"] for t, v in folded.items()}, self.versions)
-        if preempting:
-            preempt.WATCH.peer_flag()
-        if self._save_due(step) or save_now:
-            losses = {t: v["loss"] for t, v in folded.items()}
-            t_save = time.monotonic()
-            path = self.ckpt.save(step, epoch, losses, global_loss)
-            why = " (preemption)" if preempting else " (save-now request)" if save_now else ""
-            print(f"[{self.task}] saved checkpoint {path}{why}", flush=True)
-            if self.cluster.is_chief and save_now:
-                requests_dir.mark_done(pending, step)
-            if preempting:
-                preempt.WATCH.saved(step, time.monotonic() - t_save)
-                self.preempted = step
+        return pending, preempt.FLAG if preempt.WATCH.pending else (1.0 if pending else 0.0)
 
-    def _write_metrics(self, step, epoch, folded, global_loss):
+    def _named(self, gathered: rows.Folded, val: rows.Folded | None) -> tuple[dict, dict]:
+        """Every metric by name: ``{task: {name: value}}`` and the global ``{name: value}``
+        (the loss, the job's metrics, the learning rate, and a validation's val_ values)."""
+        per_task = {t: {**v, **(val.values.get(t, {}) if val else {})}
+                    for t, v in gathered.values.items()}
+        glob = dict(gathered.global_)
+        if self.has_lr:   # every replica read the same optimizer value
+            lr = next(iter(gathered.rows.values()))[0]["learning_rate"]
+            glob[metric_line.LEARNING_RATE] = float(f"{lr:.7g}")   # float32's digits: 0.01, not 0.0099999998
+        if val:
+            glob.update(val.global_)
+        return per_task, glob
+
+    def _report(self, step, gathered, per_task, glob, *, first: bool, validated: bool) -> None:
+        epoch, mine = self._epoch(step), per_task[self.task]
+        step_time = gathered.figure(self.task, "step_time")
+        timing = (f"{step_time * 1000:.1f} ms/step "
+                  f"{gathered.figure(self.task, 'examples_per_sec', _mean):.0f} ex/s"
+                  if math.isfinite(step_time) else "(first step)")
+        print(f"[{self.task}] step {step}/{self.total} epoch {epoch} loss {mine['loss']:.5f} "
+              f"global_loss {glob['loss']:.5f} {timing}", flush=True)
+        if validated:
+            shown = " ".join(f"{k} {v:.5f} (global {glob[k]:.5f})" for k, v in mine.items()
+                             if k.startswith(rows.VAL_PREFIX))
+            print(f"[{self.task}] validation at step {step}: {shown}", flush=True)
+        if first:
+            self._check_same_data(step, {t: [r["first_batch"] for r in rs]
+                                         for t, rs in gathered.rows.items()})
+        if self.cluster.is_chief:
+            self._write_metrics(step, epoch, gathered, per_task, glob)
+        # Every value is checked; those only global (the learning rate) under "global".
+        only_global = {k: v for k, v in glob.items() if k not in mine}
+        self.health.check(step, {**per_task, "global": only_global}, self.versions)
+
+    def _save(self, step, per_task, glob, pending, *, preempting: bool, save_now: bool) -> None:
+        losses = {t: v[rows.LOSS] for t, v in per_task.items()}
+        t_save = time.monotonic()
+        path = self.ckpt.save(step, self._epoch(step), losses, glob[rows.LOSS],
+                              metrics={k: v for k, v in glob.items() if k != rows.LOSS})
+        why = " (preemption)" if preempting else " (save-now request)" if save_now else ""
+        print(f"[{self.task}] saved checkpoint {path}{why}", flush=True)
+        if self.cluster.is_chief and save_now:
+            requests_dir.mark_done(pending, step)
+        if preempting:
+            preempt.WATCH.saved(step, time.monotonic() - t_save)
+            self.preempted = step
+
+    def _write_metrics(self, step, epoch, gathered, per_task, glob):
         now = time.time()
+        shared = {k: v for k, v in glob.items() if k != rows.LOSS}
         for task in self.cluster.tasks:
-            v = folded.get(task)
-            if v:
-                self.reporter.log(task, step, epoch, v["loss"], global_loss, v["step_time"],
-                                  v["examples_per_sec"], now=now, input_wait=v["input_wait"],
-                                  first_batch=_first_hash(v["first_batch"]))
-        values = [global_loss]
+            if task not in gathered.rows:
+                continue
+            mine = per_task[task]
+            self.reporter.log(
+                task, step, epoch, mine[rows.LOSS], glob[rows.LOSS],
+                gathered.figure(task, "step_time"), gathered.figure(task, "examples_per_sec", _mean),
+                now=now, input_wait=gathered.figure(task, "input_wait"),
+                first_batch=_first_hash([r["first_batch"] for r in gathered.rows[task]]),
+                metrics={k: v for k, v in mine.items() if k != rows.LOSS}, global_metrics=shared)
+        self._write_tensorboard(step, gathered, per_task, glob)
+
+    def _write_tensorboard(self, step, gathered, per_task, glob):
+        """``<metric>/<task>`` and ``<metric>/global`` (tb.py); validation in its own run."""
+        def tags(names, prefix=""):
+            out = {}
+            for name in names:
+                out[f"{name}/global"] = glob.get(prefix + name, math.nan)
+                for task in self.cluster.tasks:
+                    out[f"{name}/{task}"] = per_task.get(task, {}).get(prefix + name, math.nan)
+            return out
+
+        train = tags(self.layout.metrics)
         for task in self.cluster.tasks:
-            v = folded.get(task, {"loss": float("nan"), "step_time": float("nan")})
-            values += [v["loss"], v["step_time"]]
-        self.tb.write(step, values)
+            train[f"step_time/{task}"] = (gathered.figure(task, "step_time")
+                                          if task in gathered.rows else math.nan)
+        if metric_line.LEARNING_RATE in glob:
+            train[f"{metric_line.LEARNING_RATE}/global"] = glob[metric_line.LEARNING_RATE]
+        self.tb.write(step, train)
+        if self.tb_val and rows.VAL_PREFIX + rows.LOSS in glob:
+            self.tb_val.write(step, tags(self.layout.metrics, rows.VAL_PREFIX))
 
     # ---- what the sync point learns besides the loss (step_probe) ----------------------------
     def _input_wait(self, window_s: float) -> float:
@@ -261,10 +364,10 @@ class Session:
         waited, self.waited_s = total - self.waited_s, total
         return step_probe.wait_share(waited, window_s)
 
-    def _check_same_data(self, step: int, folded: dict) -> None:
+    def _check_same_data(self, step: int, hashes: dict) -> None:
         """Every worker sees every first-batch hash: each says so in its log, and the chief
         writes data_check.json for ``status`` (Monitor reads the hashes from the metrics)."""
-        groups = step_probe.same_data_groups({t: v["first_batch"] for t, v in folded.items()})
+        groups = step_probe.same_data_groups(hashes)
         path = os.path.join(self.run_dir, step_probe.DATA_CHECK)
         if not groups:
             if self.cluster.is_chief and os.path.exists(path):
@@ -284,3 +387,8 @@ def _first_hash(values: list) -> float | None:
     """The first replica's batch hash for the metrics line; None where none was taken."""
     taken = [v for v in values if v != step_probe.NO_FP]
     return taken[0] if taken else None
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)

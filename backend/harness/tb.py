@@ -5,6 +5,11 @@ metadata it would attach is built here instead. Sync points are buffered and wri
 a second, all in one tf.function call: one call per sync point cost ~1 ms of the chief's time at
 every sync point (bench/harness.md), which every worker then waited for in the next collective.
 The writer flushes to disk every 2 s anyway, so TensorBoard sees points no later than before.
+
+Tags: ``<metric>/<task>`` and ``<metric>/global`` for the loss and every job metric,
+``step_time/<task>``, ``learning_rate/global``. Validation values go to their own run,
+``tensorboard/validation/``, under the same tags without the ``val_`` prefix, so TensorBoard
+draws training and validation loss on one chart (its convention, as Keras' callback does).
 """
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 WRITE_EVERY_S = 1.0
+MAX_TAG_SETS = 8      # traced write functions kept (one per tag set seen)
+VALIDATION = "validation"   # the validation run's subfolder, TensorBoard's convention
 
 
 def _scalar_metadata() -> bytes:
@@ -24,36 +31,54 @@ def _scalar_metadata() -> bytes:
 
 
 class ScalarWriter:
-    def __init__(self, logdir: str, tags: list[str]):
-        self.tags = list(tags)
+    """Scalars by tag; a point is ``{tag: value}`` at a step. Tags are known only as they
+    appear (a job's metrics, a validation), so there is one traced write function per tag set,
+    made the first time that set is written: a run has one or two sets, so it traces once or
+    twice, not at every sync point."""
+
+    def __init__(self, logdir: str):
         self.writer = tf.summary.create_file_writer(logdir, flush_millis=2000)
-        self.steps: list[int] = []
-        self.rows: list[list[float]] = []
+        self.points: list[tuple[int, dict]] = []
         self.written_at = time.monotonic()
-        meta = _scalar_metadata()
+        self._fns: dict[tuple, object] = {}
+        self._meta = _scalar_metadata()
 
-        # Any number of buffered points per call: one trace, a loop in the graph.
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.int64),
-                                      tf.TensorSpec([None, len(self.tags)], tf.float32)])
-        def write(steps, values):
-            with self.writer.as_default():
-                for i in tf.range(tf.shape(steps)[0]):
-                    for j, tag in enumerate(self.tags):
-                        tf.summary.write(tag, values[i, j], step=steps[i], metadata=meta)
+    def _fn(self, tags: tuple):
+        if tags not in self._fns:
+            if len(self._fns) >= MAX_TAG_SETS:   # a job whose tags keep changing: bounded
+                self._fns.pop(next(iter(self._fns)))
+            meta = self._meta
 
-        self._write = write
-        write.get_concrete_function()   # traced now, at start-up, not in the training loop
+            # Any number of buffered points per call: one trace, a loop in the graph.
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.int64),
+                                          tf.TensorSpec([None, len(tags)], tf.float32)])
+            def write(steps, values):
+                with self.writer.as_default():
+                    for i in tf.range(tf.shape(steps)[0]):
+                        for j, tag in enumerate(tags):
+                            tf.summary.write(tag, values[i, j], step=steps[i], metadata=meta)
 
-    def write(self, step: int, values: list[float]) -> None:
-        self.steps.append(int(step))
-        self.rows.append([float(v) for v in values])
+            self._fns[tags] = write
+        return self._fns[tags]
+
+    def write(self, step: int, values: dict) -> None:
+        self.points.append((int(step), {str(k): float(v) for k, v in values.items()}))
         if time.monotonic() - self.written_at >= WRITE_EVERY_S:
             self.flush()
 
     def flush(self) -> None:
-        if self.steps:
-            self._write(tf.constant(self.steps, tf.int64), tf.constant(self.rows, tf.float32))
-            self.steps, self.rows = [], []
+        # Consecutive points with the same tags go in one call.
+        groups: list[tuple[tuple, list]] = []
+        for step, values in self.points:
+            tags = tuple(values)
+            if not groups or groups[-1][0] != tags:
+                groups.append((tags, []))
+            groups[-1][1].append((step, [values[t] for t in tags]))
+        for tags, points in groups:
+            if tags:
+                self._fn(tags)(tf.constant([s for s, _ in points], tf.int64),
+                               tf.constant([v for _, v in points], tf.float32))
+        self.points = []
         self.written_at = time.monotonic()
 
     def close(self) -> None:
