@@ -116,13 +116,25 @@ def compare_figure(series_a, series_b, labels: Sequence[str] = ("run A", "run B"
                    y_title: str = "loss") -> go.Figure:
     """Two runs' curves on one axis; each series is a ``(steps, values)`` pair, e.g. two
     stores' ``global_loss()``."""
+    return compare_runs_figure(dict(zip(labels, (series_a, series_b))), smoothing=smoothing,
+                               max_points=max_points, y_title=y_title,
+                               title=f"{labels[0]} vs {labels[1]}")
+
+
+def compare_runs_figure(series: dict[str, tuple], *, smoothing: float = 0.0,
+                        max_points: int = 2000, y_title: str = "loss", x_title: str = "step",
+                        title: str | None = None) -> go.Figure:
+    """Any number of runs' curves on one axis: run -> ``(x, values)``; x in steps, or in
+    seconds since each run's first point (``x_title`` says which)."""
     traces = []
-    for (x, y), label, color in zip((series_a, series_b), labels, (PALETTE[0], PALETTE[1])):
+    for i, (label, (x, y)) in enumerate(series.items()):
         x, y = np.asarray(x), np.asarray(y, dtype=np.float64)
         y = ema(y, smoothing) if smoothing else y
         x, y = downsample(x, y, max_points)
-        traces.append(_line(str(label), x, y, color, width=2.5))
-    return _figure(traces, title=f"{labels[0]} vs {labels[1]}", y_title=y_title)
+        traces.append(_line(str(label), x, y, _color(i), width=2.5))
+    fig = _figure(traces, title=html.escape(title or f"{y_title} by run"), y_title=html.escape(y_title))
+    fig.update_layout(xaxis_title_text=x_title)
+    return fig
 
 
 def _color(i: int) -> str:

@@ -2,14 +2,13 @@
 differ in, and each run's loss read back from its local folder."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from backend.watch.metrics import MetricsStore
 from backend.runs import record
 from backend.runs.store import RunState, RunStore
-from backend.watch.journal import METRICS, MIRROR_DIR
+from backend.watch import summary
 from console.plain import md_escape
 
 
@@ -26,31 +25,77 @@ def damaged_note(store: RunStore) -> str | None:
             "Inspect each file by hand; the runs' logs are still in their folders.")
 
 
-def run_rows(states: list[RunState]) -> list[dict]:
+def run_rows(states: list[RunState], root: RunStore | None = None) -> list[dict]:
+    """A row per run: what it ran (job, parameters), how it went (phase, duration), and with
+    ``root`` each metric's last and best global value from its local copy of the metrics
+    (``summary.from_mirror``: parsed once per version of the file, so a click re-reads nothing).
+    Sorting the table by a column answers "which run is best by val_accuracy"."""
     rows = []
     for s in states:
-        job = s.job.get("module") or " ".join(s.job.get("command", []))
-        rows.append({"run": s.run_id, "phase": s.phase, "live": s.live, "attempt": s.attempt,
-                     "tasks": len(s.tasks), "job": Path(job).name if job else "",
-                     "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created))})
+        job = s.job.get("module") or " ".join(map(str, s.job.get("command") or []))
+        row = {"run": s.run_id, "phase": s.phase, "live": s.live, "attempt": s.attempt,
+               "tasks": len(s.tasks), "job": Path(job).name if job else "",
+               "params": params_text(s.job.get("params")),
+               "duration": duration_text(s),
+               "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created))}
+        if root is not None:
+            row.update(metric_cells(summary.summarize(summary.from_mirror(root.path(s.run_id)))))
+        rows.append(row)
     return rows
 
 
+def params_text(params) -> str:
+    if not isinstance(params, dict):
+        return ""
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
+
+
+def duration_text(s: RunState) -> str:
+    """From the first attempt's start to the last one's end (or now, while it runs)."""
+    if not s.attempts:
+        return ""
+    end = s.attempts[-1].ended or (time.time() if s.live else None)
+    if end is None:
+        return ""
+    seconds = max(0, int(end - s.attempts[0].started))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def metric_cells(found: dict) -> dict:
+    """"<metric>": its last global value and "best <metric>": its best (for metrics with a
+    direction: losses lowest, accuracies highest)."""
+    cells = {}
+    for name, v in found["global"].items():
+        cells[name] = v["last"]
+        if v["mode"]:
+            cells[f"best {name}"] = v["best"]
+    return cells
+
+
 def load_metrics(run_dir: Path) -> MetricsStore:
-    """A fresh store from the monitor's local mirror of the run (no host is contacted)."""
-    store = MetricsStore()
-    path = Path(run_dir) / MIRROR_DIR / METRICS
-    if not path.exists():
-        return store
-    records = []
-    with open(path, "rb") as f:
-        for line in f:
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue
-    store.add_many(records)
-    return store
+    """The run's metrics from the monitor's local mirror (no host is contacted), parsed once
+    per version of the file (shared: do not add to it)."""
+    return summary.from_mirror(run_dir)
+
+
+def compare_series(root: RunStore, runs: list[str], metric: str, *, x: str = "step") -> dict:
+    """run -> (x, global values of ``metric``); ``x="time"``: seconds since the run's first
+    point. Runs with no such metric are left out."""
+    out = {}
+    for run in runs:
+        xs, ys = load_metrics(root.path(run)).metric(metric, x=x)
+        if len(xs):
+            out[run] = ((xs - xs[0]) if x == "time" else xs, ys)
+    return out
+
+
+def metric_names(root: RunStore, runs: list[str]) -> list[str]:
+    """Every metric any of ``runs`` reported, the loss first."""
+    seen: dict[str, None] = {}
+    for run in runs:
+        for name in load_metrics(root.path(run)).metric_names():
+            seen.setdefault(name, None)
+    return list(seen) or ["loss"]
 
 
 def what_ran(store: RunStore, run_id: str) -> tuple[list[str], str]:

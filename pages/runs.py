@@ -1,11 +1,14 @@
-"""Runs: past and live runs, reattach one as the current run, what it ran, and two runs compared:
-what differs (parameters, hosts, versions, code) above their loss curves."""
+"""Runs: every run with its job, parameters, duration and the last and best value of each metric
+(sort by a column: the best run by val_accuracy is one click); reattach one as the current run,
+what it ran, and runs compared: what differs (parameters, hosts, versions, code) above the curves
+of any metric, over steps or over time."""
 import pandas as pd
 import streamlit as st
 
 from console import runs_view
+from console.plain import md_escape
 from console.ui import page, state, widgets
-from console.figures import compare_figure
+from console.figures import compare_runs_figure
 
 
 def main() -> None:
@@ -23,7 +26,10 @@ def main() -> None:
     live_ids = [s.run_id for s in states if s.live]
     st.caption(f"{len(states)} run(s) under {store.root}; {len(live_ids)} live. "
                f"Current run: {ss.run_id or 'none'}.")
-    st.dataframe(pd.DataFrame(runs_view.run_rows(states)), hide_index=True, width="stretch", key="runs_table")
+    st.dataframe(pd.DataFrame(runs_view.run_rows(states, store)), hide_index=True, width="stretch",
+                 key="runs_table")   # metric names are column headers: shown as text
+    st.caption("Metrics are each run's global values as this console copied them (open a run on "
+               "Monitor once to copy its history); click a column header to sort.")
     ids = [s.run_id for s in states]
     current = ss.run_id if ss.run_id in ids else ids[0]
     pick = st.selectbox("Run", ids, index=ids.index(current), key="runs_pick")
@@ -60,15 +66,20 @@ def main() -> None:
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="compare_diff")
     else:
         st.info("Same parameters, hosts, versions and code.")
-    smoothing = st.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="compare_smoothing")
-    stores = {r: runs_view.load_metrics(store.path(r)) for r in {a, b}}
-    series = [stores[r].global_loss() for r in (a, b)]
-    empty = [r for r, (x, _) in zip((a, b), series) if not len(x)]
+    more = st.multiselect("More runs on the charts", [r for r in ids if r not in (a, b)],
+                          key="compare_more")
+    runs = list(dict.fromkeys([a, b, *more]))
+    m_col, x_col, s_col = st.columns([2, 1, 2])
+    metric = m_col.selectbox("Metric", runs_view.metric_names(store, runs), key="compare_metric")
+    x = x_col.radio("Over", ["step", "time"], horizontal=True, key="compare_x")
+    smoothing = s_col.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="compare_smoothing")
+    series = runs_view.compare_series(store, runs, metric, x=x)
+    empty = [r for r in runs if r not in series]
     if empty:
-        st.warning(f"No metrics recorded locally for {', '.join(empty)}: open it on the Monitor page once "
-                   "so the console copies its history.")
-    st.plotly_chart(compare_figure(series[0], series[1], labels=(a, b), smoothing=smoothing),
+        st.warning(f"No {md_escape(metric)} recorded locally for {', '.join(empty)}: open it on the "
+                   "Monitor page once so the console copies its history.")
+    st.plotly_chart(compare_runs_figure(series, smoothing=smoothing, y_title=metric,
+                                        x_title="step" if x == "step" else "seconds since start"),
                     key="compare_chart", width="stretch")
-
 
 main()

@@ -333,23 +333,22 @@ class MetricsStore:
             names = list(self._named)
         return ["loss"] + sorted(names, key=lambda n: (n.removeprefix("val_"), n.startswith("val_")))
 
-    def metric(self, name: str, task: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def metric(self, name: str, task: str | None = None, *,
+               x: str = "step") -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) of metric ``name`` for ``task``, or its global value when ``task``
-        is None; empty arrays where there is none. Read-only views."""
-        if name == "loss":
-            if task is None:
-                return self.global_loss()
-            try:
-                s = self.series(task)
-            except KeyError:
-                return np.empty(0, np.int64), np.empty(0)
-            return s.step, s.loss
+        is None; ``x="time"`` gives wall-clock times instead of steps. Empty arrays where there
+        is none. Read-only views."""
         with self._lock:
-            series = (self._named_global.get(name) if task is None
-                      else self._named.get(name, {}).get(task))
+            if name == "loss":
+                series = self._global if task is None else self._tasks.get(task)
+                column = "loss"
+            else:
+                series = (self._named_global.get(name) if task is None
+                          else self._named.get(name, {}).get(task))
+                column = "value"
             if series is None:
-                return np.empty(0, np.int64), np.empty(0)
-            return series.cols.view("step"), series.cols.view("value")
+                return np.empty(0, np.int64 if x == "step" else np.float64), np.empty(0)
+            return series.cols.view(x), series.cols.view(column)
 
     def metric_tasks(self, name: str) -> list[str]:
         """The tasks that reported ``name`` per worker (none for a global-only metric)."""

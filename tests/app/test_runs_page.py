@@ -88,3 +88,36 @@ def test_two_runs_compared_show_what_differs_above_their_loss(page):
     assert any("difference(s) between run-a (A) and run-b (B)" in c.value for c in at.caption)
     at.selectbox(key="compare_b").set_value("run-a").run()             # a run against itself
     assert any("Same parameters, hosts, versions and code." in i.value for i in at.info)
+
+
+def _mirror(store, run_id: str, val_accuracy: list[float]) -> None:
+    """What a console copied of a run's metric lines: an epoch-end validation line per value."""
+    import json
+    mirror = store.path(run_id) / "watch_mirror"
+    mirror.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for epoch, acc in enumerate(val_accuracy, 1):
+        for task in ("chief-0", "worker-1"):
+            lines.append({"task": task, "step": 10 * epoch, "attempt": 1, "time": 100.0 + epoch,
+                          "loss": 1.0 / epoch, "global_loss": 1.0 / epoch,
+                          "metrics": {"val_accuracy": acc}, "global": {"val_accuracy": acc}})
+    (mirror / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_the_runs_table_answers_which_run_is_best_by_val_accuracy_and_compares_it(page):
+    """Issue 34 item 6: last and best of every metric per run; any metric's curves compared."""
+    from backend.runs.store import Phase, RunStore
+    _saved_run("run-low", 1000.0, Phase.FINISHED)
+    _saved_run("run-high", 2000.0, Phase.FINISHED)
+    store = RunStore()
+    _mirror(store, "run-low", [0.5, 0.7, 0.6])
+    _mirror(store, "run-high", [0.6, 0.9, 0.8])
+    at = page("runs")
+    assert not at.exception
+    table = at.dataframe[0].value.set_index("run")
+    assert table.loc["run-high", "best val_accuracy"] == 0.9 and table.loc["run-high", "val_accuracy"] == 0.8
+    assert table.sort_values("best val_accuracy", ascending=False).index[0] == "run-high"
+    at.selectbox(key="compare_metric").set_value("val_accuracy").run()
+    assert not at.exception
+    chart = at.get("plotly_chart")[0].proto.spec
+    assert '"run-low"' in chart and '"run-high"' in chart and '"val_accuracy"' in chart
