@@ -189,11 +189,15 @@ def cmd_attach_slurm(a) -> int:
 
 
 def cmd_runs(a) -> int:
-    found = RunStore(a.runs).list_all()
-    if a.json:
+    from backend.watch import summary
+    runs = RunStore(a.runs)
+    found = runs.list_all()
+    if a.json:   # metrics: each one's last and best global value, as this machine copied them
         print_json([{"damaged": str(s)} if isinstance(s, ConsoleError) else
                     {"run_id": s.run_id, "phase": str(s.phase), "attempt": s.attempt, "tasks": len(s.tasks),
-                     "created": s.created} for s in found])
+                     "created": s.created,
+                     "metrics": summary.summarize(summary.from_mirror(runs.path(s.run_id)))["global"]}
+                    for s in found])
         return 0
     for state in found:
         if isinstance(state, ConsoleError):   # a damaged run is shown, never hidden

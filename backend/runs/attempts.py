@@ -10,6 +10,7 @@ import time
 
 from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.runs.handle import Run
+from backend.runs.outcome import CUT_OFF
 from backend.runs.store import Attempt, Phase, RunState, this_process
 
 START_STOP_GRACE_S = 5.0
@@ -29,7 +30,9 @@ def begin_attempt(run: Run, *, resume_step: int | None, expect: tuple[Phase, ...
     def open_attempt(state: RunState) -> None:
         number.append(state.attempt + 1)
         state.attempts.append(Attempt(number[0], time.time(), resume_step=resume_step))
-        state.launcher = this_process()   # who may leave it launching: see RunState.launch_cut_off
+        # Who may leave it launching (RunState.launch_cut_off), and what a cut-off start becomes:
+        # the keeper's restart resumes its policy (Run.settle), a launch or restore fails.
+        state.launcher = {**this_process(), CUT_OFF: str(on_fail)}
     if not run.move(Phase.LAUNCHING, when=expect, unreachable=[], on_move=open_attempt):
         raise RunError(f"run {run.run_id} is {run.state.phase}, so no new attempt starts",
                        "Nothing to do; see `python -m backend status RUN`.")

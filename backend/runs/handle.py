@@ -22,7 +22,7 @@ from backend.harness import layout, preempt
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
 from backend.runs.outcome import (PREEMPTED, REQUEUED, Conclusion, TaskPhase, TaskStatus, Verdict, all_queued,
-                                  conclude, preempted_reason, shown_phase)
+                                  conclude, cut_off_phase, preempted_reason, shown_phase)
 from backend.runs.store import UNDERWAY, Attempt, Phase, RunState, RunStore, TaskState
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
@@ -235,11 +235,14 @@ class Run:
 
     def _settle_cut_off_launch(self) -> None:
         """The process that was starting this run is gone (Ctrl-C, killed, a crash): stop what it
-        may have started and record the run failed, so no session takes it for the live run."""
+        may have started and record the run failed, so no session takes it for the live run. A
+        kept run whose keeper died while starting a restart goes back to ``restarting`` instead:
+        its keeper (``settle`` starts one) starts that attempt again (``outcome.restarts_used``)."""
         reason = self.state.launch_cut_off()
         report = self.stop_attempt(grace_s=SETTLE_STOP_GRACE_S)
+        then = Phase(cut_off_phase(self.state.launcher, kept=self.kept))
         # Only if still so under the lock: nobody else has settled it meanwhile.
-        self.move(Phase.FAILED if report.clean else Phase.STOPPING,
+        self.move(then if report.clean else Phase.STOPPING,
                   when=lambda state: state.launch_cut_off() == reason, reason=reason,
                   unreachable=report.errors)
 

@@ -45,7 +45,7 @@ from backend.hosts.ssh import SSHOptions
 from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, POLL_S, keeper_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
-from backend.runs.outcome import (PREEMPTED, REQUEUED, Conclusion, LifeWatch, Signs, Verdict, conclude,
+from backend.runs.outcome import (PREEMPTED, Conclusion, LifeWatch, Signs, Verdict, conclude, restarts_used,
                                   stall_reason)
 from backend.runs.handle import Run
 from backend.runs.store import UNDERWAY, Phase, RunStore
@@ -308,12 +308,10 @@ class Keeper:
         reason = (run.state.attempts[-1].reason if run.state.attempts else None) or "failed"
         policy = run.job.restart
         preemptions = sum(1 for a in run.state.attempts if (a.reason or "").startswith(PREEMPTED))
-        # The cluster's own requeues ran the same job again: no restart of ours to count.
-        requeues = sum(1 for a in run.state.attempts if (a.reason or "").startswith(REQUEUED))
         if reason.startswith(PREEMPTED):
             if preemptions > policy.max_preemptions:
                 return self._give_up(run, reason, why=f"gave up after {policy.max_preemptions} preemption(s)")
-        elif len(run.state.attempts) - preemptions - requeues - 1 >= policy.max_restarts:
+        elif restarts_used([a.reason for a in run.state.attempts]) >= policy.max_restarts:
             return self._give_up(run, reason, why=f"gave up after {policy.max_restarts} restart(s)")
         time.sleep(run.job.restart.backoff_s)
         step = common_checkpoint(run)   # a host that does not answer raises: next poll retries

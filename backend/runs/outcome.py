@@ -13,6 +13,14 @@ from backend.harness import preempt
 
 PREEMPTED = "preempted"   # an attempt's reason starts so: every task saved and exited on a signal
 REQUEUED = "requeued"     # ... so: the cluster requeued the job itself, and it ran again (Slurm)
+INTERRUPTED = "launch interrupted"   # ... so: the process starting it died (or was interrupted)
+# RunState.launcher's key: the phase that a start cut off by its process's death ends in. The
+# keeper's restarts say "restarting": a new keeper resumes the policy instead of failing the run.
+CUT_OFF = "cut_off"
+# Starts of the keeper's that were cut off (the keeper killed mid-start) are retried without
+# using a restart, this many times in a run; later ones count, so a keeper killed at every start
+# cannot restart a run forever.
+FREE_INTERRUPTED_STARTS = 3
 
 
 class TaskPhase(enum.StrEnum):
@@ -193,3 +201,31 @@ def _advanced(old: Signs, new: Signs, wall: float | None) -> bool:
 def stall_reason(idle_s: float, tasks: list[str]) -> str:
     """What the attempt's record says about a stall: which sign was missing, from which tasks."""
     return f"stalled: no metrics, log output or CPU time for {idle_s:.0f} s from {', '.join(tasks)}"
+
+
+# -- restarts: what the policy has used ----------------------------------------------------------
+def restarts_used(reasons: list[str | None]) -> int:
+    """Restarts of ``max_restarts`` used, from the reasons of a run's attempts (oldest first, the
+    last one the attempt that just ended): each later attempt that ran after a failure. Not
+    counted: one after a preemption (``max_preemptions`` bounds those) or the cluster's own
+    requeue (no restart of ours), and one whose start was cut off (the keeper killed mid-start):
+    the attempt after it is that same restart, tried again. Beyond ``FREE_INTERRUPTED_STARTS``,
+    cut-off starts count too, so a keeper killed at every start cannot restart a run forever."""
+    used, interrupted, cause = 0, 0, ""
+    for before, reason in zip(reasons, reasons[1:]):
+        before, reason = before or "", reason or ""
+        if not before.startswith(INTERRUPTED):
+            cause = before   # what this restart (and its retries after a cut-off start) follows
+        if reason.startswith(INTERRUPTED):
+            interrupted += 1
+        elif not cause.startswith((PREEMPTED, REQUEUED)):
+            used += 1
+    return used + max(0, interrupted - FREE_INTERRUPTED_STARTS)
+
+
+def cut_off_phase(launcher: dict | None, *, kept: bool) -> str:
+    """The phase a run whose start was cut off ends in (``RunState.launch_cut_off``): a kept
+    run's restart goes back to ``restarting``, so its keeper (or a new one) starts the attempt
+    again; any other start (launch, restore) ``failed``."""
+    wanted = (launcher or {}).get(CUT_OFF)
+    return "restarting" if kept and wanted == "restarting" else "failed"

@@ -183,3 +183,60 @@ def test_a_keeper_whose_run_folder_was_deleted_exits(store):
     k = keeper.Keeper("gone", store=store, poll_s=0.05, log=lambda msg: None)
     (store.path("gone") / "state.json").unlink()
     assert k._loop() == "stopped"
+
+
+def fail_first_attempt(flag) -> str:
+    """Attempt 1 exits 3 once ``flag`` exists; every later attempt runs (sleeps) until stopped."""
+    return ("import os, sys, time\n"
+            "if os.environ['TFCONSOLE_ATTEMPT'] == '1':\n"
+            f"    while not os.path.exists({str(flag)!r}): time.sleep(0.05)\n"
+            "    sys.exit(3)\n"
+            "time.sleep(600)\n")
+
+
+def job_attempts(run_id: str) -> list[str]:
+    """The attempt of every live job process of the run (its TFCONSOLE_ATTEMPT), sorted."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            env = dict(v.split("=", 1) for v in (proc / "environ").read_text().split("\0") if "=" in v)
+            if env.get("TFCONSOLE_RUN_ID") == run_id and "supervise" not in (proc / "cmdline").read_text():
+                found.append(env.get("TFCONSOLE_ATTEMPT", "?"))
+        except (OSError, ValueError):
+            continue   # not ours to read, or gone
+    return sorted(found)
+
+
+@pytest.mark.slow
+@pytest.mark.waits   # command jobs: nothing trains
+def test_a_keeper_killed_while_it_starts_a_restart_is_resumed_not_failed(local_cluster, store, python_path,
+                                                                          tmp_path):
+    """kill -9 of the keeper while it starts attempt 2 (the host's start check holds it there for
+    3 s): the next `status` must not end the run failed with restarts left (issue 35). It stops
+    what the cut-off start began, and a new keeper starts the attempt again, with no restart used."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from tests.conftest import ROOT, wait_for
+    flag = tmp_path / "fail-now"
+    job = command_job(fail_first_attempt(flag), python_path, max_restarts=1, backoff_s=0.2)
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    flag.touch()
+    wait_for(lambda: (s := store.load(run.run_id)).phase == "launching" and s.attempt == 2, 60,
+             "the keeper starting attempt 2", poll=0.05)
+    old_keeper = detached.keeper_pid(run.local_dir)
+    os.kill(old_keeper, signal.SIGKILL)
+    status = subprocess.run([sys.executable, "-m", "backend", "--runs", str(store.root), "status", run.run_id],
+                            capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert status.returncode == 0 and f"run {run.run_id}: failed" not in status.stdout, status.stdout
+    assert "keeper not running: started a new one" in status.stdout, status.stdout
+    state = wait_for(lambda: (s := store.load(run.run_id)).phase == "running" and s.attempt == 3 and s, 60,
+                     "a new keeper to start the attempt again")
+    assert state.attempts[1].reason.startswith("launch interrupted"), state.attempts
+    # Every task runs once, in the new attempt: nothing of the cut-off start is left.
+    assert wait_for(lambda: job_attempts(run.run_id) == ["3", "3"], 10, "one job per task")
+    # max_restarts=1 and the restart was cut off, not used: a failure now would still restart.
+    assert detached.keeper_pid(run.local_dir) not in (None, old_keeper)
+    launcher.attach(run.run_id, store=store).stop(grace_s=2)
+    assert_nothing_left(run, store)
