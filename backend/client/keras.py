@@ -1,20 +1,30 @@
-"""``tfconsole.KerasCallback()``: live per-worker loss, Save now and listed checkpoints for fit.
+"""``tfconsole.KerasCallback()``: every compiled metric per worker, validation, the learning rate,
+Save now and listed checkpoints for fit.
 
 Works with Keras 2 (``tf_keras``, ``TF_USE_LEGACY_KERAS=1``) under MultiWorkerMirroredStrategy
 and with Keras 3 under one worker or MirroredStrategy (Keras 3 ``fit`` fails under MWMS:
 docs/facts.md #1). Outside a console run it does nothing.
 
-Why not Keras' logged loss: under MWMS tf_keras' per-batch ``logs['loss']`` is N x the global
-mean (docs/facts.md #2). Each worker's own loss comes from its loss tracker's local
-``total``/``count`` (``experimental_local_results``: no collective). At an attempt's first
-step, at every checkpoint step and then every 10 steps but no more often than every 0.25 s (or
-exactly every ``every`` steps when given), all workers meet in one ``all_gather`` of
-``[task, loss, step_time, save_flag, next_sync]`` (a tf.function called from the callback, ~3 ms
-here: bench/README.md); each row proposes the next sync step from its step time and all take the
-largest, so they meet again at one step. The chief writes every worker's line and, when a
-Save now is waiting, raises the flag so every worker saves at that same step. A preemption's
-signal (SIGTERM, or SIGUSR2 from Slurm's ``--signal``) raises the same flag to 2: every worker
-saves that step, fit stops, and the process exits 75 (harness/preempt.py).
+Why not Keras' logged numbers: under MWMS tf_keras' per-batch ``logs`` are N x the global mean
+(docs/facts.md #2). Each worker reads its own metric state (every mean metric's local
+``total``/``count``, ``experimental_local_results``: no collective). At an attempt's first
+step, at every checkpoint step, at every epoch end and then every 10 steps but no more often
+than every 0.25 s (or exactly every ``every`` steps when given), all workers meet in one
+``all_gather`` of a row (keras_metrics.Columns: task, step_time, save_flag, next_sync, then each
+mean metric's total and count since the last sync, training and validation; a tf.function
+called from the callback, ~3 ms here: bench/README.md); each row proposes the next sync step
+from its step time and all take the largest, so they meet again at one step. From the rows:
+a worker's value = its own total/count, the global value = sum of totals / sum of counts
+(keras_metrics.py). Metrics without total/count (AUC, Precision ...) are global-only, read from
+the epoch-end ``logs``. The epoch end's sync comes after validation (``on_epoch_end``): its
+rows also carry each worker's validation state, read in ``on_test_end``, so val_* per worker and
+global cost no extra collective, and the epoch-end checkpoint's metadata holds them (keep-best
+by ``best_metric`` can use val_loss). The learning rate rides on every line as a global value.
+
+The chief writes every worker's line and, when a Save now is waiting, raises the flag so every
+worker saves at that same step. A preemption's signal (SIGTERM, or SIGUSR2 from Slurm's
+``--signal``) raises the same flag to 2: every worker saves that step, fit stops, and the process
+exits 75 (harness/preempt.py).
 """
 from __future__ import annotations
 
@@ -26,9 +36,8 @@ import time
 
 import tensorflow as tf
 
-from . import _harness, checkpoints, reporting
+from . import _harness, checkpoints, keras_metrics, reporting
 
-COLS = ("task_index", "loss", "step_time", "save_flag", "next_sync")
 MIN_SYNC_S = 0.25   # by default, workers meet no more often than this (a gather costs ~3 ms)
 
 
@@ -55,43 +64,19 @@ class _ResumeAt:
         return divmod(int(self.step), int(steps_per_epoch))
 
 
-def _loss_tracker(model):
-    for m in model.metrics:
-        if m.name == "loss" and hasattr(m, "total") and hasattr(m, "count"):
-            return m
-    return None
-
-
-def _local_sum(strategy, var) -> float:
-    """This worker's part of a sum-on-read metric variable, read with no collective."""
-    v = var if isinstance(var, tf.Variable) else getattr(var, "value", var)
-    return sum(float(x.numpy()) for x in strategy.experimental_local_results(v))
-
-
 def _make_gather(strategy):
     @tf.function
     def gather(row):
         def replica(r):
             # all_gather in the replica context (all_reduce of an outside tensor fails: facts #3)
             ctx = tf.distribute.get_replica_context()
-            return ctx.all_gather(tf.reshape(r, [1, len(COLS)]), axis=0)
+            return ctx.all_gather(tf.reshape(r, [1, -1]), axis=0)
         return strategy.run(replica, args=(row,))
 
     def call(row: list) -> list[list[float]]:
         out = gather(tf.constant(row, dtype=tf.float32))
         return strategy.experimental_local_results(out)[0].numpy().tolist()
     return call
-
-
-def fold(rows: list, tasks: tuple) -> tuple[dict, dict, bool]:
-    """Replica rows -> ({task: loss}, {task: step_time}, save flag); a task with several
-    replicas (GPUs) gives one value per replica, averaged."""
-    by_task: dict = {}
-    for r in rows:
-        by_task.setdefault(tasks[int(r[0])], []).append(r)
-    losses = {t: sum(r[1] for r in rs) / len(rs) for t, rs in by_task.items()}
-    times = {t: max(r[2] for r in rs) for t, rs in by_task.items()}
-    return losses, times, any(r[3] > 0 for r in rows)
 
 
 # Where each model's last fit() in this process ended, (step, epoch): a script that fits in
@@ -104,7 +89,8 @@ _CARRIED: dict[int, tuple[int, int]] = {}
 class _Hooks:
     def __init__(self, *, every: int | None = None, checkpoint_every: int = 0, keep_checkpoints: int = 5,
                  batch_size: int | None = None, save_at_epoch_end: bool = True,
-                 preempt_grace_s: float | None = None, exit_on_preempt: bool = True) -> None:
+                 preempt_grace_s: float | None = None, exit_on_preempt: bool = True,
+                 keep_best: int = 0, best_metric: str = "loss", best_mode: str = "min") -> None:
         super().__init__()
         self.preempt_grace_s, self.exit_on_preempt = preempt_grace_s, exit_on_preempt
         # every=None: at most every 10 steps and no more often than MIN_SYNC_S (a gather costs
@@ -113,10 +99,15 @@ class _Hooks:
         self.every, self.checkpoint_every = max(1, int(every or 10)), int(checkpoint_every)
         self.min_sync_s = MIN_SYNC_S
         self.keep, self.batch_size = int(keep_checkpoints), batch_size
+        if best_mode not in ("min", "max"):
+            raise ValueError(f"tfconsole.KerasCallback: best_mode is {best_mode!r}; use \"min\" "
+                             "(losses) or \"max\" (accuracy)")
+        self.best = {"keep_best": int(keep_best), "best_metric": str(best_metric),
+                     "best_mode": best_mode}
         self.save_at_epoch_end = save_at_epoch_end
-        self.active, self.epoch_base = False, 0
-        # This callback never reads `logs`: without this, tf_keras turns every batch's logs into
-        # numpy for it, a host sync at every step.
+        self.active, self.epoch_base, self.in_fit = False, 0, False
+        # This callback never reads per-batch `logs`: without this, tf_keras turns every batch's
+        # logs into numpy for it, a host sync at every step.
         self._supports_tf_logs = True
 
     # ---- start ------------------------------------------------------------------------------
@@ -140,7 +131,9 @@ class _Hooks:
         elif self.ctx.resume_step:
             self._restore(int(self.ctx.resume_step))
         self.gather = _make_gather(self.strategy) if len(self.ctx.tasks) > 1 else None
-        self.prev = (0.0, 0.0)
+        self.cols, self.in_fit = None, True
+        self.mark, self.train_state, self.val_state = {}, None, None
+        self.last, self.saved_at = None, None
         self.t_sync, self.sync_step = time.time(), self.step
         self.next_sync = self.step + self.every
         if self.ctx.is_chief:
@@ -214,63 +207,130 @@ class _Hooks:
     # ---- every batch --------------------------------------------------------------------------
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = self.epoch_base + int(epoch) + 1
+        # Keras resets its metrics before this call: the state counts from zero again.
+        self.mark, self.train_state, self.val_state = {}, None, None
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.active:
             return
         self.step += 1
+        self.t_batch = time.time()
         spe = self.params.get("steps")
-        due = ((self.save_at_epoch_end and bool(spe) and (int(batch) + 1) % int(spe) == 0)
-               or (self.checkpoint_every > 0 and self.step % self.checkpoint_every == 0))
+        if spe and (int(batch) + 1) % int(spe) == 0:
+            return   # the epoch end's sync (on_epoch_end, after validation) covers this step
+        ckpt_due = self.checkpoint_every > 0 and self.step % self.checkpoint_every == 0
         # Every worker computes the same schedule, so every worker joins every gather.
-        if self.first or due or self.step >= self.next_sync:
-            self._sync(due, first=self.first)
-            if self.first and self.ctx.is_chief:
-                self._write_model_config(keras_module())   # after a step: the model is built
-            self.first = False
+        if self.first or ckpt_due or self.step >= self.next_sync:
+            self._sync(save=ckpt_due)
 
-    def _local_loss(self) -> float:
-        tracker = getattr(self, "tracker", None) or _loss_tracker(self.model)
-        self.tracker = tracker
-        if tracker is None:
-            return math.nan
-        total = _local_sum(self.strategy, tracker.total)
-        count = _local_sum(self.strategy, tracker.count)
-        if count < self.prev[1]:          # metrics were reset at an epoch start
-            self.prev = (0.0, 0.0)
-        dn = count - self.prev[1]
-        loss = (total - self.prev[0]) / dn if dn > 0 else math.nan
-        self.prev = (total, count)
-        return loss
+    # ---- validation and the epoch end ---------------------------------------------------------
+    def on_test_begin(self, logs=None):
+        if self.active and self.in_fit:   # fit's validation: keep the training state it resets
+            self.train_state = self._local_state()
 
-    def _sync(self, due: bool, *, first: bool) -> None:
-        loss, now = self._local_loss(), time.time()
-        # Wall time per step since the last sync, everything included; an attempt's first step
-        # includes tracing, so it has no figure (null, as the harness writes it).
-        step_time = math.nan if first else (now - self.t_sync) / max(1, self.step - self.sync_step)
+    def on_test_end(self, logs=None):
+        if self.active and self.in_fit:   # each worker's own validation state (DESIGN.md)
+            self.val_state = self._local_state()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self.active:
+            return
+        ckpt_due = self.checkpoint_every > 0 and self.step % self.checkpoint_every == 0
+        self._sync(save=self.save_at_epoch_end or ckpt_due, train=self.train_state,
+                   val=self.val_state, logs=logs, now=getattr(self, "t_batch", None))
+        self.train_state = self.val_state = None
+        # The next window's clock starts now: validation, this gather and the epoch-end save
+        # are not training steps (step_time is seconds per training step).
+        self.t_sync = time.time()
+
+    # ---- the sync point -----------------------------------------------------------------------
+    def _columns(self):
+        """The row's columns, from the compiled metrics (built by the first step)."""
+        if self.cols is None:
+            self.mean, self.global_only, left = keras_metrics.choose(
+                keras_metrics.flat_metrics(self.model))
+            self.cols = keras_metrics.Columns(tuple(self.mean))
+            if left and self.ctx.is_chief:
+                print(f"[{self.ctx.task}] tfconsole: not shown: {', '.join(left)}", flush=True)
+        return self.cols
+
+    def _local_state(self) -> dict:
+        self._columns()
+        return keras_metrics.local_state(self.strategy, self.mean)
+
+    def _sync(self, *, save: bool, train: dict | None = None, val: dict | None = None,
+              logs=None, now: float | None = None) -> None:
+        cols, first = self._columns(), self.first
+        train = self._local_state() if train is None else train
+        window, self.mark = keras_metrics.delta(train, self.mark), train
+        now = time.time() if now is None else now
+        again = self.step == self.sync_step and not first   # a second sync at one step
+        # Wall time per step since the last sync; an attempt's first step includes tracing, so
+        # it has no figure (null, as the harness writes it).
+        steps = max(1, self.step - self.sync_step)
+        step_time = math.nan if first or again else (now - self.t_sync) / steps
         self.t_sync, self.sync_step = now, self.step
-        flag = 1.0 if reporting.should_save() else 0.0
-        row = [float(self.ctx.task_index), loss, step_time, self._preempt_flag(flag),
-               float(self._propose_next(step_time))]
-        rows = self.gather(row) if self.gather else [row]
+        flag = self._preempt_flag(1.0 if reporting.should_save() else 0.0)
+        row = cols.make(task_index=self.ctx.task_index, step_time=step_time, save_flag=flag,
+                        next_sync=self._propose_next(step_time), train=window, val=val)
+        rows = cols.read(self.gather(row) if self.gather else [row])
         # Every worker takes the same (the largest) proposal: they meet again at one step.
-        self.next_sync = int(max(r[4] for r in rows))
-        losses, times, save_now = fold(rows, self.ctx.tasks)
-        preempting = self._preempting(rows)
+        self.next_sync = int(max(r["next_sync"] for r in rows))
+        save_now = any(r["save_flag"] > 0 for r in rows)
+        preempting = any(r["save_flag"] >= _harness.load("preempt").FLAG for r in rows)
+        values = self._values(rows, logs, repeat=again)
         if self.ctx.is_chief:
-            eps = {t: (self.batch_size / len(losses)) / s if self.batch_size and s and s > 0 else None
-                   for t, s in times.items()}
-            reporting.report(self.step, epoch=self.epoch, losses=losses, step_time=times,
-                             examples_per_sec=eps)
-        if due or save_now:
-            path = checkpoints.save(self.ckpt, self._assign_step(), epoch=self.epoch,
-                                    losses=losses, keep=self.keep, versions=self.versions)
-            print(f"[{self.ctx.task}] tfconsole: saved checkpoint {path}"
-                  f"{' (save-now request)' if save_now else ''}", flush=True)
-            if save_now:
-                reporting.saved(self.step)
-            if preempting:
-                self._preempt_saved()
+            reporting.report(self.step, epoch=self.epoch, losses=values["losses"],
+                             step_time=values["times"], examples_per_sec=values["eps"],
+                             metrics=values["metrics"], global_metrics=values["global"])
+        if first and self.ctx.is_chief:
+            self._write_model_config(keras_module())   # after a step: the model is built
+        self.first = False
+        if (save or save_now) and self.saved_at != self.step:
+            self._save(values, save_now=save_now, preempting=preempting)
+
+    def _values(self, rows: list, logs, *, repeat: bool) -> dict:
+        """The line's values from the rows: each worker's own and the global ones."""
+        km = keras_metrics
+        if not (repeat and self.last):   # else this step's training values went out already
+            self.last = self._train_values(rows)
+        out = self.last
+        val_mine = km.per_worker(rows, self.ctx.tasks, km.VAL)
+        glob = {**out["global"], **km.global_values(rows, km.VAL)}
+        if logs is not None:
+            glob.update(km.from_logs(logs, self.global_only))
+        rate = km.learning_rate(getattr(self.model, "optimizer", None))
+        if rate is not None:
+            glob[_harness.load("metric_line").LEARNING_RATE] = rate
+        return {**out, "global": glob,
+                "metrics": {t: {**m, **val_mine.get(t, {})} for t, m in out["metrics"].items()}}
+
+    def _train_values(self, rows: list) -> dict:
+        km, tasks = keras_metrics, self.ctx.tasks
+        mine = km.per_worker(rows, tasks)
+        times = {tasks[r.task_index]: r["step_time"] for r in rows}
+        per_worker_batch = self.batch_size / len(rows) if self.batch_size else None
+        return {
+            "losses": {tasks[r.task_index]: r.value("loss") if "loss" in self.mean else math.nan
+                       for r in rows},
+            "times": times,
+            "eps": {t: per_worker_batch / s if per_worker_batch and s > 0 else None
+                    for t, s in times.items()},
+            # the loss has its own fields (metric_line.py)
+            "metrics": {t: {n: v for n, v in m.items() if n != "loss"} for t, m in mine.items()},
+            "global": {n: v for n, v in km.global_values(rows).items() if n != "loss"}}
+
+    def _save(self, values: dict, *, save_now: bool, preempting: bool) -> None:
+        path = checkpoints.save(self.ckpt, self._assign_step(), epoch=self.epoch,
+                                losses=values["losses"], keep=self.keep, versions=self.versions,
+                                metrics=values["global"], **self.best)
+        self.saved_at = self.step
+        print(f"[{self.ctx.task}] tfconsole: saved checkpoint {path}"
+              f"{' (save-now request)' if save_now else ''}", flush=True)
+        if save_now:
+            reporting.saved(self.step)
+        if preempting:
+            self._preempt_saved()
 
     def _propose_next(self, step_time: float) -> int:
         """The step of the next sync, from this worker's step time since the last one."""
@@ -289,6 +349,7 @@ class _Hooks:
         if not self.active:
             return
         _CARRIED[id(self.model)] = (self.step, self.epoch)
+        self.in_fit = False
         if isinstance(getattr(self.model, "_training_state", None), _ResumeAt):
             self.model._training_state = None
         if getattr(self, "resumed_epoch", False):
@@ -311,9 +372,6 @@ class _Hooks:
         if flag and _harness.load("requests_dir").stop_requested(reporting._state["seen"]):
             self.watch.request("stop --save")
         return _harness.load("preempt").FLAG if self.watch.pending else flag
-
-    def _preempting(self, rows: list) -> bool:
-        return any(r[3] >= _harness.load("preempt").FLAG for r in rows)
 
     def _preempt_saved(self) -> None:
         self.watch.peer_flag()       # a worker that did not get the signal learnt it here
@@ -352,7 +410,15 @@ def Callback(**options):
     (also save every N steps; default 0: epoch ends and Save now only), ``keep_checkpoints``
     (retention keeps the last N, default 5), ``batch_size`` (global batch, for examples/s),
     ``preempt_grace_s`` (signal to saved, default 25 s), ``exit_on_preempt`` (default True: exit
-    75 once the signal's step is saved; False: fit only stops).
+    75 once the signal's step is saved; False: fit only stops), ``keep_best`` (also keep the N
+    best checkpoints, default 0) by ``best_metric`` (a global value in the checkpoint's
+    metadata: "loss", "val_loss", "val_accuracy" ...; epoch-end checkpoints carry the val_*
+    ones) and ``best_mode`` ("min", the default, or "max").
+
+    Metrics: every compiled metric with a mean state (total and count: loss, accuracy, MAE ...)
+    per worker and global, for training and validation; metrics without one (AUC, Precision,
+    Recall ...) are global-only, from the epoch-end logs, once per epoch; the learning rate as
+    the global metric "learning_rate" on every line (docs/job-contract.md, "Metrics").
     """
     kmod = keras_module()
     cls = _classes.get(kmod.__name__)
