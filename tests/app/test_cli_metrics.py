@@ -1,0 +1,69 @@
+"""`tfconsole metrics RUN` on a real finished two-worker run: the last value of every metric per
+worker and global, as the chief wrote them, checked against the chief's metrics.jsonl read here
+line by line (not through the product's parser); `runs --json` carries last and best values."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def cli(runs: Path, *args: str) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "backend", "--runs", str(runs), *args],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def chief_lines(root: Path, run_id: str) -> list[dict]:
+    from backend.runs.store import RunStore
+    state = RunStore(root).load(run_id)
+    folder = Path(state.chief.remote_run_dir)
+    folder = folder if folder.is_absolute() else Path.home() / folder
+    return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_metrics_prints_every_metric_per_worker_and_global_as_written(finished_run):
+    root, run_id = finished_run
+    lines = chief_lines(root, run_id)
+    last_global: dict = {}
+    last_worker: dict = {}
+    for line in lines:                        # the file's own order: the last line wins
+        last_global.update(line.get("global") or {})
+        last_global["loss"] = line["global_loss"]
+        last_worker.setdefault(line["task"], {}).update({"loss": line["loss"], **(line.get("metrics") or {})})
+    named = set(last_global) - {"loss"}
+    assert named, "the demo job reports named metrics besides the loss"
+    found = json.loads(cli(root, "metrics", run_id, "--json").stdout)
+    assert found["step"] == max(x["step"] for x in lines) and found["partial"] is False
+    assert {n: v["last"] for n, v in found["global"].items()} == pytest.approx(last_global)
+    assert set(found["workers"]) == set(last_worker)
+    for task, values in last_worker.items():
+        assert found["workers"][task] == pytest.approx(values)
+    text = cli(root, "metrics", run_id).stdout
+    for name in last_global:
+        assert name in text
+
+
+def test_runs_json_carries_the_last_and_best_value_once_a_console_copied_the_metrics(finished_run, tmp_path):
+    import shutil
+    root, run_id = finished_run
+    runs = tmp_path / "runs"
+    shutil.copytree(root / run_id, runs / run_id, symlinks=True)
+    mirror = runs / run_id / "watch_mirror"
+    mirror.mkdir(exist_ok=True)
+    lines = chief_lines(root, run_id)
+    (mirror / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    listed = json.loads(cli(runs, "runs", "--json").stdout)
+    mine = next(r for r in listed if r.get("run_id") == run_id)
+    losses = {x["step"]: x["global_loss"] for x in lines}
+    best_step = min(losses, key=losses.get)
+    assert mine["metrics"]["loss"]["best_step"] == best_step
+    assert mine["metrics"]["loss"]["best"] == pytest.approx(losses[best_step])
