@@ -27,7 +27,7 @@ def test_history_of_a_finished_run(on_finished):
     live = state.registry().get(run_id)        # the same shared object the page used
     _wait_for_metrics(live)
     snap = monitor_view.snapshot(live)          # the fragment's body, as a function
-    workers = [t for t in snap.loss.data if t.name != "global (mean of workers)"]
+    workers = [t for t in snap.loss.data if t.legendgroup == "workers"]   # not global, not validation
     assert [t.name for t in workers] == ["worker-0", "worker-1"]
     for trace in workers:
         y = np.asarray(trace.y)
@@ -35,6 +35,13 @@ def test_history_of_a_finished_run(on_finished):
     assert snap.progress.step == 60 and snap.progress.total == 60
     assert snap.progress.fraction == 1.0
     assert len(snap.step_time.data) == 2 and len(snap.throughput.data) == 2
+    # The demo job reports its mae and validates at each epoch end (issue 34): a chart for mae,
+    # validation on the loss chart (one point per epoch end), the learning rate, a last-values row.
+    assert [t.name for t in snap.metrics["mae"].data][:3] == ["worker-0", "worker-1", "global"]
+    val = next(t for t in snap.loss.data if t.name == "global (validation)")
+    assert list(val.x) == [30, 60]
+    assert snap.learning_rate is not None
+    assert [r["task"] for r in snap.last_values] == ["worker-0", "worker-1", "global"]
     at.run()                                    # a rerun draws the charts from the filled store
     assert not at.exception
     loss = _chart_messages(at)["loss_chart"]
@@ -43,6 +50,7 @@ def test_history_of_a_finished_run(on_finished):
     assert drawn["worker-0"] == list(live.metrics.series("worker-0").loss)
     at.run()                                    # nothing new: no point travels again
     assert _chart_messages(at)["loss_chart"] == {"op": "same", "seq": loss["seq"], "layout": loss["layout"]}
+    assert "metric_chart:mae" in _chart_messages(at)
 
 
 def _chart_messages(at) -> dict:
