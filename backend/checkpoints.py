@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
+from backend.diagnosis import diagnose
 from backend.errors import ArtifactError, HostError, RunError
-from backend.harness import layout
+from backend.harness import layout, metric_line
 from backend.hosts import remote
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")   # \Z: no trailing newline
@@ -46,6 +47,8 @@ class Run(Protocol):
     def remote(self, name: str) -> remote.Host: ...
 
     def reload(self) -> Any: ...
+
+    def settle(self) -> list: ...
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,11 @@ def _refusal_is_artifact(fix: str = "Pick a step from the list as it is now."):
     try:
         yield
     except remote.Refused as err:
+        folder = diagnose.full_folder(err.reason)
+        if folder is not None:   # a full disk is not the checkpoint's fault: another step fails too
+            raise ArtifactError(f"disk full on {err.host}: {err.reason.rstrip('.')}",
+                                f"Free space in {folder} and on the rest of that disk (old checkpoints, "
+                                "exports, logs), then try again.") from None
         raise ArtifactError(err.reason.rstrip(".") + ".", fix) from None
 
 
@@ -164,22 +172,53 @@ def save_now(run: Run, *, wait_s: float = 0) -> int | None:
     name = remote.request_save(chief)
     if not wait_s:
         return None
-    deadline = time.time() + wait_s
+    deadline, attempt, looked = time.time() + wait_s, run.state.attempt, 0.0
     while time.time() < deadline:
         step = remote.saved_step(chief, name)
         if step is not None:
             return int(step)
-        if not run.reload().live:
-            # The chief answers a request it sees at its last step with that step's checkpoint;
-            # one that arrived after that (or a run that failed) is never answered: say so now
-            # rather than at the deadline. One more look: the answer may have come with the end.
-            step = remote.saved_step(chief, name)
-            if step is not None:
-                return int(step)
-            raise RunError(f"run {run.run_id} ended ({run.state.phase}) before it saved",
-                           "Its last checkpoints are listed below; export or restore one of those.")
+        if time.time() - looked >= SETTLE_EVERY_S:
+            looked = time.time()
+            ended = _attempt_ended(run, attempt)
+            if ended is not None:
+                # The chief answers a request it sees at its last step with that step's
+                # checkpoint; one that arrived after that, or an attempt that failed (the save
+                # itself, on a full disk), is never answered: say so now rather than at the
+                # deadline. One more look: the answer may have come with the end.
+                step = remote.saved_step(chief, name)
+                if step is not None:
+                    return int(step)
+                raise RunError(ended, "Its last checkpoints are listed below; export or restore one of those.")
         time.sleep(0.5)
     raise RunError(f"no save after {wait_s:.0f} s", "The job may be stuck or between epochs; check its log.")
+
+
+SETTLE_EVERY_S = 2.0   # save_now reads the tasks this often: an attempt that failed is told at once
+UNDERWAY = ("running", "queued", "launching")
+
+
+def _attempt_ended(run: Run, attempt: int) -> str | None:
+    """None while ``attempt`` goes on; else what ended, and why when it is known. Read from the
+    tasks (``settle``), not the record alone: a run nobody settles stays "running" in its record
+    after its tasks have failed, and a kept run's keeper records the failure only after its poll."""
+    try:
+        statuses = run.settle()
+    except (HostError, RunError):
+        statuses = []   # a host that hiccups: the saved step or the deadline tells
+    state = run.state
+    failed = [s for s in statuses if s.failed]
+    if state.attempt == attempt and state.phase in UNDERWAY and not failed:
+        return None
+    ended = next((a for a in state.attempts if a.number == attempt), None)
+    reason = ended.reason if ended is not None and ended.reason else None
+    if reason is None and failed:   # not recorded yet (its keeper's next poll): the tasks say
+        first = sorted(failed, key=lambda s: s.diagnosis == diagnose.PEER_DIED)[0]
+        reason = f"{first.name} {first.label}" + (
+            f": {diagnose.on_host(first.diagnosis, first.host)}" if first.diagnosis else "")
+    what = (f"run {run.run_id} ended ({state.phase})" if not state.live else
+            f"attempt {attempt} of run {run.run_id} ended ({state.phase} now)" if state.attempt != attempt
+            else f"attempt {attempt} of run {run.run_id} failed")
+    return f"{what} before it saved" + (f": {reason}" if reason else "")
 
 
 def export(run: Run, *, step: int | None = None, name: str | None = None,
@@ -239,9 +278,12 @@ def checkpoint_rows(found: list[dict], *, columns: tuple[str, ...] = ("step", "e
                     clock: str = CLOCK) -> list[dict]:
     """Checkpoints as table rows, oldest first: the one builder, for the command line and the
     page. ``columns`` from: step, epoch, loss, time (``clock``), bytes, size (KB), held by, and
-    moved by (only a checkpoint a restore moved aside has one)."""
+    moved by (only a checkpoint a restore moved aside has one). After "loss" come the other
+    metrics the checkpoint's metadata holds (global values at its step: accuracy, val_loss ...),
+    by metric_line's reader rules."""
     rows = []
     for c in sorted(found, key=lambda c: c.get("step", 0)):
+        named, _ = metric_line.named(c.get("metrics"))
         files = c.get("files") or {}
         size = sum(files.values()) if files else None
         cells = {"step": c.get("step"), "epoch": c.get("epoch"), "loss": c.get("global_loss"),
@@ -250,7 +292,13 @@ def checkpoint_rows(found: list[dict], *, columns: tuple[str, ...] = ("step", "e
                  "held by": ", ".join(c.get("held") or [])}
         if "abandoned" in c:
             cells["moved by"] = c["abandoned"]
-        rows.append({k: cells[k] for k in columns if k in cells})
+        row = {}
+        for k in columns:
+            if k in cells:
+                row[k] = cells[k]
+            if k == "loss":
+                row.update(named)
+        rows.append(row)
     return rows
 
 

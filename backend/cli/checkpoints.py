@@ -46,8 +46,8 @@ def cmd_checkpoints(a) -> int:
     rows = checkpoints.checkpoint_rows(checkpoints.list_checkpoints(_attach(a)))
     if a.json:
         print_json(rows)
-    elif rows:
-        print_table(rows, ["step", "epoch", "loss", "time", "bytes"])
+    elif rows:   # the metrics each checkpoint holds follow the loss
+        print_table(rows, list(dict.fromkeys(k for r in rows for k in r)))
     else:
         print("no complete checkpoint yet")
     return 0

@@ -67,3 +67,18 @@ def test_runs_json_carries_the_last_and_best_value_once_a_console_copied_the_met
     best_step = min(losses, key=losses.get)
     assert mine["metrics"]["loss"]["best_step"] == best_step
     assert mine["metrics"]["loss"]["best"] == pytest.approx(losses[best_step])
+
+
+def test_checkpoints_show_the_metrics_at_their_step(finished_run):
+    """Issue 34 item 7: a checkpoint's metadata holds every metric's global value at its step;
+    the epoch-end ones (30, 60) hold the validation values too, equal to that step's line."""
+    root, run_id = finished_run
+    rows = {r["step"]: r for r in json.loads(cli(root, "checkpoints", run_id, "--json").stdout)}
+    at_step = {}
+    for line in chief_lines(root, run_id):
+        at_step.setdefault(line["step"], {}).update(line.get("global") or {})
+    for step in (30, 60):
+        assert rows[step]["val_loss"] == pytest.approx(at_step[step]["val_loss"])
+        assert rows[step]["mae"] == pytest.approx(at_step[step]["mae"])
+    table = cli(root, "checkpoints", run_id).stdout.splitlines()
+    assert "val_loss" in table[0].split() and "mae" in table[0].split()
