@@ -11,8 +11,11 @@ The callback runs as a user gets it (default schedule: a gather every 10 steps b
 than every 0.25 s, the Save now check, the chief's metric lines; ``--every K`` for exactly every K
 steps) with ``save_at_epoch_end=False``: a checkpoint is a per-epoch cost, not
 a per-step one; ``--with-checkpoints`` keeps the epoch-end save inside the timed epoch.
+``--metrics``: the model also compiles ``metrics=["mae"]`` and ``fit`` validates on 512 examples
+at every epoch end, in both variants alike (the callback then carries two mean metrics, for
+training and validation, and its epoch-end sync the validation state).
 
-    .venv/bin/python bench/keras_callback.py [--steps 300] [--pairs 10] [--every K]
+    .venv/bin/python bench/keras_callback.py [--steps 300] [--pairs 10] [--every K] [--metrics]
 """
 from __future__ import annotations
 
@@ -34,14 +37,17 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import numpy as np, tensorflow as tf, tf_keras as keras
 import tfconsole
 steps, every, pairs, ckpt = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+with_metrics = sys.argv[5] == "1"
 keras.utils.set_random_seed(0)
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 with strategy.scope():
     model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
                               keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse",
+                  metrics=["mae"] if with_metrics else None)
 x = np.random.RandomState(0).normal(size=(4096, 32)).astype("float32")
 ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).repeat().batch(64)
+val = tf.data.Dataset.from_tensor_slices((x[:512], x[:512, :1])).batch(64) if with_metrics else None
 
 class Clock(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
@@ -57,7 +63,8 @@ for i in range(pairs):
         clock = Clock()
         opts = {"every": every} if every else {}   # 0: the default schedule
         cbs = [clock] + ([tfconsole.KerasCallback(save_at_epoch_end=ckpt, **opts)] if use else [])
-        model.fit(ds, epochs=2, steps_per_epoch=steps, callbacks=cbs, verbose=0)
+        model.fit(ds, epochs=2, steps_per_epoch=steps, callbacks=cbs, verbose=0,
+                  validation_data=val)
         print("SEG", i, int(use), clock.ms, clock.cpu, flush=True)
 """
 
@@ -80,7 +87,8 @@ def run(a, run_dir: str) -> dict:
                "TFCONSOLE_RUN_DIR": run_dir, "TFCONSOLE_RUN_ID": "bench", "TFCONSOLE_ATTEMPT": "1",
                "TFCONSOLE_TASK": f"worker-{i}", "TFCONSOLE_IS_CHIEF": "1" if i == 0 else "0"}
         procs.append(subprocess.Popen([sys.executable, "-c", WORKER, str(a.steps), str(a.every),
-                                       str(a.pairs), "1" if a.with_checkpoints else "0"],
+                                       str(a.pairs), "1" if a.with_checkpoints else "0",
+                                       "1" if a.metrics else "0"],
                                       env=env, text=True, stdout=subprocess.PIPE))
     segs: dict = {}
     for p in procs:
@@ -101,6 +109,8 @@ def main() -> None:
     p.add_argument("--every", type=int, default=0,
                    help="KerasCallback(every=K); 0 (default): the callback's default schedule")
     p.add_argument("--with-checkpoints", action="store_true")
+    p.add_argument("--metrics", action="store_true",
+                   help='compile metrics=["mae"] and validate at each epoch end (both variants)')
     a = p.parse_args()
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,6 +123,7 @@ def main() -> None:
     cpu = [100 * (segs[(i, 1)][1] / segs[(i, 0)][1] - 1) for i in pairs]
     print(json.dumps({
         "every": a.every, "steps": a.steps, "pairs": a.pairs, "checkpoints": a.with_checkpoints,
+        "metrics": a.metrics,
         "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in os.getloadavg()],
         "ms_per_step_none": [round(segs[(i, 0)][0], 2) for i in pairs],
         "ms_per_step_callback": [round(segs[(i, 1)][0], 2) for i in pairs],

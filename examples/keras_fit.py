@@ -7,7 +7,9 @@ Launch it as a command job (each worker reads TF_CONFIG, which the console sets)
           env: {TF_USE_LEGACY_KERAS: "1"}}
 
 or run it by hand in one process (``python examples/keras_fit.py``): ``tfconsole`` then does
-nothing. The data is scikit-learn's bundled ``load_digits`` (no download). As in the usual
+nothing. The data is scikit-learn's bundled ``load_digits`` (no download): the last 297 images
+are held out for validation, which ``fit`` runs at every epoch end; the console shows
+accuracy and val_loss/val_accuracy per worker and global, and the learning rate. As in the usual
 recipe, only the chief writes the final model, in a format that loads without the strategy;
 the other workers save to a scratch folder, because every worker must take part in a save.
 """
@@ -40,18 +42,31 @@ def parse_args():
     return p.parse_args()
 
 
-def dataset(batch: int) -> tf.data.Dataset:
+HELD_OUT = 297   # load_digits has 1,797 images: 1,500 to train on, the rest to validate
+
+
+def digits(part: str) -> tuple[np.ndarray, np.ndarray]:
     x, y = load_digits(return_X_y=True)
-    x = (x / 16.0).astype("float32")
-    ds = tf.data.Dataset.from_tensor_slices((x, y.astype("int64")))
+    x, y = (x / 16.0).astype("float32"), y.astype("int64")
+    return (x[:-HELD_OUT], y[:-HELD_OUT]) if part == "train" else (x[-HELD_OUT:], y[-HELD_OUT:])
+
+
+def dataset(batch: int) -> tf.data.Dataset:
+    x, y = digits("train")
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
     return ds.shuffle(len(x), seed=0).repeat().batch(batch, drop_remainder=True)
+
+
+def validation(batch: int) -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices(digits("validation")).batch(batch)
 
 
 def build_model() -> keras.Model:
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
                               keras.layers.Dense(10)])
     model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
     return model
 
 
@@ -85,8 +100,9 @@ def main():
     if tfconsole is not None:
         callbacks.append(tfconsole.KerasCallback(batch_size=args.batch))   # the one added line
     history = model.fit(dataset(args.batch), epochs=args.epochs, steps_per_epoch=args.steps,
-                        callbacks=callbacks, verbose=2)
-    print("epoch losses", [round(v, 4) for v in history.history["loss"]], flush=True)
+                        validation_data=validation(args.batch), callbacks=callbacks, verbose=2)
+    print("epoch losses", [round(v, 4) for v in history.history["loss"]],
+          "val_accuracy", [round(v, 4) for v in history.history["val_accuracy"]], flush=True)
     if args.out:
         # Every worker saves (a collective may run inside); only the chief's copy is kept.
         target = args.out if is_chief() else tempfile.mkdtemp()

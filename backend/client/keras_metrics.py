@@ -15,7 +15,8 @@ one gather of a sync point, its own change of each mean metric's state since the
 
 Any other metric (AUC, Precision, Recall: confusion-count state) is **global-only**: its value
 is read from the epoch-end ``logs``, which Keras reduces across workers correctly at the epoch
-end (checked: docs/facts.md #17), and appears once per epoch, with no per-worker value.
+end (checked for the loss, accuracy and val_*: docs/facts.md #18), and appears once per epoch,
+with no per-worker value.
 """
 from __future__ import annotations
 
