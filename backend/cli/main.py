@@ -14,7 +14,7 @@ from backend.config import tfconfig
 from backend.cli.checkpoints import EXIT_CODES, add_commands, print_json, print_table, status_json
 from backend.cli.plain import SafeStream
 from backend.cli.metrics import add_command as metrics_command
-from backend.errors import ConsoleError
+from backend.errors import ConsoleError, MultiHostError
 from backend.hosts.resolve import tf_addresses, tf_hosts
 from backend.hosts.known_hosts import KnownHosts, OnChange, Verdict
 from backend.hosts.ssh import SSHOptions
@@ -165,8 +165,7 @@ def cmd_stacks(a) -> int:
 def cmd_stop(a) -> int:
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
     if not run.reload().live:
-        print(f"run {run.run_id} is already {run.state.phase}: nothing to stop")
-        return 0
+        return _stop_leftovers(run, a.grace)
     report = run.stop(grace_s=a.grace, save=a.save, save_grace_s=a.save_grace)
     if a.save:
         print(f"saved step {run.saved_step} on every worker: restore {run.run_id} --step {run.saved_step}"
@@ -174,6 +173,18 @@ def cmd_stop(a) -> int:
               f"no step saved within {a.save_grace:g} s: the newest earlier checkpoint stays usable")
     killed = f" (killed after {a.grace:g} s: {', '.join(report.killed)})" if report.killed else ""
     print(f"stopped {run.run_id}: no process left on any host{killed}")
+    return 0
+
+
+def _stop_leftovers(run, grace_s: float) -> int:
+    """A run that has ended can still have left processes (a child of a killed main process, a
+    daemon): look on every host and stop them, leaving the run's record as it is."""
+    report = run.engine.stop(run, grace_s=grace_s)
+    if not report.clean:
+        raise MultiHostError("stop", report.errors,
+                             "Run stop again when those hosts answer; the run's record is unchanged.")
+    what = f"stopped what it left running ({', '.join(report.found)}); " if report.found else ""
+    print(f"run {run.run_id} is already {run.state.phase}: {what}no process left on any host")
     return 0
 
 

@@ -40,6 +40,7 @@ class StopReport:
     errors: dict[str, Exception] = field(default_factory=dict)
     unreachable: list[str] = field(default_factory=list)   # hosts that did not answer at all
     killed: list[str] = field(default_factory=list)   # tasks that did not end on INT/TERM: KILLed
+    found: list[str] = field(default_factory=list)    # tasks that still had processes to stop
 
     @property
     def clean(self) -> bool:

@@ -47,6 +47,15 @@ def bundle(job: JobSpec) -> bytes:
     return buf.getvalue()
 
 
+def harness_bundle() -> bytes:
+    """harness/ alone, as ``bundle`` packs it: enough for hostctl where a run folder was removed."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(HARNESS_DIR.glob("*.py")):
+            tar.add(path, arcname=f"{layout.HARNESS}/{path.name}")
+    return buf.getvalue()
+
+
 def task_cwd(job: JobSpec, run_dir: str) -> str | None:
     """Where a command job with shipped files runs (RUN/job, so ``train.py`` names the shipped
     copy); None: the host's home, as before."""
@@ -164,26 +173,34 @@ class HostsEngine:
         return [out[t.name] for t in run.state.tasks if t.name in out]
 
     def stop(self, run: RunView, *, grace_s: float) -> StopReport:
-        """Every host at once (``parallel``); on each, every task's group at once (``spawn.stop``)."""
-        def one(group) -> list[str]:
-            spec = group.spec
+        """Every host at once (``parallel``); on each, every task and all it started at once
+        (``sweep.stop``: by process group and by the mark its processes inherit). A host whose
+        run folder was removed is still swept, from a temporary copy of the harness, with the
+        process groups kept in the run's record."""
+        harness = harness_bundle()
+
+        def one(group) -> dict[str, dict]:
+            recorded = {t.name: getattr(t, "pgid", None) for t in group.tasks}
             try:
-                answers = remote.stop_tasks(group.host(self.pool), group.names, grace_s=grace_s)
+                answers = remote.stop_tasks(group.host(self.pool), group.names, grace_s=grace_s,
+                                            groups=recorded, harness=harness)
             except remote.NotInstalled:
-                return []   # the host answered, but our harness (or its Python) is not there: no task is
+                return {}   # no Python at the tasks' path (exit 127): none of ours could start there
             left = {n: a["left"] for n, a in answers.items() if a.get("left")}
             if left:
-                raise HostError(spec.host, f"processes still alive after stop: {left}",
+                raise HostError(group.spec.host, f"processes still alive after stop: {left}",
                                 "Stop them by hand (kill -9) and report a bug.")
-            return [n for n, a in answers.items() if a.get("killed")]
+            return answers
         groups = self._by_host(run)
         results = parallel(one, groups)
         errors = failures(results)
         hosts = {key: group.spec.host for key, group in groups}
         unreachable = [hosts[k] for k, e in errors.items()
                        if isinstance(e, HostError) and "still alive" not in e.problem]
-        killed = sorted(n for r in results.values() if not isinstance(r, Exception) for n in r)
-        return StopReport({hosts[k]: e for k, e in errors.items()}, unreachable, killed)
+        answers = {n: a for r in results.values() if not isinstance(r, Exception) for n, a in r.items()}
+        return StopReport({hosts[k]: e for k, e in errors.items()}, unreachable,
+                          killed=sorted(n for n, a in answers.items() if a.get("killed")),
+                          found=sorted(n for n, a in answers.items() if a.get("found")))
 
     def log_tail(self, run: RunView, task: str, max_bytes: int) -> str:
         h = task_host(self.pool, run.cluster, run.task(task))

@@ -33,6 +33,7 @@ import requests_dir
 import retention
 import spawn
 import stackdump
+import sweep
 
 FAILED = 3
 READ_LIMIT = 16 << 20     # bytes per read answer: one call stays short on a slow link
@@ -67,7 +68,12 @@ def cmd_status(a) -> dict:
 
 
 def cmd_stop(a) -> dict:
-    return spawn.stop(a.run, a.task, a.grace)
+    """Each task's processes, found by group and by mark (``sweep.py``), ended and looked for again."""
+    groups = {}
+    for item in a.group:   # TASK=PGID from the run's record: used where this host lost its own
+        task, _, pgid = item.partition("=")
+        groups[task] = _int(pgid, f"--group {task}")
+    return sweep.stop(a.run, a.task, a.grace, groups)
 
 
 def cmd_stacks(a) -> dict:
@@ -316,8 +322,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--wait", type=float, default=10.0, help="seconds to wait for each pid")
     s.add_argument("--settle", type=float, default=0.0, help="then this long, to catch early deaths")
     add("status", cmd_status, "each task's state").add_argument("--task", action="append", required=True)
-    s = add("stop", cmd_stop, "stop tasks' process groups: INT and TERM, then KILL")
+    s = add("stop", cmd_stop, "stop tasks and all they started: INT and TERM, then KILL, then look again")
     s.add_argument("--task", action="append", required=True)
+    s.add_argument("--group", action="append", default=[], metavar="TASK=PGID",
+                   help="a task's process group as the console recorded it")
     s.add_argument("--grace", type=float, default=spawn.KILL_AFTER_S)
     s = add("stacks", cmd_stacks, "each task's Python stacks (SIGUSR1 to its faulthandler)")
     s.add_argument("--task", action="append", required=True)

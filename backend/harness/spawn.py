@@ -7,6 +7,8 @@ Why a supervisor: every task runs under a small supervisor process that is the l
 session and process group. The task inherits that group, so stopping the group stops the task
 and anything it spawned, and no wrapper can leave an orphan behind (docs/facts.md #7). The
 supervisor ignores SIGTERM so it can record the task's exit code after the task has stopped.
+What leaves the group (a ``setsid`` daemon) still carries the task's mark (``MARK``): the stop
+(``sweep.py``) finds it by that.
 """
 from __future__ import annotations
 
@@ -138,6 +140,9 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
         env = run_paths_absolute(env)
     if env.get("PYTHONPATH") and os.environ.get("PYTHONPATH"):   # the host's own entries still count
         env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
+    # The supervisor and everything the task starts inherit it, even what leaves the group
+    # (setsid): how a stop finds them all (sweep.py). Set last: a job's env cannot change it.
+    env[MARK] = _mark(run, task)
     # The environment goes to the supervisor directly, never on a command line `ps` would show.
     return subprocess.Popen(
         [sys.executable, "-S", HOSTCTL, "supervise", "--run", run, "--task", task, "--cwd", cwd, "--", *argv],
@@ -248,67 +253,3 @@ def signs_of_life(run: str, task: str) -> dict:
         log_size = None
     return {"state": info["state"], "pids": len(members),
             "cpu_s": round(cpu_seconds(members), 2) if members else None, "log_size": log_size}
-
-
-def stop(run: str, tasks: list[str], grace_s: float = KILL_AFTER_S) -> dict:
-    """Stop each task's group: INT and TERM to every group at once; a group still alive
-    ``grace_s`` later gets KILL; report per task what is left and whether it had to be killed.
-
-    TensorFlow under MultiWorkerMirroredStrategy catches SIGTERM and keeps training, so SIGINT
-    (KeyboardInterrupt) goes too. KILL spares the supervisor, so it can still record the exit
-    code; a supervisor that is itself stuck is killed last and the code recorded for it. A group
-    whose number now belongs to another program (``ours``) is left alone: "skipped".
-    """
-    infos, skipped = {}, []
-    for task in tasks:
-        info = json.loads(_read(layout.task_file(run, task, "json")) or "{}")
-        if not info.get("pgid"):
-            continue
-        if ours(run, task, info):
-            infos[task] = info
-        elif group_members(info["pgid"]):
-            skipped.append(task)   # the task is gone; its group number was given to another program
-    for info in infos.values():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            _signal_group(info["pgid"], sig)
-    _wait_gone(infos.values(), grace_s)
-    killed = []
-    for task, info in infos.items():
-        victims = [pid for pid in group_members(info["pgid"]) if pid != info["supervisor"]]
-        for pid in victims:
-            _signal(pid, signal.SIGKILL)
-        if victims:
-            killed.append(task)
-    _wait_gone(infos.values(), 5)
-    for task, info in infos.items():
-        if group_members(info["pgid"]):
-            _signal_group(info["pgid"], signal.SIGKILL)
-            killed += [] if task in killed else [task]
-            if not os.path.exists(layout.task_file(run, task, "exit")):
-                _write_atomic(layout.task_file(run, task, "exit"), f"{-signal.SIGKILL}\n")
-    _wait_gone(infos.values(), 5)
-    out = {task: {"pgid": i["pgid"], "left": group_members(i["pgid"]), "killed": task in killed}
-           for task, i in infos.items()}
-    out.update({task: {"left": [], "skipped": "its process group now belongs to another program"}
-                for task in skipped})
-    return out
-
-
-def _wait_gone(infos, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline and any(group_members(i["pgid"]) for i in infos):
-        time.sleep(0.05)
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass

@@ -107,8 +107,9 @@ class MissingFile(HostError):
     """The run directory has no such file (yet)."""
 
 
-def _call(h: Host, sub: str, *args: str, stdin: bytes | None = None, timeout: float = TIMEOUT_S) -> dict:
-    result = h.transport.run(_argv(h, sub, *args), stdin=stdin, timeout=timeout)
+def _call(h: Host, sub: str, *args: str, stdin: bytes | None = None, timeout: float = TIMEOUT_S,
+          harness_in: str | None = None) -> dict:
+    result = h.transport.run(_argv(h, sub, *args, harness_in=harness_in), stdin=stdin, timeout=timeout)
     if result.exit_code in (NOT_INSTALLED, NO_PYTHON) and not result.stdout.strip():
         raise NotInstalled(h.name, f"no harness in {h.run_dir} (or no Python at {h.python})",
                            "Nothing of this run was started there; check the run directory.",
@@ -124,8 +125,10 @@ def _call(h: Host, sub: str, *args: str, stdin: bytes | None = None, timeout: fl
     return answer
 
 
-def _argv(h: Host, sub: str, *args: str) -> list[str]:
-    return [h.python, "-S", f"{h.run_dir}/{layout.HARNESS}/hostctl.py", sub, "--run", h.run_dir, *args]
+def _argv(h: Host, sub: str, *args: str, harness_in: str | None = None) -> list[str]:
+    """hostctl from the run folder's harness (or from ``harness_in``'s), acting on the run folder."""
+    where = harness_in or h.run_dir
+    return [h.python, "-S", f"{where}/{layout.HARNESS}/hostctl.py", sub, "--run", h.run_dir, *args]
 
 
 def _answer(result: Result) -> dict:
@@ -172,9 +175,35 @@ def stop(h: Host, tasks: list[str], *, grace_s: float) -> dict[str, list[int]]:
     return {name: list(info.get("left", [])) for name, info in stop_tasks(h, tasks, grace_s=grace_s).items()}
 
 
-def stop_tasks(h: Host, tasks: list[str], *, grace_s: float) -> dict[str, dict]:
-    """Stop the tasks' process groups; task -> {"left": pids, "killed": bool, "skipped": why}."""
-    return dict(_call(h, "stop", *_tasks(tasks), "--grace", str(grace_s), timeout=grace_s + 30))
+def stop_tasks(h: Host, tasks: list[str], *, grace_s: float, groups: dict[str, int] | None = None,
+               harness: bytes | None = None) -> dict[str, dict]:
+    """Stop the tasks and all they started (``sweep.py``); task -> {"left": pids, "killed": bool,
+    "found": count, "skipped": why}. ``groups``: task -> process group from the run's record.
+    ``harness``: a tar of harness/ to stop from when the run folder's own is gone (a cleanup
+    removed it): the stop runs from a temporary folder, and the folder is not made again."""
+    args = [*_tasks(tasks), "--grace", str(grace_s),
+            *(a for task, pgid in (groups or {}).items() if pgid for a in ("--group", f"{task}={pgid}"))]
+    try:
+        return dict(_call(h, "stop", *args, timeout=grace_s + 60))
+    except NotInstalled as err:
+        if harness is None or err.exit_code != NOT_INSTALLED:
+            raise
+    return dict(_from_temporary(h, harness, "stop", args, timeout=grace_s + 60))
+
+
+def _from_temporary(h: Host, bundle: bytes, sub: str, args: list[str], *, timeout: float) -> dict:
+    """hostctl ``sub`` run from a harness unpacked into a new temporary folder, removed after."""
+    fix = "Check the host's temporary folder (mktemp -d) and that tar is installed."
+    folder = h.transport.run(["mktemp", "-d"], timeout=30).check("cannot make a temporary folder", fix).stdout.strip()
+    try:
+        h.transport.run(["tar", "-x", "--no-same-owner", "-f", "-", "-C", folder], stdin=bundle,
+                        timeout=60).check(f"cannot unpack the harness into {folder}", fix)
+        return _call(h, sub, *args, timeout=timeout, harness_in=folder)
+    finally:
+        try:
+            h.transport.run(["rm", "-rf", "--", folder], timeout=30)
+        except HostError:
+            pass   # only a copy of the harness; the answer above matters more
 
 
 def stacks(h: Host, tasks: list[str], *, wait_s: float = 5.0) -> dict[str, dict]:
