@@ -71,7 +71,7 @@ def event(run_id: str, kind: str, *, reason: str | None, step: int | None, attem
     """The alert, as a generic JSON body; ``body`` turns it into what the webhook takes."""
     link = f"{console_url.rstrip('/')}/runs"
     words = {"finished": "finished", "failed": "failed", "restarted": "failed",
-             "preempted": "was preempted", "nan": "has a NaN/Inf loss", "stall": "stalled"}[kind]
+             "preempted": "was preempted", "nan": "has a NaN/Inf metric", "stall": "stalled"}[kind]
     at = f" at step {step}" if step is not None else ""
     because = f": {reason}" if reason and reason != "finished" else ""
     because += f"; restarted as attempt {attempt + 1}" if phase == "restarted" else ""
@@ -161,18 +161,17 @@ def on_restart(run_dir: Path, state) -> bool:
                    attempt=ended.number)
 
 
-def on_nonfinite(run_dir: Path, run_id: str, *, attempt: int, step: int | None, loss: object) -> bool:
-    """A NaN/Inf loss seen in the chief's metrics: one alert per attempt."""
-    try:
-        if math.isfinite(float(loss)):
-            return False
-    except (TypeError, ValueError):
+def on_nonfinite(run_dir: Path, run_id: str, *, attempt: int, step: int | None, metric: str,
+                 value: float) -> bool:
+    """A NaN/Inf metric seen in the chief's metrics (``metric``: "loss", or a name such as
+    "worker-1 val_loss"): one alert per attempt, naming it."""
+    if math.isfinite(float(value)):
         return False
     found = alert_settings.load(run_dir)
     if not found:
         return False
     console_url = found.get("console_url") or os.environ.get("TFCONSOLE_URL") or alert_settings.DEFAULT_CONSOLE_URL
-    return queue(run_dir, event(run_id, "nan", reason=f"loss is {loss}", step=step, attempt=attempt,
+    return queue(run_dir, event(run_id, "nan", reason=f"{metric} is {value}", step=step, attempt=attempt,
                                 phase="running", console_url=console_url), key=f"nan-attempt-{attempt}")
 
 

@@ -176,3 +176,17 @@ def direction(name: str) -> str | None:
     if any(w in base for w in ("acc", "auc", "precision", "recall", "f1", "iou")):
         return "max"
     return None
+
+
+def first_nonfinite(line: Line) -> tuple[str, float] | None:
+    """The first NaN/Inf of a line, as ("loss" or "<task> <metric>" or "global <metric>", value):
+    the global loss first, then the worker's values, then the other global values."""
+    if LOSS in line.global_ and not math.isfinite(line.global_[LOSS]):
+        return LOSS, line.global_[LOSS]
+    for name, value in line.metrics.items():
+        if not math.isfinite(value):
+            return f"{line.task} {name}", value
+    for name, value in line.global_.items():
+        if not math.isfinite(value):
+            return f"global {name}", value
+    return None

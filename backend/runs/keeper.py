@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.alerts import outbox
+from backend.harness import metric_line
 from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.diagnosis import stacks
@@ -243,13 +244,15 @@ class Keeper:
             return
         self.life.observe(time.time(), metrics_size=-1 if found.size is None else found.size)
         try:
-            last = json.loads(found.last_line or "{}")
-            if last.get("attempt") == run.state.attempt:
-                self.progress.last_step = int(last["step"])
-                outbox.on_nonfinite(run.local_dir, run.run_id, attempt=run.state.attempt,   # once
-                                    step=self.progress.last_step, loss=last.get("global_loss", last.get("loss")))
-        except (ValueError, TypeError, KeyError, AttributeError):
+            last = metric_line.parse(json.loads(found.last_line or "{}"))
+        except ValueError:
             return   # not a metrics record (the monitor quarantines such lines)
+        if last is not None and last.attempt == run.state.attempt:
+            self.progress.last_step = last.step
+            bad = metric_line.first_nonfinite(last)
+            if bad:
+                outbox.on_nonfinite(run.local_dir, run.run_id, attempt=run.state.attempt,   # once
+                                    step=last.step, metric=bad[0], value=bad[1])
 
     def _read_life(self, run: Run) -> None:
         """Every task's CPU time and log size, one command per host, all hosts at once."""

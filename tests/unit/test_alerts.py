@@ -163,10 +163,13 @@ def test_the_detached_sender_delivers_and_a_run_without_webhook_sends_nothing(tm
 
 def test_a_nonfinite_loss_alerts_once_per_attempt(tmp_path, receiver):
     run_dir = _run_dir(tmp_path, receiver().url)
-    assert not outbox.on_nonfinite(run_dir, "run-1", attempt=1, step=3, loss=0.5)
-    assert outbox.on_nonfinite(run_dir, "run-1", attempt=1, step=4, loss=float("nan"))
-    assert not outbox.on_nonfinite(run_dir, "run-1", attempt=1, step=5, loss=float("inf"))   # seen already
-    assert outbox.on_nonfinite(run_dir, "run-1", attempt=2, step=1, loss=float("inf"))
+    assert not outbox.on_nonfinite(run_dir, "run-1", attempt=1, step=3, metric="loss", value=0.5)
+    assert outbox.on_nonfinite(run_dir, "run-1", attempt=1, step=4, metric="loss", value=float("nan"))
+    assert not outbox.on_nonfinite(run_dir, "run-1", attempt=1, step=5, metric="loss",
+                                   value=float("inf"))   # seen already
+    assert outbox.on_nonfinite(run_dir, "run-1", attempt=2, step=1, metric="worker-1 val_loss",
+                               value=float("inf"))
+    assert "worker-1 val_loss is inf" in outbox.read(run_dir)[-1]["alert"]["reason"]
     assert [(e["alert"]["event"], e["alert"]["step"]) for e in outbox.read(run_dir)] == [("nan", 4), ("nan", 1)]
 
 

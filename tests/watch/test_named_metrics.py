@@ -145,3 +145,12 @@ def test_the_mirror_is_parsed_once_per_version_of_the_file(tmp_path):
     os.utime(path, ns=(1, 2))
     again = summary.from_mirror(tmp_path)
     assert again is not first and again.progress() == 110
+
+
+def test_the_first_nonfinite_value_of_a_line_is_named():
+    def first(**line):
+        return metric_line.first_nonfinite(metric_line.parse({"task": "worker-1", "step": 3, **line}))
+    assert first(loss=1.0, global_loss=1.0, metrics={"acc": 0.5}) is None
+    assert first(loss=1.0, global_loss=math.inf)[0] == "loss"
+    assert first(loss=1.0, global_loss=1.0, metrics={"val_loss": math.nan})[0] == "worker-1 val_loss"
+    assert first(loss=1.0, global_loss=1.0, **{"global": {"val_loss": math.inf}}) == ("global val_loss", math.inf)
