@@ -123,6 +123,12 @@ def _values(rows: list[Row], layout: Layout) -> dict:
     return out
 
 
+def mean(values) -> float:
+    """Examples/s of a task over its replicas."""
+    values = list(values)
+    return sum(values) / len(values)
+
+
 def name_problems(names, *, validation: bool) -> list[str]:
     """Why the names a job's ``metrics_fn`` returns cannot be used (empty when they can)."""
     names, out = list(names), []

@@ -8,6 +8,7 @@ import time
 import keras
 import tensorflow as tf
 
+import chief_writer
 import ckpt
 import ckpt_index
 import deadline
@@ -17,13 +18,11 @@ import nonfinite
 import layout
 import loop
 import preempt
-import report
 import requests_dir
 import retention
 import rows
 import startup
 import step_probe
-import tb
 import validation
 
 
@@ -146,10 +145,9 @@ class Session:
         ckpt_index.write_json_atomic(os.path.join(self.run_dir, "train.json"), info)
 
     def _open_writers(self):
-        self.reporter = report.MetricsReporter(self.run_dir, self.args.run_id, self.args.attempt)
-        folder = os.path.join(self.run_dir, layout.TENSORBOARD)
-        self.tb = tb.ScalarWriter(folder)
-        self.tb_val = tb.ScalarWriter(os.path.join(folder, tb.VALIDATION)) if self.validator else None
+        self.writer = chief_writer.ChiefWriter(
+            self.run_dir, self.args.run_id, self.args.attempt, self.cluster.tasks, self.layout,
+            validation=self.validator is not None)
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self) -> dict:
@@ -193,10 +191,7 @@ class Session:
         # CPU seconds of this process per step: robust where other jobs share the cores.
         cpu = (time.process_time() - cpu_clock) / timed if t_clock and timed else None
         if chief_writes:
-            self.reporter.close()
-            self.tb.close()
-            if self.tb_val:
-                self.tb_val.close()
+            self.writer.close()
         last = self.preempted if self.preempted is not None else self.total
         return {"task": self.task, "steps": last - self.start, "last_step": last,
                 "preempted": self.preempted,
@@ -291,7 +286,7 @@ class Session:
         epoch, mine = self._epoch(step), per_task[self.task]
         step_time = gathered.figure(self.task, "step_time")
         timing = (f"{step_time * 1000:.1f} ms/step "
-                  f"{gathered.figure(self.task, 'examples_per_sec', _mean):.0f} ex/s"
+                  f"{gathered.figure(self.task, 'examples_per_sec', rows.mean):.0f} ex/s"
                   if math.isfinite(step_time) else "(first step)")
         print(f"[{self.task}] step {step}/{self.total} epoch {epoch} loss {mine['loss']:.5f} "
               f"global_loss {glob['loss']:.5f} {timing}", flush=True)
@@ -303,7 +298,7 @@ class Session:
             self._check_same_data(step, {t: [r["first_batch"] for r in rs]
                                          for t, rs in gathered.rows.items()})
         if self.cluster.is_chief:
-            self._write_metrics(step, epoch, gathered, per_task, glob)
+            self.writer.write(step, epoch, gathered, per_task, glob)
         # Every value is checked; those only global (the learning rate) under "global".
         only_global = {k: v for k, v in glob.items() if k not in mine}
         self.health.check(step, {**per_task, "global": only_global}, self.versions)
@@ -320,41 +315,6 @@ class Session:
         if preempting:
             preempt.WATCH.saved(step, time.monotonic() - t_save)
             self.preempted = step
-
-    def _write_metrics(self, step, epoch, gathered, per_task, glob):
-        now = time.time()
-        shared = {k: v for k, v in glob.items() if k != rows.LOSS}
-        for task in self.cluster.tasks:
-            if task not in gathered.rows:
-                continue
-            mine = per_task[task]
-            self.reporter.log(
-                task, step, epoch, mine[rows.LOSS], glob[rows.LOSS],
-                gathered.figure(task, "step_time"), gathered.figure(task, "examples_per_sec", _mean),
-                now=now, input_wait=gathered.figure(task, "input_wait"),
-                first_batch=_first_hash([r["first_batch"] for r in gathered.rows[task]]),
-                metrics={k: v for k, v in mine.items() if k != rows.LOSS}, global_metrics=shared)
-        self._write_tensorboard(step, gathered, per_task, glob)
-
-    def _write_tensorboard(self, step, gathered, per_task, glob):
-        """``<metric>/<task>`` and ``<metric>/global`` (tb.py); validation in its own run."""
-        def tags(names, prefix=""):
-            out = {}
-            for name in names:
-                out[f"{name}/global"] = glob.get(prefix + name, math.nan)
-                for task in self.cluster.tasks:
-                    out[f"{name}/{task}"] = per_task.get(task, {}).get(prefix + name, math.nan)
-            return out
-
-        train = tags(self.layout.metrics)
-        for task in self.cluster.tasks:
-            train[f"step_time/{task}"] = (gathered.figure(task, "step_time")
-                                          if task in gathered.rows else math.nan)
-        if metric_line.LEARNING_RATE in glob:
-            train[f"{metric_line.LEARNING_RATE}/global"] = glob[metric_line.LEARNING_RATE]
-        self.tb.write(step, train)
-        if self.tb_val and rows.VAL_PREFIX + rows.LOSS in glob:
-            self.tb_val.write(step, tags(self.layout.metrics, rows.VAL_PREFIX))
 
     # ---- what the sync point learns besides the loss (step_probe) ----------------------------
     def _input_wait(self, window_s: float) -> float:
@@ -382,13 +342,3 @@ class Session:
                 "attempt": self.args.attempt, "step": step, "same_data": groups,
                 "time": time.time()})
 
-
-def _first_hash(values: list) -> float | None:
-    """The first replica's batch hash for the metrics line; None where none was taken."""
-    taken = [v for v in values if v != step_probe.NO_FP]
-    return taken[0] if taken else None
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)

@@ -14,7 +14,6 @@ end would put a "do you still have data?" collective into every batch).
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 import jobs
 import loop

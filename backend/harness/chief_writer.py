@@ -1,0 +1,71 @@
+"""What the chief writes at each sync point: the metrics lines and TensorBoard's scalars."""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import layout
+import metric_line
+import report
+import rows
+import step_probe
+import tb
+
+
+class ChiefWriter:
+    def __init__(self, run_dir: str, run_id: str, attempt: int, tasks: tuple,
+                 layout_: rows.Layout, *, validation: bool):
+        self.tasks, self.layout = tasks, layout_
+        self.reporter = report.MetricsReporter(run_dir, run_id, attempt)
+        folder = os.path.join(run_dir, layout.TENSORBOARD)
+        self.tb = tb.ScalarWriter(folder)
+        self.tb_val = tb.ScalarWriter(os.path.join(folder, tb.VALIDATION)) if validation else None
+
+    def write(self, step, epoch, gathered, per_task, glob):
+        """Every worker's line (report.py) and TensorBoard's points for one sync step."""
+        now = time.time()
+        shared = {k: v for k, v in glob.items() if k != rows.LOSS}
+        for task in self.tasks:
+            if task not in gathered.rows:
+                continue
+            mine = per_task[task]
+            self.reporter.log(
+                task, step, epoch, mine[rows.LOSS], glob[rows.LOSS],
+                gathered.figure(task, "step_time"), gathered.figure(task, "examples_per_sec", rows.mean),
+                now=now, input_wait=gathered.figure(task, "input_wait"),
+                first_batch=_first_hash([r["first_batch"] for r in gathered.rows[task]]),
+                metrics={k: v for k, v in mine.items() if k != rows.LOSS}, global_metrics=shared)
+        self._tensorboard(step, gathered, per_task, glob)
+
+    def _tensorboard(self, step, gathered, per_task, glob):
+        """``<metric>/<task>`` and ``<metric>/global`` (tb.py); validation in its own run."""
+        def tags(names, prefix=""):
+            out = {}
+            for name in names:
+                out[f"{name}/global"] = glob.get(prefix + name, math.nan)
+                for task in self.tasks:
+                    out[f"{name}/{task}"] = per_task.get(task, {}).get(prefix + name, math.nan)
+            return out
+
+        train = tags(self.layout.metrics)
+        for task in self.tasks:
+            train[f"step_time/{task}"] = (gathered.figure(task, "step_time")
+                                          if task in gathered.rows else math.nan)
+        if metric_line.LEARNING_RATE in glob:
+            train[f"{metric_line.LEARNING_RATE}/global"] = glob[metric_line.LEARNING_RATE]
+        self.tb.write(step, train)
+        if self.tb_val and rows.VAL_PREFIX + rows.LOSS in glob:
+            self.tb_val.write(step, tags(self.layout.metrics, rows.VAL_PREFIX))
+
+    def close(self) -> None:
+        self.reporter.close()
+        self.tb.close()
+        if self.tb_val:
+            self.tb_val.close()
+
+
+def _first_hash(values: list) -> float | None:
+    """The first replica's batch hash for the metrics line; None where none was taken."""
+    taken = [v for v in values if v != step_probe.NO_FP]
+    return taken[0] if taken else None
