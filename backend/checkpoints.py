@@ -84,15 +84,16 @@ def _checked_listing(run: Run, task: str, listing: object) -> list[dict]:
 
 
 @contextmanager
-def _refusal_is_artifact(fix: str = "Pick a step from the list as it is now."):
+def _refusal_is_artifact(fix: str = "Pick a step from the list as it is now.", *, folder: str = ""):
     """hostctl's refusal of a checkpoint action (a step gone, a hold expired) is about the
-    checkpoint, not the host: an ArtifactError with the host's reason."""
+    checkpoint, not the host: an ArtifactError with the host's reason. A full disk is neither:
+    it says so, and which folder to free (the path in the error, else ``folder``: the action's)."""
     try:
         yield
     except remote.Refused as err:
-        folder = diagnose.full_folder(err.reason)
+        folder = diagnose.full_folder(err.reason, unknown=folder or None)
         if folder is not None:   # a full disk is not the checkpoint's fault: another step fails too
-            raise ArtifactError(f"disk full on {err.host}: {err.reason.rstrip('.')}",
+            raise ArtifactError(f"disk full on {err.host}: {err.reason.rstrip('.')}.",
                                 f"Free space in {folder} and on the rest of that disk (old checkpoints, "
                                 "exports, logs), then try again.") from None
         raise ArtifactError(err.reason.rstrip(".") + ".", fix) from None
@@ -118,7 +119,7 @@ def list_checkpoints(run: Run, task: str | None = None) -> list[dict]:
     """Checkpoints of the chief (or of ``task``) that retention keeps, oldest first: each with
     its meta, files and sizes, and ``held`` (the purposes of the actions holding it)."""
     task = _chief_or(run, task)
-    with _refusal_is_artifact():
+    with _refusal_is_artifact(folder=checkpoint_dir(run, task)):
         listing = remote.checkpoint_list(run.remote(task), _folder(run, task))
     return _checked_listing(run, task, listing)
 
@@ -126,7 +127,7 @@ def list_checkpoints(run: Run, task: str | None = None) -> list[dict]:
 def list_abandoned(run: Run, task: str | None = None) -> list[dict]:
     """Checkpoints that restores moved aside (each names its ``abandoned`` folder)."""
     task = _chief_or(run, task)
-    with _refusal_is_artifact():
+    with _refusal_is_artifact(folder=checkpoint_dir(run, task)):
         listing = remote.checkpoint_abandoned(run.remote(task), _folder(run, task))
     return _checked_listing(run, task, listing)
 
@@ -134,19 +135,19 @@ def list_abandoned(run: Run, task: str | None = None) -> list[dict]:
 def pin(run: Run, step: int | None, *, purpose: str, ttl_s: float | None) -> Hold:
     """Hold ``step`` in the chief's folder (None: the newest, resolved now); ArtifactError if gone."""
     chief = run.state.chief.name
-    with _refusal_is_artifact():
+    with _refusal_is_artifact(folder=checkpoint_dir(run, chief)):
         answer = remote.checkpoint_hold(run.remote(chief), _folder(run, chief), step, purpose=purpose, ttl_s=ttl_s)
     return Hold(chief, int(answer["step"]), answer["hold"], purpose)
 
 
 def release(run: Run, hold: Hold) -> None:
-    with _refusal_is_artifact():
+    with _refusal_is_artifact(folder=checkpoint_dir(run, hold.task)):
         remote.checkpoint_release(run.remote(hold.task), _folder(run, hold.task), hold.hold_id)
 
 
 def abandon_after(run: Run, task: str, step: int, *, tag: str, keep: Hold) -> list[int]:
     """Move ``task``'s checkpoints newer than ``step`` aside (a restore); the steps moved."""
-    with _refusal_is_artifact():
+    with _refusal_is_artifact(folder=checkpoint_dir(run, task)):
         return remote.checkpoint_abandon(run.remote(task), _folder(run, task), after=step, tag=tag,
                                          keep_hold=keep.hold_id)
 

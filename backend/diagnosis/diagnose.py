@@ -29,6 +29,16 @@ _PREEMPT_SAVED = "HARNESS PREEMPTED: saved at step"
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)"
                              r"(?::.*)?$")
 
+# A full disk: Python's OSError ("[Errno 28] No space left on device: '/path'") or TensorFlow's
+# ("/path/ckpt-10_temp/part-...; No space left on device [Op:SaveV2]").
+_NO_SPACE = re.compile(r"No space left on device|\[Errno 28\]|\bENOSPC\b")
+_NO_SPACE_PATH = re.compile(r"(/[^\s;'\"]+)'?;? No space left on device|"
+                            r"No space left on device: '?(/[^'\s]+)")
+DISK_FULL_HEAD = "Disk full"   # ``on_host`` names the host after it
+DISK_FULL = ("Disk full (no space left on device): free space in {folder} and on the rest of its disk "
+             "(old checkpoints, exports, logs), or give the task a workdir on a bigger disk; then "
+             "resume from the last complete checkpoint.")
+
 KERAS_FIT = (
     "Keras 3 model.fit does not work under MultiWorkerMirroredStrategy: it fails with "
     "'Attempt to convert a value (PerReplica ...)' (keras-team/keras#20585). Train with this "
@@ -96,6 +106,38 @@ def permanent(reason: str) -> bool:
     return KERAS_FIT[:60] in reason or STARTUP_UNREACHABLE in reason
 
 
+def disk_full(text: str) -> str | None:
+    """The ``DISK_FULL`` explanation when ``text`` (an error, a log's last exception) says the disk
+    is full, naming the folder to free (``full_folder``). None otherwise."""
+    folder = full_folder(text)
+    return None if folder is None else DISK_FULL.format(folder=folder)
+
+
+def full_folder(text: str, *, unknown: str | None = None) -> str | None:
+    """When ``text`` says the disk is full: the folder the failed write was in, above the temporary
+    folder of a checkpoint (``ckpt-10_temp``) or an export (``.tmp-<name>``); ``unknown`` (else
+    "the task's run folder") when it names no path. None when it does not say so."""
+    if not _NO_SPACE.search(text or ""):
+        return None
+    found = _NO_SPACE_PATH.search(text)
+    return _folder_to_free(found.group(1) or found.group(2)) if found else unknown or "the task's run folder"
+
+
+def _folder_to_free(path: str) -> str:
+    parts = path.rstrip("/").split("/")
+    for i, part in enumerate(parts):
+        if part.endswith("_temp") or part.startswith(".tmp-"):
+            return "/".join(parts[:i]) or "/"
+    return "/".join(parts[:-1]) or "/"
+
+
+def on_host(explanation: str, host: str) -> str:
+    """An explanation that names no host (``DISK_FULL``), with the host it happened on."""
+    if explanation.startswith(DISK_FULL_HEAD):
+        return f"disk full on {host}{explanation[len(DISK_FULL_HEAD):]}"
+    return explanation
+
+
 def _last_exception_line(text: str) -> str | None:
     if "Traceback (most recent call last)" not in text:
         return None
@@ -131,12 +173,15 @@ def diagnose(log_text: str) -> str | None:
     if timeout:
         h, m, sec = (int(x) for x in timeout[-1])
         return STEP_TIMEOUT.format(seconds=h * 3600 + m * 60 + sec - 1)
+    last = _last_exception_line(log_text)
+    failed = _HARNESS_FAILED.findall(log_text)
+    full = disk_full(last or (failed[-1] if failed else ""))   # what ended it, not an old warning
+    if full:
+        return full
     if _PEER_DIED.search(log_text):
         return PEER_DIED
-    last = _last_exception_line(log_text)
     if last:
         return f"The worker stopped with an error: {last}"
-    failed = _HARNESS_FAILED.findall(log_text)
     if failed:
         return f"The worker stopped with an error: {failed[-1].strip()}"
     return None

@@ -7,6 +7,7 @@ complete on its own and resume needs no shared storage.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import keras
@@ -42,6 +43,10 @@ class Checkpointer:
     def __init__(self, directory: str, model, optimizer, step_var, policy: retention.Policy):
         os.makedirs(directory, exist_ok=True)
         self.directory = directory
+        # A save cut off in an earlier attempt (killed mid-write) left its temporary folder; no
+        # other process writes here now (the attempt's tasks were stopped before this one began).
+        for leftover in ckpt_index.temp_folders(directory):
+            shutil.rmtree(leftover, ignore_errors=True)
         self.step_var = step_var
         self.policy = policy
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
@@ -59,7 +64,14 @@ class Checkpointer:
         # What CheckpointManager.save did, minus its deletions: bump save_counter (older
         # checkpoints hold it, so restores match either way), then write ckpt-<step>.*.
         self.checkpoint.save_counter.assign_add(1)
-        path = self.checkpoint.write(ckpt_index.prefix_path(self.directory, step))
+        prefix = ckpt_index.prefix_path(self.directory, step)
+        try:
+            path = self.checkpoint.write(prefix)
+        except BaseException:
+            # A full disk (ENOSPC), say: what the failed save wrote can never be used (no meta
+            # file), and on a full disk it holds the very space that is missing.
+            ckpt_index.remove_partial(self.directory, step)
+            raise
         ckpt_index.write_json_atomic(meta, {
             "step": int(step), "epoch": int(epoch),
             "losses": {k: float(v) for k, v in losses.items()},

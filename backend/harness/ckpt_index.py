@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 
 PREFIX = "ckpt"                       # checkpoint_name given to tf.train.CheckpointManager
 _INDEX_RE = re.compile(rf"^{PREFIX}-(\d+)\.index$")
 _META_RE = re.compile(rf"^{PREFIX}-(\d+)\.meta\.json$")
+_TEMP_RE = re.compile(rf"^{PREFIX}-(\d+)_temp$")   # TensorFlow's folder for a save under way
 
 
 def prefix_path(directory: str, step: int) -> str:
@@ -99,6 +101,32 @@ def list_partial(directory: str) -> list[int]:
     any_steps |= {int(m.group(1)) for m in
                   (re.match(rf"^{PREFIX}-(\d+)\.data-", n) for n in names) if m}
     return sorted(any_steps - complete)
+
+
+def temp_folders(directory: str) -> list[str]:
+    """TensorFlow's temporary folders of unfinished saves (``ckpt-<step>_temp``) in ``directory``."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return [os.path.join(directory, n) for n in sorted(names) if _TEMP_RE.match(n)]
+
+
+def remove_partial(directory: str, step: int) -> None:
+    """Remove what a failed save of ``step`` wrote: its temporary folder and any file of that step
+    (never complete: the meta file is written only after the save returned)."""
+    stem = f"{PREFIX}-{int(step)}"
+    shutil.rmtree(os.path.join(directory, f"{stem}_temp"), ignore_errors=True)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(f"{stem}.") and not name.endswith(".meta.json"):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass   # gone already, or a folder: left as it is
 
 
 def main(argv: list[str]) -> int:

@@ -139,6 +139,7 @@ def failure_reason(bad: list[TaskStatus]) -> str:
     first = sorted(bad, key=lambda s: (not diagnose.permanent(s.diagnosis or ""),
                                        s.diagnosis == diagnose.PEER_DIED))[0]
     detail = first.diagnosis if first.diagnosis and first.diagnosis != diagnose.PEER_DIED else ""
+    detail = diagnose.on_host(detail, first.host)   # a full disk: say on which host
     return f"{first.name} {first.label}" + (f": {detail[:300]}" if detail else "")
 
 
