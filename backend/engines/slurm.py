@@ -155,6 +155,15 @@ class SlurmEngine:
         every reader finds the attempt's job)."""
         self._remember(run, found.attempt, found.job_id)
 
+    def time_limit(self, record: dict | None) -> str | None:
+        """The job's time limit when the preemption ``record`` (``tasks/<chief>.preempted``) is
+        the save on the signal Slurm sends ahead of it; None for any other signal. As Slurm
+        shows it (``00:10:00``) when it still knows the job, else as the cluster file says."""
+        if not record or record.get("signal") != f"SIG{batch.TIME_LIMIT_SIGNAL}":
+            return None
+        job = self._seen[0]
+        return (job.time_limit if job is not None and job.time_limit else None) or str(self.spec.time_limit)
+
     def job(self, run: RunView) -> JobInfo | None:
         """The current attempt's job as Slurm shows it (None: not submitted, or forgotten)."""
         job_id = self.job_id(run)

@@ -40,6 +40,11 @@ def script_path(run_dir: str, attempt: int) -> str:
 _SBATCH_WORD = re.compile(r"[^\s'\"\\%]+")
 
 
+# The signal Slurm sends ahead of the time limit (and nothing else we ask it for): a preemption
+# record naming it means the job ran out of time, not that another job took its nodes.
+TIME_LIMIT_SIGNAL = "USR2"
+
+
 def signal_lead_s(job: JobSpec) -> int:
     """Seconds ahead of the time limit for the save signal: the job's save grace (the Keras
     callback's default for command jobs, whose grace the console cannot see)."""
@@ -54,7 +59,7 @@ def sbatch_options(spec: SlurmSpec, *, run_id: str, run_dir: str, signal_lead_s:
     opts = [f"--job-name=tfconsole-{run_id}", f"--nodes={spec.nodes}",
             f"--ntasks-per-node={spec.tasks_per_node}", f"--cpus-per-task={spec.cpus_per_task}",
             f"--time={spec.time_limit}", f"--output={run_dir}/{layout.LOGS}/{BATCH_LOG}", "--requeue",
-            f"--signal=USR2@{signal_lead_s}"]
+            f"--signal={TIME_LIMIT_SIGNAL}@{signal_lead_s}"]
     for name in ("partition", "account", "qos"):
         if getattr(spec, name):
             opts.append(f"--{name}={getattr(spec, name)}")

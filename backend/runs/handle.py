@@ -22,7 +22,7 @@ from backend.harness import layout, preempt
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
 from backend.runs.outcome import (PREEMPTED, REQUEUED, Conclusion, TaskPhase, TaskStatus, Verdict, all_queued,
-                                  conclude, cut_off_phase, preempted_reason, shown_phase)
+                                  conclude, cut_off_phase, how_to_go_on, preempted_reason, shown_phase)
 from backend.runs.store import UNDERWAY, Attempt, Phase, RunState, RunStore, TaskState
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
@@ -264,7 +264,9 @@ class Run:
         offers that step first."""
         expect = (expect,) if isinstance(expect, Phase) else tuple(expect)   # a Phase is a str
         if found.verdict == Verdict.PREEMPTED:
-            reason, saved = self.preemption()
+            record = self._preempt_record()
+            reason, saved = self.preemption(record)
+            reason += how_to_go_on(saved, time_limit=self._time_limit(record))   # nothing resumes it
             self.mirror_logs()
             return self.move(Phase.STOPPED, when=expect, reason=reason, last_step=saved)
         phase = Phase.FINISHED if found.verdict == Verdict.FINISHED else Phase.FAILED
@@ -273,10 +275,17 @@ class Run:
         self.mirror_logs()
         return self.move(phase, when=expect, reason=found.reason, last_step=last_step)
 
-    def preemption(self) -> tuple[str, int | None]:
-        """The attempt's reason and saved step after a preemption, from the chief's record."""
-        record = self._preempt_record()
-        return preempted_reason(record), (int(record["step"]) if record else self.last_step())
+    def preemption(self, record: dict | None = None) -> tuple[str, int | None]:
+        """The attempt's reason and saved step after a preemption, from the chief's record (read
+        here unless given); a save on the scheduler's time-limit warning says so."""
+        record = record or self._preempt_record()
+        return (preempted_reason(record, time_limit=self._time_limit(record)),
+                int(record["step"]) if record else self.last_step())
+
+    def _time_limit(self, record: dict | None) -> str | None:
+        """The job's time limit when ``record`` is a save on the warning ahead of it (Slurm)."""
+        find = getattr(self.engine, "time_limit", None)
+        return find(record) if find is not None else None
 
     def _preempt_record(self) -> dict | None:
         """The chief's record of the step every worker saved on a signal in this attempt."""

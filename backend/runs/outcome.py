@@ -121,16 +121,28 @@ def conclude(statuses: list[TaskStatus]) -> Conclusion:
     return Conclusion(Verdict.GOING)
 
 
-def preempted_reason(record: dict | None) -> str:
+def preempted_reason(record: dict | None, *, time_limit: str | None = None) -> str:
     """An attempt's reason after a preemption: the step every worker saved (the chief's
-    ``tasks/<task>.preempted``), the signal, and whether it fitted the grace time."""
+    ``tasks/<task>.preempted``), the signal, and whether it fitted the grace time. ``time_limit``:
+    the signal was the scheduler's warning ahead of the job's time limit (Slurm), which is said."""
     if not record:
         return f"{PREEMPTED}: saved (step unknown: no record from the chief)"
     late = "" if record.get("within_grace", True) else \
         f", over the grace of {record.get('grace_s'):g} s"
     sig = record.get("signal") or "a peer's signal"
+    why = f": the Slurm job reached its time limit ({time_limit})" if time_limit else ""
     return (f"{PREEMPTED}: saved at step {record['step']} ({sig}, "
-            f"{record.get('seconds', 0):.1f} s after the signal{late})")
+            f"{record.get('seconds', 0):.1f} s after the signal{late}){why}")
+
+
+def how_to_go_on(step: int | None, *, time_limit: str | None) -> str:
+    """What a run that ended ``stopped`` on a preemption (no restart policy to resume it) says
+    next: how to continue from the step it saved."""
+    where = f"Restore from step {step}" if step is not None else "Restore from its newest checkpoint"
+    if time_limit:
+        return (f"; to go on: {where} (and raise time_limit in the cluster file so the rest fits), "
+                "or launch with restart: on_failure to resume by itself at each time limit")
+    return f"; to go on: {where}, or launch with restart: on_failure to resume by itself"
 
 
 def failure_reason(bad: list[TaskStatus]) -> str:

@@ -77,3 +77,29 @@ def test_a_real_time_limit_signals_ahead_and_the_next_job_resumes_from_the_last_
     assert jobs["2"] != jobs["1"], jobs                          # a new Slurm job
     run.stop(grace_s=5)
     assert_nothing_left(run, store)
+
+
+def test_a_run_with_no_restart_policy_stopped_by_its_time_limit_says_so_and_how_to_go_on(
+        slurm_cluster, tmp_path, python_path):
+    """Issue 35: the time limit's signal (sent as Slurm sends it, ``scancel --signal=USR2``) ends
+    a run that nothing restarts ``stopped`` at the saved step. Its reason said only "preempted:
+    saved at step N (SIGUSR2 ...)": it must name the time limit, and how to continue."""
+    from backend.config.spec import job_from_dict
+    from tests.faults.conftest import SYNTHETIC, TF_ENV
+    store = RunStore(tmp_path / "runs")
+    cluster = slurm_from_dict({"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
+                               "tasks_per_node": 2, "time_limit": "10", "python": python_path,
+                               "workdir": str(tmp_path / "shared"), "tf_port": sshd.free_port(span=2)})
+    job = job_from_dict({"kind": "harness", "module": SYNTHETIC, "env": TF_ENV,
+                         "params": {**PARAMS, "steps_per_epoch": 100000, "checkpoint_every": 0}})
+    run = launcher.launch(cluster, job, store=store)
+    wait_for(lambda: any(r["step"] >= 20 for r in metrics(run)), 300, "training to step 20")
+    slurm_cluster.run("scancel", "--signal=USR2", SlurmEngine.jobs(run)["1"])
+    wait_for(lambda: run.settle() is not None and not run.state.live, 300, "the run to end")
+    attempt = run.state.attempts[-1]
+    ran_to = max(r["step"] for r in metrics(run))
+    assert run.state.phase == "stopped" and attempt.last_step == ran_to, run.state
+    assert attempt.reason.startswith(f"preempted: saved at step {ran_to} (SIGUSR2, "), attempt.reason
+    assert "the Slurm job reached its time limit (00:10:00)" in attempt.reason, attempt.reason
+    assert f"to go on: Restore from step {ran_to} (and raise time_limit in the cluster file" in attempt.reason
+    assert_nothing_left(run, store)

@@ -30,3 +30,22 @@ def test_the_reason_names_the_step_the_signal_and_a_missed_grace():
               "within_grace": False}
     assert preempted_reason(record) == ("preempted: saved at step 40 (SIGTERM, 31.5 s after the "
                                         "signal, over the grace of 25 s)")
+
+
+def test_a_save_on_the_time_limit_warning_says_it_was_the_time_limit_and_how_to_go_on():
+    """Issue 35: a Slurm job's time limit is not a preemption by another job."""
+    from backend.config.slurm_spec import slurm_from_dict
+    from backend.engines.slurm import SlurmEngine
+    from backend.runs.outcome import how_to_go_on
+    record = {"step": 10, "signal": "SIGUSR2", "seconds": 0.4}
+    engine = SlurmEngine(None, slurm_from_dict({"kind": "slurm", "host": "login", "time_limit": "30"}))
+    assert engine.time_limit(record) == "30"                       # the cluster file's word
+    assert engine.time_limit({**record, "signal": "SIGTERM"}) is None   # scancel, a real preemption
+    assert engine.time_limit(None) is None
+    reason = preempted_reason(record, time_limit="00:30:00") + how_to_go_on(10, time_limit="00:30:00")
+    assert reason == ("preempted: saved at step 10 (SIGUSR2, 0.4 s after the signal): the Slurm job "
+                      "reached its time limit (00:30:00); to go on: Restore from step 10 (and raise "
+                      "time_limit in the cluster file so the rest fits), or launch with restart: "
+                      "on_failure to resume by itself at each time limit")
+    assert preempted_reason(record) == "preempted: saved at step 10 (SIGUSR2, 0.4 s after the signal)"
+    assert how_to_go_on(None, time_limit=None).startswith("; to go on: Restore from its newest checkpoint")
