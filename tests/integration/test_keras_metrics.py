@@ -138,3 +138,50 @@ def test_fit_shows_accuracy_per_worker_validation_and_learning_rate_and_keeps_th
     listed = {c["step"]: c for c in checkpoints.list_checkpoints(run)}
     assert set(listed) == {best, ends[-1]}, sorted(listed)
     assert math.isclose(listed[best]["metrics"]["val_loss"], min(val_losses), rel_tol=1e-4)
+
+
+KERAS3 = """
+import json, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras, numpy as np, tfconsole
+keras.utils.set_random_seed(0)
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+rng = np.random.RandomState(0)
+x = rng.normal(size=(640, 4)).astype("float32")
+xv = rng.normal(size=(96, 4)).astype("float32")
+y, yv = x.sum(axis=1, keepdims=True), xv.sum(axis=1, keepdims=True)
+h = model.fit(x, y, batch_size=32, epochs=2, validation_data=(xv, yv), validation_freq=2,
+              callbacks=[tfconsole.KerasCallback(every=5)], verbose=0)
+kernel, bias = (v.tolist() for v in model.get_weights())
+print("RESULT", json.dumps({"kernel": kernel, "bias": bias, "xv": xv.tolist(), "yv": yv.tolist(),
+                            "keras": keras.__version__}))
+"""
+
+
+@pytest.mark.slow
+def test_keras3_under_mirrored_strategy_reports_metrics_and_validates_every_second_epoch(tmp_path):
+    """Keras 3, one worker with two replicas (its fit fails under MWMS, facts #1): mae per worker,
+    val_loss/val_mae only on the epoch that validated (validation_freq=2), equal to numpy on the
+    final weights, and the learning rate."""
+    from tests.unit.test_client import _env, _python, _unpack
+    run = tmp_path / "run"
+    _unpack(run)
+    env = {k: v for k, v in _env(run, 0).items() if k != "TF_CONFIG"}
+    env.update(TFCONSOLE_TASK="worker-0", TF_CPP_MIN_LOG_LEVEL="2")
+    out = json.loads(_python(KERAS3, env, tmp_path).split("RESULT ", 1)[1])
+    assert out["keras"].startswith("3.")
+    lines = {m["step"]: m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+    assert sorted(lines) == [1, 5, 10, 15, 20, 25, 30, 35, 40]
+    assert all("mae" in m["metrics"] and m["global"]["learning_rate"] == pytest.approx(0.05)
+               for m in lines.values())
+    assert not any("val_loss" in m["global"] for s, m in lines.items() if s != 40)
+    pred = np.asarray(out["xv"]) @ np.asarray(out["kernel"]) + np.asarray(out["bias"])
+    err = pred - np.asarray(out["yv"])
+    last = lines[40]
+    assert math.isclose(last["global"]["val_loss"], float(np.mean(err ** 2)), rel_tol=1e-4)
+    assert math.isclose(last["global"]["val_mae"], float(np.mean(np.abs(err))), rel_tol=1e-4)
+    assert last["metrics"]["val_mae"] == pytest.approx(last["global"]["val_mae"])   # one worker
