@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from backend.watch.metrics import MetricsStore, downsample, ema
+from console import crowd
 
 UIREVISION = "training-console"
 PALETTE = qualitative.Plotly + qualitative.D3 + qualitative.Dark24 + qualitative.Light24
@@ -25,22 +26,21 @@ Thin = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 
 def loss_figure(store: MetricsStore, smoothing: float = 0.0, max_points: int = 2000, *,
-                thin: Thin = downsample) -> go.Figure:
+                thin: Thin = downsample, show: list[str] | None = None) -> go.Figure:
     """Each worker's own loss, thin, plus the global mean loss, thick, on top (and the
     validation loss, dashed, where the run validates)."""
-    return metric_figure(store, "loss", smoothing, max_points, thin=thin)
+    return metric_figure(store, "loss", smoothing, max_points, thin=thin, show=show)
 
 
 def metric_figure(store: MetricsStore, name: str, smoothing: float = 0.0, max_points: int = 2000,
-                  *, thin: Thin = downsample) -> go.Figure:
+                  *, thin: Thin = downsample, show: list[str] | None = None) -> go.Figure:
     """One metric: each worker's own value, thin, the global value thick on top; its validation
     counterpart (``val_<name>``) on the same axes, dashed with markers (a point per validation).
-    Names come from the job's lines: escaped, since plotly reads a few HTML tags in names."""
-    traces = []
-    for i, task in enumerate(store.metric_tasks(name)):
-        x, y = store.metric(name, task)
-        traces.append(_line(task, *_smooth_thin(x, y, smoothing, max_points, thin), _color(i),
-                            width=1.2, group="workers"))
+    Past ``crowd.MANY`` workers: the band across workers, the odd ones out and the workers in
+    ``show`` instead of every line. Names come from the job's lines: escaped, since plotly
+    reads a few HTML tags in names."""
+    tasks = store.metric_tasks(name)
+    traces = _worker_traces(store, name, tasks, smoothing, max_points, thin, show)
     gx, gy = store.metric(name)
     if len(gx):
         label = "global (mean of workers)" if name == "loss" else "global"
@@ -48,16 +48,49 @@ def metric_figure(store: MetricsStore, name: str, smoothing: float = 0.0, max_po
                             width=3.5))
     val = f"val_{name}"
     if val in store.metric_names():
-        for i, task in enumerate(store.metric_tasks(val)):
-            x, y = store.metric(val, task)
-            traces.append(_line(f"{task} (validation)", *thin(x, y, max_points), _color(i),
-                                width=1.2, dash="dash", markers=True, group="validation"))
+        val_tasks = store.metric_tasks(val)
+        if len(val_tasks) <= crowd.MANY:   # a crowd's validation: its global value speaks for it
+            for i, task in enumerate(val_tasks):
+                x, y = store.metric(val, task)
+                traces.append(_line(f"{task} (validation)", *thin(x, y, max_points), _color(i),
+                                    width=1.2, dash="dash", markers=True, group="validation"))
         vx, vy = store.metric(val)
         if len(vx):
             traces.append(_line("global (validation)", *thin(vx, vy, max_points), GLOBAL_COLOR,
                                 width=3.0, dash="dash", markers=True))
     title = "Loss" if name == "loss" else html.escape(name)
     return _figure(traces, title=title, y_title=html.escape(name))
+
+
+def _worker_traces(store: MetricsStore, name: str, tasks: list[str], smoothing: float,
+                   max_points: int, thin: Thin, show: list[str] | None,
+                   field: str | None = None) -> list[dict]:
+    """A line per worker; past crowd.MANY, the band plus the odd ones out and ``show``."""
+    def values(task):
+        if field is None:
+            return store.metric(name, task)
+        s = store.series(task)
+        return s.step, getattr(s, field)
+    if len(tasks) <= crowd.MANY:
+        return [_line(task, *_smooth_thin(*values(task), smoothing, max_points, thin), _color(i),
+                      width=1.2, group="workers") for i, task in enumerate(tasks)]
+    series = {t: values(t) for t in tasks}
+    spread = crowd.band(series)
+    last = {t: float(v[-1]) for t, (_, v) in series.items() if len(v)}
+    picked = list(dict.fromkeys([*crowd.odd_ones(last), *(t for t in show or () if t in series)]))
+    lo_x, lo = _smooth_thin(spread.step, spread.low, smoothing, max_points, thin)
+    hi_x, hi = _smooth_thin(spread.step, spread.high, smoothing, max_points, thin)
+    traces = [
+        {"type": "scatter", "mode": "lines", "name": "lowest worker", "x": lo_x, "y": lo,
+         "line": {"width": 0, "color": crowd.BAND_COLOR}, "showlegend": False, "hoverinfo": "skip"},
+        {"type": "scatter", "mode": "lines", "name": f"range of {len(tasks)} workers", "x": hi_x,
+         "y": hi, "line": {"width": 0, "color": crowd.BAND_COLOR}, "fill": "tonexty",
+         "fillcolor": crowd.BAND_COLOR, "hoverinfo": "skip"}]
+    for task in picked:
+        i = tasks.index(task)
+        traces.append(_line(task, *_smooth_thin(*series[task], smoothing, max_points, thin),
+                            _color(i), width=1.5, group="workers"))
+    return traces
 
 
 def learning_rate_figure(store: MetricsStore, max_points: int = 2000, *,
@@ -83,31 +116,42 @@ def _smooth_thin(x, y, smoothing: float, max_points: int, thin: Thin):
 
 
 def step_time_figure(store: MetricsStore, max_points: int = 2000, *,
-                     thin: Thin = downsample) -> go.Figure:
-    """Seconds per step for each worker; the slowest (by median) is drawn thick and named."""
+                     thin: Thin = downsample, show: list[str] | None = None) -> go.Figure:
+    """Seconds per step for each worker; the slowest (by median) is drawn thick and named.
+    Past crowd.MANY workers: the band, the odd ones out, the slowest and ``show``."""
     ratios = store.stragglers()
     slowest = max(ratios, key=ratios.get) if len(ratios) > 1 else None
-    traces = []
-    for i, task in enumerate(store.tasks()):
-        x, y = store.downsampled(task, "step_time", max_points, thin=thin)
-        name, width, opacity = task, 1.2, 0.6
-        if task == slowest:
-            name, width, opacity = f"{task} (slowest, x{ratios[task]:.2f} median)", 3.0, 1.0
-        traces.append(_line(name, x, y, _color(i), width=width, opacity=opacity))
+    tasks = store.tasks()
+    if len(tasks) > crowd.MANY:
+        traces = _worker_traces(store, "step_time", tasks, 0.0, max_points, thin,
+                                [*(show or ()), *([slowest] if slowest else [])], field="step_time")
+    else:
+        traces = []
+        for i, task in enumerate(tasks):
+            x, y = store.downsampled(task, "step_time", max_points, thin=thin)
+            name, width, opacity = task, 1.2, 0.6
+            if task == slowest:
+                name, width, opacity = f"{task} (slowest, x{ratios[task]:.2f} median)", 3.0, 1.0
+            traces.append(_line(name, x, y, _color(i), width=width, opacity=opacity))
     fig = _figure(traces, title="Step time", y_title="seconds per step")
     if slowest is not None:
-        fig.update_layout(title_text=f"Step time (slowest: {slowest}, "
+        fig.update_layout(title_text=f"Step time (slowest: {html.escape(slowest)}, "
                                      f"x{ratios[slowest]:.2f} the median)")
     return fig
 
 
 def throughput_figure(store: MetricsStore, max_points: int = 2000, *,
-                      thin: Thin = downsample) -> go.Figure:
-    """Examples per second for each worker."""
-    traces = []
-    for i, task in enumerate(store.tasks()):
-        x, y = store.downsampled(task, "examples_per_sec", max_points, thin=thin)
-        traces.append(_line(task, x, y, _color(i), width=1.2))
+                      thin: Thin = downsample, show: list[str] | None = None) -> go.Figure:
+    """Examples per second for each worker (past crowd.MANY: the band and the odd ones out)."""
+    tasks = store.tasks()
+    if len(tasks) > crowd.MANY:
+        traces = _worker_traces(store, "examples_per_sec", tasks, 0.0, max_points, thin, show,
+                                field="examples_per_sec")
+    else:
+        traces = []
+        for i, task in enumerate(tasks):
+            x, y = store.downsampled(task, "examples_per_sec", max_points, thin=thin)
+            traces.append(_line(task, x, y, _color(i), width=1.2))
     return _figure(traces, title="Throughput", y_title="examples per second")
 
 

@@ -13,7 +13,7 @@ from backend.diagnosis import stacks
 from backend.config.spec import RestartMode
 from backend.watch import summary
 from backend.watch.metrics import task_order
-from console import figures
+from console import crowd, figures
 from console.chart_feed import stable_thin
 from console.plain import md_escape
 from console.live_run import LiveRun, Progress, progress, step_times
@@ -38,23 +38,29 @@ class Snapshot:
     metrics: dict[str, go.Figure] = field(default_factory=dict)   # name -> chart, loss excluded
     learning_rate: go.Figure | None = None
     last_values: list[dict] = field(default_factory=list)
+    outliers: list[str] = field(default_factory=list)   # past crowd.MANY workers: who stands out
 
 
-def snapshot(live: LiveRun, smoothing: float = 0.0, hidden: frozenset = frozenset()) -> Snapshot:
-    """Everything the live panel draws; ``hidden``: metrics the operator chose not to chart."""
+def snapshot(live: LiveRun, smoothing: float = 0.0, hidden: frozenset = frozenset(),
+             show: tuple = ()) -> Snapshot:
+    """Everything the live panel draws; ``hidden``: metrics the operator chose not to chart;
+    ``show``: workers drawn on crowded charts besides the odd ones out."""
     store = live.metrics
     steps, times = step_times(store)
     names = [n for n in figures.chart_metrics(store) if n != "loss" and n not in hidden]
+    show = list(show)
+    crowded = len(store.tasks()) > crowd.MANY
     return Snapshot(progress=progress(steps, times, live.train_info() if len(steps) else None),
-                    metrics={n: figures.metric_figure(store, n, smoothing, thin=stable_thin)
+                    metrics={n: figures.metric_figure(store, n, smoothing, thin=stable_thin, show=show)
                              for n in names},
+                    outliers=crowd.outlier_lines(store, names=["loss", *names]) if crowded else [],
                     learning_rate=(figures.learning_rate_figure(store, thin=stable_thin)
                                    if "learning_rate" in store.metric_names()
                                    and "learning_rate" not in hidden else None),
                     last_values=last_value_rows(store),
-                    loss=figures.loss_figure(store, smoothing=smoothing, thin=stable_thin),
-                    step_time=figures.step_time_figure(store, thin=stable_thin),
-                    throughput=figures.throughput_figure(store, thin=stable_thin),
+                    loss=figures.loss_figure(store, smoothing=smoothing, thin=stable_thin, show=show),
+                    step_time=figures.step_time_figure(store, thin=stable_thin, show=show),
+                    throughput=figures.throughput_figure(store, thin=stable_thin, show=show),
                     monitor=(dict(live.monitor.status(), store_warning=store.warning())
                              if live.monitor else {}),
                     tasks=[t.name for t in live.run.state.tasks])
@@ -176,3 +182,10 @@ def gpu_rows(samples: dict[str, list]) -> list[dict]:
             rows.append({"host": host, "GPU": g.get("index"), "utilisation %": g.get("util"),
                          "memory used MiB": g.get("mem_used_mib"), "memory total MiB": g.get("mem_total_mib")})
     return rows
+
+
+def resume_warnings(live: LiveRun) -> list[str]:
+    """Attempts that were to resume from a step that not every worker confirmed restoring (a
+    script that ignores the resume step), as the run's record keeps them: no host is asked."""
+    from backend.runs import resume
+    return resume.warnings(live.run.state)

@@ -3,7 +3,7 @@ import time
 
 import streamlit as st
 
-from console import actions, figures, monitor_view
+from console import actions, crowd, figures, monitor_view
 from console.ui import auth, page, state, widgets
 from console.ui.live_chart import live_chart
 from console.plain import md_escape
@@ -20,6 +20,8 @@ def main() -> None:
     live.reload()   # the saved phase: another page, the CLI or a keeper may have ended the run
     live.ensure_monitor()
     widgets.run_header(live)
+    for line in monitor_view.resume_warnings(live):   # a resume that not every worker confirmed
+        st.warning(md_escape(line))
     # Stop near the top, before anything that waits for the hosts (the task states in the live panel).
     if live.run.state.live:
         widgets.stop_controls(live, key="monitor")
@@ -47,10 +49,15 @@ def main() -> None:
         "Hide charts", [n for n in figures.chart_metrics(live.metrics) if n != "loss"]
         + (["learning_rate"] if "learning_rate" in live.metrics.metric_names() else []),
         key="hidden_metrics", placeholder="every metric the run reports is charted"))
+    tasks = live.metrics.tasks()
+    # Past a handful of workers the charts draw the band and the odd ones out; pick others here.
+    show = tuple(st.multiselect("Show workers", tasks, key="show_workers",
+                                placeholder="the odd ones out are drawn; pick others to compare")
+                 if len(tasks) > crowd.MANY else ())
 
     @auth.fragment(run_every=0.5 if WAITING else EVERY)
     def live_panel() -> None:
-        snap = monitor_view.snapshot(live, smoothing, hidden)
+        snap = monitor_view.snapshot(live, smoothing, hidden, show)
         p = snap.progress
         ended = not live.run.state.live
         if ended and p.step is None:   # no chart to draw: a command job, or it ended before step 1
@@ -76,6 +83,8 @@ def main() -> None:
         waits, data_warnings = monitor_view.data_notes(live)
         for line in data_warnings:
             st.warning(md_escape(line))    # task names come from the job's metric lines
+        if snap.outliers:   # who stands out among many workers (names from the job's lines)
+            st.caption(md_escape("Stand out: " + "; ".join(snap.outliers)))
         live_chart(snap.loss, key="loss_chart")
         if waits:
             st.caption(md_escape(waits))

@@ -2,10 +2,14 @@
 
 Memory bound: each task holds five columns (int64 step, float64 time, loss, step_time,
 examples_per_sec), 40 bytes a point, in arrays that grow by 1.5x, so at most 60 bytes a point
-while growing. A task never holds more than ``max_points_per_task`` points: past it, the older
-half is thinned to every other point. Bound: tasks x max_points_per_task x 60 bytes, plus the
-global-loss series (3 columns, 24 bytes a step, same cap). With the default cap of 500,000 that is
-30 MB per worker; 64 workers x 15,625 points take about 40 MB.
+while growing; a named metric's series holds three (step, time, value), at most 36 bytes a point.
+The store shares one budget of ``max_points`` (default 2,000,000) among all its series: each may
+hold ``max_points / series`` points (at least MIN_POINTS, at most ``max_points_per_task``), and a
+new series shrinks the others' share. Past its share, a series' older half is thinned to every
+other point. Bound: ``max_points`` x 60 bytes (120 MB) however long the run and however many
+workers, where a share is above MIN_POINTS; a run of very many series gets MIN_POINTS each
+instead (64 workers x 10 metrics: 715 series x 4,096 points, about 130 MB at most); plus each
+series' first allocation (1,024 points, 40 KB; 29 MB for those 715). A long-lived console does not grow without end.
 
 Snapshots are free: appends only write past every length handed out, and truncation or thinning
 builds new arrays, so ``series()`` returns read-only views that never change under the reader.
@@ -37,7 +41,9 @@ from backend.harness import metric_line
 
 FIELDS = ("step", "time", "loss", "step_time", "examples_per_sec")
 _FLOATS = FIELDS[1:]
-DEFAULT_MAX_POINTS = 500_000
+DEFAULT_MAX_POINTS = 500_000     # one series at most
+DEFAULT_BUDGET = 2_000_000       # all series together (module docstring)
+MIN_POINTS = 4096                # a series' share never falls below this
 # A job names its tasks; each new name costs a series (about 40 KiB even when empty), so a job
 # that writes a new name per line could fill the console's memory (issue 27). Past these, the
 # lines are dropped and counted, and ``warning()`` says so.
@@ -69,7 +75,7 @@ class _Columns:
         count = len(data["step"])
         start = 0
         while start < count:   # chunks, so that thinning always makes room
-            if self.n >= self.cap:
+            while self.n >= self.cap:   # a share made smaller may need more than one pass
                 self._rebuild(self._thin_index())
             take = min(count - start, self.cap - self.n)
             self._reserve(self.n + take)
@@ -214,11 +220,15 @@ def _fits(value) -> bool:
 
 
 class MetricsStore:
-    def __init__(self, *, max_points_per_task: int = DEFAULT_MAX_POINTS) -> None:
+    def __init__(self, *, max_points_per_task: int = DEFAULT_MAX_POINTS,
+                 max_points: int = DEFAULT_BUDGET, min_points: int = MIN_POINTS) -> None:
         self._lock = threading.Lock()
-        self._cap = max(16, int(max_points_per_task))
+        self._min = int(min_points)
+        self._cap = self._max_cap = max(16, int(max_points_per_task))
+        self._budget = int(max_points)
+        self._series: list[_Task] = []   # every series, for the budget's shares
         self._tasks: dict[str, _Task] = {}
-        self._global = _Task(("step", "time", "loss"), self._cap)
+        self._global = self._new_series(("step", "time", "loss"))
         self.rejected = 0       # records without a task name or an integer step
         self.version = 0        # bumps on every change: a cheap "redraw needed?" check
         self.nonfinite: dict[str, tuple[int, float]] = {}   # task -> first NaN/Inf loss (step, value)
@@ -318,8 +328,22 @@ class MetricsStore:
                 return None
             self._named[name] = {}
         if task is None:
-            return self._named_global.setdefault(name, _Task(_VALUE, self._cap))
-        return self._named[name].setdefault(task, _Task(_VALUE, self._cap))
+            if name not in self._named_global:
+                self._named_global[name] = self._new_series(_VALUE)
+            return self._named_global[name]
+        if task not in self._named[name]:
+            self._named[name][task] = self._new_series(_VALUE)
+        return self._named[name][task]
+
+    def _new_series(self, names: tuple[str, ...]) -> _Task:
+        """A new series; every series' share of the budget is set again (module docstring)."""
+        series = _Task(names, self._cap)
+        self._series.append(series)
+        share = self._budget // len(self._series)
+        self._cap = min(self._max_cap, max(self._min, share))
+        for t in self._series:
+            t.cols.cap = self._cap   # thinned at its next append if it holds more
+        return series
 
     def _check_finite_named(self, task: str, name: str, data: dict) -> None:
         if task in self.nonfinite_metrics or np.isfinite(data["value"]).all():
@@ -367,7 +391,7 @@ class MetricsStore:
         elif len(self._tasks) >= MAX_TASKS:
             self.dropped_names += lines
         else:
-            t = self._tasks[name] = _Task(FIELDS, self._cap)
+            t = self._tasks[name] = self._new_series(FIELDS)
             return t
         self.version += 1   # the warning changed: redraw
         return None
