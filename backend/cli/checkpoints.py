@@ -11,13 +11,15 @@ from dataclasses import asdict
 
 from backend import checkpoints
 from backend.runs import launcher, restore
+from backend.runs.resume import warnings as resume_warnings
 from backend.errors import SpecError
 from backend.runs.store import RunStore
 
 EXIT_CODES = """exit codes:
   0    done (for status and runs: whatever the run's state)
   1    the check or the wait did not succeed: preflight failed on a host, launch --wait ended
-       other than finished, stacks got no stack, trust-host needs --fingerprint
+       other than finished, stacks got no stack, trust-host needs --fingerprint, restore
+       started a new attempt that not every worker confirmed resuming from the step
   2    an error, one line on stderr saying why and what to do; or a usage error
   3    an unexpected error (a bug): one line on stderr; please report it
   130  interrupted (Ctrl-C)
@@ -81,10 +83,16 @@ def cmd_export(a) -> int:
 
 
 def cmd_restore(a) -> int:
+    """Exit 1 when the new attempt runs but not every worker confirmed resuming from the step
+    (a script that ignores the resume step): the run goes on, the user must know."""
     run = _attach(a)
-    restore.restore(run, a.step)
-    print(f"run {run.run_id}: attempt {run.reload().attempt} started from step {a.step}")
-    return 0
+    result = restore.restore(run, a.step)
+    if result.confirmed:
+        print(f"run {run.run_id}: {result.summary}")
+        return 0
+    print(f"run {run.run_id}: attempt {result.attempt} started, NOT confirmed as resumed from step {a.step}")
+    print(result.summary, file=sys.stderr)
+    return 1
 
 
 def status_json(run, statuses, *, health_line: str) -> dict:
@@ -95,7 +103,8 @@ def status_json(run, statuses, *, health_line: str) -> dict:
             "tasks": [{"name": t.name, "host": t.host, "state": str(t.state), "label": t.label,
                        "exit_code": t.exit_code, "diagnosis": t.diagnosis} for t in statuses],
             "attempts": [asdict(t) for t in s.attempts], "unreachable": list(s.unreachable),
-            "keeper": run.keeper_note or None, "health": health_line or None}
+            "keeper": run.keeper_note or None, "health": health_line or None,
+            "resume": resume_warnings(s) or None}
 
 
 def add_commands(add) -> None:

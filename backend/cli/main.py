@@ -74,6 +74,8 @@ def cmd_status(a) -> int:
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
     statuses = run.settle() or run.status()   # settle: a run whose tasks all ended is recorded so
     from backend.diagnosis import data_checks, health
+    from backend.runs import resume
+    resume.refresh(run)   # a restart nobody checked yet: did every worker resume from its step?
     nan = health.status_line(run)
     same_data = data_checks.status_line(run)
     if a.json:
@@ -86,6 +88,8 @@ def cmd_status(a) -> int:
         resumed = "scratch" if t.resume_step is None else f"step {t.resume_step}"
         print(f"  attempt {t.number}: from {resumed}, last step {t.last_step if t.last_step is not None else '-'}, "
               f"{'ended: ' + str(t.reason) if t.ended else 'running'}")
+    for line in resume.warnings(run.state):
+        print(f"  warning: {line}")
     if nan:
         print(f"  {nan}")
     if same_data:

@@ -5,7 +5,6 @@ aside), which sit below run life.
 from __future__ import annotations
 
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from backend.checkpoints import (CHOICE_TTL_S, Hold, abandon_after, host_name, l
 from backend.errors import ArtifactError
 from backend.harness import layout
 from backend.hosts import remote
-from backend.runs import detached
+from backend.runs import detached, resume
 from backend.runs.attempts import begin_attempt
 from backend.runs.handle import Run
 from backend.runs.store import Phase
@@ -28,11 +27,18 @@ class RestoreResult:
     attempt: int
     resumed: dict[str, int] = field(default_factory=dict)    # task -> the step it restored
     moved_aside: dict[str, list[int]] = field(default_factory=dict)   # task -> newer steps
+    warning: str | None = None    # set when not every worker confirmed resuming from ``step``
+
+    @property
+    def confirmed(self) -> bool:
+        return self.warning is None
 
     @property
     def summary(self) -> str:
+        if self.warning:
+            return f"warning: {self.warning}"
         tasks = ", ".join(f"{t} from step {s}" for t, s in sorted(self.resumed.items()))
-        return f"attempt {self.attempt} resumed: {tasks or 'no worker has reported yet'}"
+        return f"attempt {self.attempt} resumed: {tasks}"
 
 
 def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RESUME_WAIT_S) -> RestoreResult:
@@ -62,9 +68,17 @@ def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RE
         if run.watched:
             _rekeep(run)
         result = RestoreResult(step, run.state.attempt, moved_aside={t: s for t, s in moved.items() if s})
-        # A command job's checkpoints are tfconsole's (the only ones listed), whose restore
-        # writes tasks/<task>.resumed as the harness does: wait for it too.
-        result.resumed = wait_resumed(run, wait_s)
+        # Resumed only if every worker says so in tasks/<task>.resumed (the harness, and a command
+        # job's tfconsole.checkpoints.restore): a script may ignore the step and start over.
+        check = resume.wait(run, wait_s)
+        result.resumed = check.resumed
+        if check.done:   # kept for status and Monitor; unsettled, status looks again later
+            resume.record(run, result.attempt, check)
+            result.warning = resume.warning(run.reload().attempts[-1], [t.name for t in run.state.tasks])
+        else:
+            result.warning = (f"attempt {result.attempt} has not confirmed resuming from step {step} on "
+                              f"every worker within {wait_s:.0f} s (no metrics yet either); `status` "
+                              f"checks again. {resume.RESUME_FIX}")
         return result
     finally:
         if own:
@@ -73,18 +87,8 @@ def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RE
 
 def wait_resumed(run: Run, wait_s: float) -> dict[str, int]:
     """task -> step each task of the current attempt restored: once all did, one ended without
-    restoring, or ``wait_s`` passed."""
-    deadline, found = time.time() + wait_s, {}
-    while True:
-        ended = []
-        for t in run.state.tasks:
-            if t.name not in found:
-                answer = remote.resumed(run.remote(t.name), run.state.attempt, [t.name])
-                found.update(answer["resumed"])
-                ended += [n for n in answer["ended"] if n not in answer["resumed"]]
-        if len(found) == len(run.state.tasks) or ended or time.time() > deadline:
-            return found
-        time.sleep(0.5)
+    restoring, it began training, or ``wait_s`` passed."""
+    return resume.wait(run, wait_s).resumed
 
 
 def _rekeep(run: Run) -> None:

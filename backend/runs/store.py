@@ -105,6 +105,10 @@ class Attempt:
     ended: float | None = None
     reason: str | None = None       # why it ended: finished, stopped, a task's failure
     last_step: int | None = None
+    # Whether it really resumed from resume_step (backend/runs/resume.py): task -> the step each
+    # task confirmed restoring (None: not checked yet), and the chief's step when checked.
+    resumed: dict | None = None
+    first_step: int | None = None
 
 
 @dataclass
@@ -199,7 +203,8 @@ _TASK_TYPES = {"name": str, "position": int, "host": str, "remote_run_dir": str,
                "pid": (int, type(None)), "pgid": (int, type(None)), "started": (*NUMBER, type(None))}
 _ATTEMPT_TYPES = {"number": int, "started": NUMBER, "resume_step": (int, type(None)),
                   "ended": (*NUMBER, type(None)), "reason": (str, type(None)),
-                  "last_step": (int, type(None))}
+                  "last_step": (int, type(None)), "resumed": (dict, type(None)),
+                  "first_step": (int, type(None))}
 
 
 def _checked(data: object, types: dict, where: str) -> dict:
