@@ -13,7 +13,11 @@ Prints bytes and milliseconds per tick (median over the ticks, and over the last
 lines are long), and checks on the way that a browser applying the messages holds the same lines
 as the figures.
 
-    python bench/chart_feed.py [--workers 2] [--rows-per-tick 300] [--ticks 200]
+With ``--metrics N`` every line also carries N named metrics per worker and their global
+values (issue 34), and the charts are Monitor's: loss, step time, throughput and one per metric
+(``monitor_view.snapshot``'s set). Run it with ``--metrics 0`` and ``--metrics 10`` side by side.
+
+    python bench/chart_feed.py [--workers 2] [--rows-per-tick 300] [--ticks 200] [--metrics 0]
 """
 from __future__ import annotations
 
@@ -36,15 +40,26 @@ from console.chart_feed import FULL, ChartFeed, plain, stable_thin  # noqa: E402
 BUILDERS = (figures.loss_figure, figures.step_time_figure, figures.throughput_figure)
 
 
-def add_tick(store: MetricsStore, workers: int, first_step: int, rows: int, rng) -> None:
+def add_tick(store: MetricsStore, workers: int, first_step: int, rows: int, rng,
+             metrics: int = 0) -> None:
     steps = np.arange(first_step, first_step + rows)
     for w in range(workers):
         loss = 2.0 / np.sqrt(1 + steps) + rng.normal(0, 0.02, rows)
         step_time = 0.01 + rng.normal(0, 0.001, rows)
         store.add_many({"task": f"worker-{w}", "step": int(s), "time": float(s) * 0.01,
                         "loss": float(v), "step_time": float(t), "examples_per_sec": 32 / float(t),
-                        **({"global_loss": float(v)} if w == 0 else {})}
+                        **({"global_loss": float(v)} if w == 0 else {}),
+                        **({"metrics": {f"metric_{k}": float(v) * k for k in range(metrics)},
+                            "global": {f"metric_{k}": float(v) * k for k in range(metrics)}}
+                           if metrics else {})}
                        for s, v, t in zip(steps, loss, step_time))
+
+
+def builders(store: MetricsStore) -> list:
+    """Monitor's charts for this store: the three fixed ones and one per named metric."""
+    named = [lambda store, n=n, **kw: figures.metric_figure(store, n, **kw)
+             for n in figures.chart_metrics(store) if n != "loss"]
+    return list(BUILDERS) + named
 
 
 def apply(held: list | None, msg: dict) -> list:
@@ -63,19 +78,22 @@ def main() -> None:
     ap.add_argument("--rows-per-tick", type=int, default=300,
                     help="new metrics rows per worker per 2 s tick (300: 150 steps/s, a row a step)")
     ap.add_argument("--ticks", type=int, default=200)
+    ap.add_argument("--metrics", type=int, default=0, help="named metrics per line (issue 34)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     store = MetricsStore()
-    feeds = [ChartFeed() for _ in BUILDERS]
-    held: list = [None] * len(BUILDERS)
+    add_tick(store, args.workers, 0, 1, rng, args.metrics)
+    charts = builders(store)
+    feeds = [ChartFeed() for _ in charts]
+    held: list = [None] * len(charts)
     whole_b, whole_ms, feed_b, feed_ms = [], [], [], []
     for tick in range(args.ticks):
-        add_tick(store, args.workers, tick * args.rows_per_tick, args.rows_per_tick, rng)
+        add_tick(store, args.workers, 1 + tick * args.rows_per_tick, args.rows_per_tick, rng, args.metrics)
         t0 = time.perf_counter()
-        whole = sum(len(build(store).to_json()) for build in BUILDERS)
+        whole = sum(len(build(store).to_json()) for build in charts)
         t1 = time.perf_counter()
         sent, figs, messages = 0, [], []
-        for i, build in enumerate(BUILDERS):
+        for i, build in enumerate(charts):
             figs.append(build(store, thin=stable_thin))
             messages.append(feeds[i].update(plain(figs[-1])))
             sent += len(json.dumps(messages[-1]))
@@ -91,8 +109,10 @@ def main() -> None:
     tail = max(1, args.ticks // 10)
     med = statistics.median
     rows = args.ticks * args.rows_per_tick
-    print(f"{args.workers} workers, {args.rows_per_tick} rows per worker per tick, {args.ticks} ticks "
-          f"({rows} steps at the end)")
+    import os
+    print(f"{args.workers} workers, {args.metrics} named metrics, {len(charts)} charts, "
+          f"{args.rows_per_tick} rows per worker per tick, {args.ticks} ticks ({rows} steps at the "
+          f"end); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for name, b, ms in (("whole figures", whole_b, whole_ms), ("only new points", feed_b, feed_ms)):
         print(f"  {name:16s} bytes/tick median {med(b) / 1024:8.1f} KiB (last tenth {med(b[-tail:]) / 1024:8.1f} KiB); "
               f"build+send ms/tick median {med(ms):6.1f} (last tenth {med(ms[-tail:]):6.1f})")

@@ -8,7 +8,10 @@ Measurements:
   e2e:   the same file already on disk when the agent starts (a console catching up on a long
          run): agent.py -> pipe -> RunMonitor -> store, until the store holds every record.
 
-    python bench/metrics_ingest.py [--workers 64] [--steps 15625] [--e2e]
+With ``--metrics N`` every line also carries N named metrics per worker and N global values
+(issue 34): run ``--metrics 0`` and ``--metrics 10`` side by side.
+
+    python bench/metrics_ingest.py [--workers 64] [--steps 15625] [--metrics 0] [--e2e]
 """
 from __future__ import annotations
 
@@ -28,12 +31,15 @@ from backend.watch.metrics import MetricsStore  # noqa: E402
 from backend.watch import lines as parse  # noqa: E402
 
 
-def lines(workers: int, steps: int) -> list[bytes]:
+def lines(workers: int, steps: int, metrics: int = 0) -> list[bytes]:
     out = []
     for step in range(steps):
         for w in range(workers):
             task = "chief-0" if w == 0 else f"worker-{w}"
-            out.append(json.dumps({
+            named = ({"metrics": {f"metric_{k}": 1.0 / (1 + step + k) for k in range(metrics)},
+                      "global": {f"metric_{k}": 1.0 / (2 + step + k) for k in range(metrics)}}
+                     if metrics else {})
+            out.append(json.dumps({**named, 
                 "run_id": "20250101-120000-abcd", "attempt": 0, "task": task, "step": step,
                 "epoch": step // 1000, "time": 1735732800.0 + step * 0.05,
                 "loss": 2.0 / (1 + step * 0.001) + w * 1e-3, "global_loss": 2.0 / (1 + step * 0.001),
@@ -59,6 +65,7 @@ def bench_store(data: list[bytes], *, arrow: bool) -> None:
     took, cpu = time.perf_counter() - t0, time.process_time() - c0
     gc.collect()
     n = sum(len(store.series(t)) for t in store.tasks())
+    n += sum(len(store.metric(m, t)[0]) for m in store.metric_names()[1:] for t in store.metric_tasks(m))
     print(f"store ({'pyarrow' if arrow else 'stdlib json'}): {n:,} records in {took:.2f} s "
           f"(CPU {cpu:.2f} s, all threads); store arrays {store.nbytes() / 2**20:.1f} MiB; "
           f"process RSS grew {rss_mb() - before:.1f} MiB")
@@ -88,9 +95,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=64)
     ap.add_argument("--steps", type=int, default=15_625)
+    ap.add_argument("--metrics", type=int, default=0, help="named metrics per line (issue 34)")
     ap.add_argument("--e2e", action="store_true")
     args = ap.parse_args()
-    data = lines(args.workers, args.steps)
+    data = lines(args.workers, args.steps, args.metrics)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{len(data):,} lines, {sum(map(len, data)) / 2**20:.0f} MiB")
     bench_store(data, arrow=False)

@@ -12,7 +12,8 @@ import json
 
 import numpy as np
 
-from backend.watch.metrics import NAMED, named_columns, records_to_columns
+from backend.harness import metric_line
+from backend.watch.metrics import NAMED, records_to_columns
 
 ARROW_MIN_LINES = 5000   # below this, pyarrow's fixed cost outweighs its speed
 _SCAN = json.JSONDecoder().scan_once
@@ -87,15 +88,24 @@ def _with_arrow(data: bytes, count: int) -> dict | None:
                 or pa.types.is_null(col.type)):
             return None
         cols[name] = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
-    # Named values: arrow infers one struct over every line's names (null where a line lacks
-    # one); back to per-row dicts, checked by the same rules as the line-by-line path.
-    cols.update(named_columns(_dicts(table, key, names, count) for key in NAMED))
+    # Named values: arrow infers one struct per key over every line's names (null where a line
+    # lacks one); each name's child array is a column already, checked by metric_line's rules.
+    named, skipped = {}, 0
+    for key in NAMED:
+        if key not in names:
+            continue
+        col = table.column(key).combine_chunks()
+        if not pa.types.is_struct(col.type):
+            return None     # not an object in some line: the line-by-line reader sorts it out
+        for i, field in enumerate(col.type):
+            child = col.field(i)
+            present = ~child.is_null().to_numpy(zero_copy_only=False)
+            if col.null_count:
+                present &= col.is_valid().to_numpy(zero_copy_only=False)
+            numeric = pa.types.is_floating(field.type) or pa.types.is_integer(field.type)
+            if metric_line.name_problem(field.name) or field.name == metric_line.LOSS or not numeric:
+                skipped += int(present.sum())
+                continue
+            named[(key, field.name)] = (child.cast(pa.float64()).to_numpy(zero_copy_only=False), present)
+    cols.update(named=named, skipped_named=skipped)
     return cols
-
-
-def _dicts(table, key: str, names: set, count: int) -> list:
-    if key not in names:
-        return [None] * count
-    rows = table.column(key).to_pylist()
-    return [{k: v for k, v in r.items() if v is not None} if isinstance(r, dict) else r
-            for r in rows]

@@ -193,21 +193,25 @@ def records_to_columns(records: Iterable[Mapping]) -> tuple[dict, int]:
 
 
 def named_columns(per_key) -> dict:
-    """The "metrics" and "global" columns, each a list of {name: float} (or None) per row, by
-    metric_line's reader rules; ``skipped_named`` counts the entries it refused."""
-    out, skipped = {}, 0
+    """The rows' named values as columns: ``{"named": {(key, name): (values, present)}}`` with
+    key "metrics" or "global", float64 values and a bool mask of the rows that carry the name,
+    from per-row dicts (or None) of each key in NAMED, by metric_line's reader rules;
+    ``skipped_named`` counts the entries it refused."""
+    named: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+    skipped = 0
     for key, values in zip(NAMED, per_key):
-        col = []
-        for v in values:
+        values = list(values)
+        for i, v in enumerate(values):
             if v is None:
-                col.append(None)
                 continue
             good, bad = metric_line.named(v)
             skipped += bad
-            col.append(good or None)
-        out[key] = col
-    out["skipped_named"] = skipped
-    return out
+            for name, value in good.items():
+                col = named.get((key, name))
+                if col is None:
+                    col = named[(key, name)] = (np.full(len(values), np.nan), np.zeros(len(values), bool))
+                col[0][i], col[1][i] = value, True
+    return {"named": named, "skipped_named": skipped}
 
 
 def _fits(value) -> bool:
@@ -288,37 +292,44 @@ class MetricsStore:
         return kept
 
     def _add_named(self, cols: Mapping, attempt: np.ndarray, accepted: np.ndarray) -> int:
-        """The rows' named values into their (metric, task) and global series. Only rows that
-        carry any are visited: most lines of a run carry a few names, old lines none."""
+        """The rows' named values (``named_columns``) into their (metric, task) and global
+        series, a numpy selection per name and task: no loop over rows."""
         self.dropped_metrics += int(cols.get("skipped_named", 0))
-        mine, glob = cols.get("metrics"), cols.get("global")
-        if not mine and not glob:
+        named = cols.get("named") or {}
+        if not named:
             return 0
-        runs: dict[tuple, tuple[list, list, list, list]] = {}
-        names = cols["task"][0] if isinstance(cols["task"], tuple) else None
-        tasks = cols["task"][1] if names is not None else cols["task"]
-        for key, values in (("metrics", mine), ("global", glob)):
-            for i in (i for i, v in enumerate(values or ()) if v and accepted[i]):
-                task = names[int(tasks[i])] if names is not None else tasks[i]
-                for name, value in values[i].items():
-                    buf = runs.setdefault((key, name, task if key == "metrics" else None),
-                                          ([], [], [], []))
-                    buf[0].append(int(attempt[i]))
-                    buf[1].append(int(cols["step"][i]))
-                    buf[2].append(float(cols["time"][i]))
-                    buf[3].append(value)
+        if isinstance(cols["task"], tuple):
+            names, codes = cols["task"]
+        else:
+            ids: dict[str, int] = {}
+            codes = np.fromiter((ids.setdefault(t, len(ids)) for t in cols["task"]), np.int64,
+                                len(cols["task"]))
+            names = list(ids)
         kept = 0
-        for (key, name, task), (att, step, when, value) in runs.items():
-            series = self._named_series(name, task)
-            if series is None:
-                self.dropped_metrics += len(step)
+        for (key, name), (values, present) in named.items():
+            rows = np.flatnonzero(present & accepted)
+            if not len(rows):
                 continue
-            data = {"step": np.array(step, np.int64), "time": np.array(when),
-                    "value": np.array(value)}
-            kept += series.add(np.array(att, np.int64), data)
-            if task is not None:
-                self._check_finite_named(task, name, data)
+            if key == "global":   # every worker's line carries it: the replay rule keeps one
+                kept += self._add_named_rows(name, None, rows, values, cols, attempt)
+                continue
+            order = rows[np.argsort(codes[rows], kind="stable")]
+            cuts = np.flatnonzero(np.diff(codes[order])) + 1
+            for part in np.split(order, cuts):
+                kept += self._add_named_rows(name, names[int(codes[part[0]])], part, values, cols,
+                                             attempt)
         return kept
+
+    def _add_named_rows(self, name: str, task: str | None, rows: np.ndarray, values: np.ndarray,
+                        cols: Mapping, attempt: np.ndarray) -> int:
+        series = self._named_series(name, task)
+        if series is None:
+            self.dropped_metrics += len(rows)
+            return 0
+        data = {"step": cols["step"][rows], "time": cols["time"][rows], "value": values[rows]}
+        if task is not None:
+            self._check_finite_named(task, name, data)
+        return series.add(attempt[rows], data)
 
     def _named_series(self, name: str, task: str | None) -> _Task | None:
         """The series of metric ``name`` for ``task`` (None: its global value), made when the
