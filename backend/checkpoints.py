@@ -175,7 +175,9 @@ def save_now(run: Run, *, wait_s: float = 0) -> int | None:
         return None
     deadline, attempt, looked = time.time() + wait_s, run.state.attempt, 0.0
     while time.time() < deadline:
-        step = remote.saved_step(chief, name)
+        with _refusal_is_artifact("Save checkpoints where the console lists them "
+                                  "(docs/job-contract.md, 'Custom training loops'), then Save now again."):
+            step = remote.saved_step(chief, name)
         if step is not None:
             return int(step)
         if time.time() - looked >= SETTLE_EVERY_S:

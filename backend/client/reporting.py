@@ -100,12 +100,49 @@ def should_save() -> bool:
     return bool(_state["seen"])
 
 
-def saved(step: int) -> None:
-    """Answer the Save-now requests that ``should_save`` saw: the console shows ``step``."""
+def saved(step: int) -> bool:
+    """Answer the Save-now requests that ``should_save`` saw with ``step``, once the checkpoint
+    list shows it (``ckpt-<step>`` complete in ``checkpoint_dir()``: ``.index`` and
+    ``.meta.json``). A step the list will never show is answered with an error that says why
+    (the console's Save now shows it) and printed here; returns whether the step is listed."""
     ctx = context()
-    if ctx.in_run and ctx.is_chief and _state["seen"]:
-        _harness.load("requests_dir", ctx.run_dir).mark_done(_state["seen"], step)
+    if not (ctx.in_run and ctx.is_chief and _state["seen"]):
+        _state["seen"] = []
+        return False
+    requests = _harness.load("requests_dir", ctx.run_dir)
+    problem = unlisted_reason(step)
+    if problem is None:
+        requests.mark_done(_state["seen"], step)
+    else:
+        print(f"[{ctx.task}] tfconsole: Save now NOT answered with step {step}: {problem}",
+              flush=True)
+        requests.mark_failed(_state["seen"], step, problem)
     _state["seen"] = []
+    return problem is None
+
+
+def unlisted_reason(step: int) -> str | None:
+    """None when ``ckpt-<step>`` is listed in this worker's checkpoint folder; else why not."""
+    directory = checkpoint_dir()
+    if directory is None:
+        return "not in a console run"
+    index = _harness.load("ckpt_index", context().run_dir)
+    if any(c["step"] == int(step) for c in index.list_complete(directory)):
+        return None
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        names = []
+    stem = f"{index.PREFIX}-{int(step)}."
+    if any(n == stem + "index" for n in names):
+        return (f"{directory}/{stem}index has no {stem}meta.json, which the list needs (it proves "
+                "the save finished and holds the step's metrics): save through tfconsole.Loop "
+                "(its save(), or a CheckpointManager given to it) or tfconsole.checkpoints.save")
+    others = [n for n in names if n.endswith(".index")]
+    return (f"no checkpoint {index.PREFIX}-{int(step)} in {directory} (there: "
+            f"{', '.join(others[-3:]) or 'no checkpoint at all'}); the list names checkpoints "
+            f"{index.PREFIX}-<step> in tfconsole.checkpoint_dir(): save there, numbered by the "
+            "step (CheckpointManager.save(checkpoint_number=step), or tfconsole.Loop's save())")
 
 
 def checkpoint_dir() -> str | None:

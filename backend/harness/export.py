@@ -126,12 +126,16 @@ class Described:
                 self.desc = json.load(fh)
         except (OSError, ValueError) as exc:
             raise Refused(f"this command job left no model description ({path}: "
-                          f"{type(exc).__name__}); export rebuilds a command job's model from "
-                          "what tfconsole.KerasCallback writes: add the callback to model.fit") from None
-        if not self.desc.get("config"):
+                          f"{type(exc).__name__}); {_missing_call(run_dir)}") from None
+        self.checkpoint_key = self.desc.get("checkpoint_key") or "model"
+        if not self.desc.get("config") and not self.desc.get("builder"):
             raise Refused(f"the model cannot be rebuilt from its config "
-                          f"({self.desc.get('reason', 'none written')}): a subclassed model "
-                          "needs get_config, or save it from the script on the chief")
+                          f"({self.desc.get('reason', 'none written')}): "
+                          + ("give the loop a builder, tfconsole.Loop(..., build_model=build), "
+                             "a function in a module of its own"
+                             if self.desc.get("source") == "tfconsole.Loop" else
+                             "a subclassed model needs get_config, or save it from the script "
+                             "on the chief"))
 
     def keras(self):
         if self.desc.get("keras") == "tf_keras":
@@ -141,6 +145,8 @@ class Described:
         return keras
 
     def build_model(self):
+        if self.desc.get("builder"):
+            return _call_builder(self.desc["builder"])
         try:
             return self.keras().models.model_from_json(json.dumps(self.desc["config"]))
         except Exception as exc:  # noqa: BLE001 - custom layers: unknown to a bare process
@@ -161,6 +167,45 @@ class Described:
         if not out:
             raise Refused(f"{layout.MODEL_CONFIG} names no model inputs, so there is no probe batch")
         return out[0] if len(out) == 1 else out
+
+
+def _missing_call(run_dir: str) -> str:
+    """The one call that writes model.json, for the kind of script this run was (train.json's
+    ``source``, written by the callback or the loop on the chief)."""
+    try:
+        with open(os.path.join(run_dir, "train.json")) as fh:
+            source = json.load(fh).get("source")
+    except (OSError, ValueError, AttributeError):
+        source = None
+    if source == "tfconsole.Loop":
+        return ("a custom loop registers its model for export: tfconsole.Loop(strategy, "
+                "checkpoint_manager, model=model) (or build_model=a function in its own module)")
+    if source == "tfconsole.KerasCallback":
+        return ("the callback writes it after the first step: let the job run a step, or pass "
+                "the same model to model.fit")
+    return ("export rebuilds a command job's model from what tfconsole writes: for model.fit add "
+            "callbacks=[tfconsole.KerasCallback()]; for a custom loop (strategy.run) make "
+            "tfconsole.Loop(strategy, checkpoint_manager, model=model)")
+
+
+def _call_builder(entry: dict):
+    """The script's registered builder: its module loaded by file (never the training script)."""
+    import importlib.util
+    folder = os.path.dirname(entry["file"])
+    if folder not in sys.path:
+        sys.path.insert(0, folder)   # the builder's own imports of its neighbours
+    try:
+        spec = importlib.util.spec_from_file_location(entry["module"], entry["file"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[entry["module"]] = module
+        spec.loader.exec_module(module)
+        build = module
+        for part in entry["name"].split("."):
+            build = getattr(build, part)
+    except Exception as exc:  # noqa: BLE001 - a moved or broken module: say which
+        raise Refused(f"the registered model builder {entry['module']}.{entry['name']} "
+                      f"({entry['file']}) cannot be loaded ({type(exc).__name__}: {exc})") from None
+    return build()
 
 
 def _probe(job, tf):
@@ -236,7 +281,8 @@ def _export_into(args, chosen: dict, tmp: str, formats: list[str]) -> dict:
     probe = _probe(job, tf)
     model(probe, training=False)   # create the variables so restore fills them now
     try:
-        status = tf.train.Checkpoint(model=model).restore(chosen["prefix"])
+        key = getattr(job, "checkpoint_key", "model")   # the script's own name for the model
+        status = tf.train.Checkpoint(**{key: model}).restore(chosen["prefix"])
         status.expect_partial().assert_existing_objects_matched()
     except Exception as exc:  # noqa: BLE001 - truncated files raise IndexError, OpError, ...
         complete = ckpt_index.list_complete(chosen["dir"])

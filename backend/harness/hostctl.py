@@ -171,8 +171,13 @@ def cmd_save_done(a) -> dict:
     done = os.path.join(a.run, layout.REQUESTS, a.name[:-len(".json")] + ".done")
     try:
         with open(done) as fh:
-            return {"step": int(json.load(fh)["step"])}
-    except (FileNotFoundError, ValueError, KeyError):
+            answer = json.load(fh)
+        if isinstance(answer, dict) and answer.get("error"):
+            # saved, but at a step the checkpoint list will never show (requests_dir.mark_failed)
+            raise Refused(f"the job saved at step {answer.get('saved_step')} but the checkpoint "
+                          f"list will never show it: {answer['error']}")
+        return {"step": int(answer["step"])}
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
         return {"step": None}   # not answered yet, or its answer is still being renamed in
 
 

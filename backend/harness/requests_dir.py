@@ -51,3 +51,15 @@ def mark_done(requests: list[str], step: int) -> None:
             os.unlink(req)
         except FileNotFoundError:
             pass
+
+
+def mark_failed(requests: list[str], step: int, reason: str) -> None:
+    """Answer with an error: the script saved at ``step``, but the checkpoint list will never
+    show it (``reason`` says why); the console's Save now raises it instead of a step."""
+    for req in requests:
+        ckpt_index.write_json_atomic(done_path(req), {"step": None, "saved_step": int(step),
+                                                      "error": reason})
+        try:
+            os.unlink(req)
+        except FileNotFoundError:
+            pass
