@@ -17,7 +17,8 @@ help:
 	@echo "make bench  - run the benchmarks in bench/"
 
 # The pinned requirements, then this checkout itself, editable (pyproject.toml): that puts the
-# `tfconsole` command in .venv/bin and makes `backend` and `console` importable from any folder.
+# `tfconsole` command in .venv/bin and makes `tfconsole` (the client library and the Python API),
+# `backend` and `console` importable from any folder.
 $(VENV)/.runtime: requirements.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

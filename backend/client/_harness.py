@@ -18,9 +18,11 @@ _loaded: dict = {}
 def _folders(run_dir: str | None) -> list[str]:
     here = os.path.dirname(os.path.abspath(__file__))
     found = [os.path.join(run_dir, "harness")] if run_dir else []
-    # RUN/lib/tfconsole/ -> RUN/harness/; backend/client/ -> backend/harness/
+    # RUN/lib/tfconsole/ -> RUN/harness/; backend/client/ -> backend/harness/; installed by
+    # `pip install .`: site-packages/tfconsole/ -> site-packages/backend/harness/
     return found + [os.path.join(here, os.pardir, os.pardir, "harness"),
-                    os.path.join(here, os.pardir, "harness")]
+                    os.path.join(here, os.pardir, "harness"),
+                    os.path.join(here, os.pardir, "backend", "harness")]
 
 
 def load(name: str, run_dir: str | None = None):

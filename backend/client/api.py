@@ -1,0 +1,135 @@
+"""Drive runs from Python: ``tfconsole.launch(cluster, job)`` and the handle it returns.
+
+The stable public API for scripts (README, "From Python"). Thin wrappers over the console's
+backend (``backend.runs.launcher``, ``backend.checkpoints``, ``backend.runs.restore``), which
+stays importable but internal: its modules have moved before and may again; these names do not.
+Standard library only at import: the backend is imported when a function is called, because
+this file ships to worker hosts with the rest of the client library, and they have no backend.
+Errors are the console's typed ``ConsoleError`` family (``tfconsole.ConsoleError``): one line
+that names the thing and ends with what to do.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+WAIT_FOREVER_S = 10 * 365 * 86400.0
+
+
+def _options(known_hosts: str, ssh_config: str):
+    from backend.hosts.ssh import SSHOptions
+    return SSHOptions(known_hosts=known_hosts, ssh_config=ssh_config)
+
+
+def _store(runs: str | os.PathLike | None):
+    from backend.runs.store import RunStore
+    return RunStore(runs)
+
+
+def _cluster(cluster: Any):
+    """A cluster file's path, its content as a dict, or a spec (ClusterSpec, SlurmSpec)."""
+    from backend.config.slurm_spec import any_cluster_from_dict, load_any_cluster
+    if isinstance(cluster, (str, os.PathLike)):
+        return load_any_cluster(cluster)
+    return any_cluster_from_dict(cluster) if isinstance(cluster, Mapping) else cluster
+
+
+def _job(job: Any):
+    """A job file's path, its content as a dict (module paths relative to the cwd), or a JobSpec."""
+    from backend.config.spec import job_from_dict, load_job
+    if isinstance(job, (str, os.PathLike)):
+        return load_job(job)
+    return job_from_dict(job) if isinstance(job, Mapping) else job
+
+
+class RunHandle:
+    """One run, launched or attached: every method asks the run's hosts or record afresh."""
+
+    def __init__(self, run) -> None:
+        self._run = run    # backend.runs.handle.Run: internal
+
+    def __repr__(self) -> str:
+        return f"<tfconsole run {self.run_id}: {self._run.state.phase}>"
+
+    @property
+    def run_id(self) -> str:
+        return self._run.run_id
+
+    @property
+    def phase(self) -> str:
+        """The recorded phase: launching, running, queued, restarting, stopping, finished,
+        failed or stopped (as last read; ``status()`` reads it afresh)."""
+        return str(self._run.reload().phase)
+
+    def status(self) -> dict:
+        """What ``tfconsole status RUN --json`` prints: phase, attempt, each task's state, the
+        attempts, health, and ``resume`` (warnings for attempts not confirmed as resumed)."""
+        from backend.cli.checkpoints import status_json
+        from backend.diagnosis import health
+        from backend.runs import resume
+        statuses = self._run.settle() or self._run.status()
+        resume.refresh(self._run)
+        return status_json(self._run, statuses, health_line=health.status_line(self._run))
+
+    def checkpoints(self) -> list[dict]:
+        """The chief's complete checkpoints, oldest first: step, epoch, losses, metrics, files."""
+        from backend import checkpoints
+        return checkpoints.list_checkpoints(self._run)
+
+    def save_now(self, wait_s: float = 120.0) -> int | None:
+        """Ask every worker to save at its next sync point; the step saved, or None when
+        ``wait_s`` is 0 (the request stays and is answered later)."""
+        from backend import checkpoints
+        return checkpoints.save_now(self._run, wait_s=wait_s)
+
+    def export(self, step: int | None = None, *, name: str | None = None,
+               formats: tuple[str, ...] = ("savedmodel", "keras")) -> dict:
+        """Export a checkpoint (None: the newest) on the chief and verify it in a fresh process;
+        the export's result (step, name, paths)."""
+        from backend import checkpoints
+        return checkpoints.export(self._run, step=step, name=name, formats=tuple(formats))
+
+    def restore(self, step: int, *, wait_s: float = 180.0):
+        """Start a new attempt from checkpoint ``step`` (stopping the run if it is live). The
+        result's ``confirmed`` says whether every worker confirmed resuming from it; if not,
+        ``warning`` says why and what the script must read (``summary``: one line for a user)."""
+        from backend.runs import restore
+        return restore.restore(self._run, int(step), wait_s=wait_s)
+
+    def stop(self, *, save: bool = False) -> None:
+        """Stop every task and check nothing is left (``save``: every worker saves one step
+        first). Raises naming the hosts that did not answer."""
+        if self._run.reload().live:
+            self._run.stop(save=save)
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Block until the run has ended (or ``timeout`` seconds passed); its phase then."""
+        self._run.wait(timeout=WAIT_FOREVER_S if timeout is None else float(timeout))
+        return str(self._run.state.phase)
+
+
+def launch(cluster: Any, job: Any, *, runs: str | os.PathLike | None = None,
+           run_id: str | None = None, preflight: bool = True,
+           known_hosts: str = "~/.ssh/known_hosts", ssh_config: str = "~/.ssh/config") -> RunHandle:
+    """Start ``job`` on ``cluster`` (each a file's path, a dict, or a spec), as the console's
+    Start does; the run's record goes in ``runs`` (default: $TFCONSOLE_RUNS or ./runs).
+    ``preflight=False`` skips the host checks (the local cluster, hosts just checked)."""
+    from backend.runs import launcher
+    run = launcher.launch(_cluster(cluster), _job(job), store=_store(runs),
+                          options=_options(known_hosts, ssh_config), run_id=run_id,
+                          preflight=launcher.Preflight.REQUIRED if preflight else launcher.Preflight.SKIP)
+    return RunHandle(run)
+
+
+def attach(run_id: str, *, runs: str | os.PathLike | None = None,
+           known_hosts: str = "~/.ssh/known_hosts", ssh_config: str = "~/.ssh/config") -> RunHandle:
+    """A handle on an existing run (one the console, the CLI or another script started)."""
+    from backend.runs import launcher
+    return RunHandle(launcher.attach(run_id, store=_store(runs), options=_options(known_hosts, ssh_config)))
+
+
+def __getattr__(name: str):
+    if name == "ConsoleError":   # lazily: the backend is not on worker hosts
+        from backend.errors import ConsoleError
+        return ConsoleError
+    raise AttributeError(f"module 'tfconsole.api' has no attribute {name!r}")
