@@ -3,8 +3,8 @@
 Past MANY workers, one line per worker is unreadable and slow (64 workers: 195 plotly traces,
 the browser 11-50 s behind the data: issue 37). Operators look for the spread and the odd one
 out, so a chart then draws the global curve, a band from the lowest to the highest worker at
-each step, the k workers furthest from the median by their last value, and any worker the
-operator picks. Pure: numpy in, plotly trace dicts out (no Streamlit here).
+each step, up to k workers that stand out from the median (by their recent level, beyond a
+robust threshold: noise is not news), and any worker the operator picks. Pure: numpy in, plotly trace dicts out (no Streamlit here).
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from backend.watch.metrics import MetricsStore, task_order
 
 MANY = 8          # above this many workers a chart draws the band instead of every line
 WORST_K = 3       # workers drawn by default on a crowded chart: the furthest from the median
+OUTLIER_Z = 4.5   # robust deviations from the median that make a worker stand out
+RECENT = 100      # a worker's level: the median of its last RECENT points (steady across redraws)
 BAND_COLOR = "rgba(99, 110, 250, 0.18)"
 
 
@@ -53,25 +55,44 @@ def band(series: dict[str, tuple[np.ndarray, np.ndarray]]) -> Band:
 
 
 def odd_ones(last: dict[str, float], k: int = WORST_K) -> list[str]:
-    """The ``k`` workers whose last value is furthest from the median of all workers' last
-    values (NaN and Inf first: a broken worker is the oddest of all)."""
-    values = {t: v for t, v in last.items()}
-    finite = [v for v in values.values() if np.isfinite(v)]
-    if not values:
+    """Up to ``k`` workers that stand out: NaN/Inf first, then those whose level is further from
+    the median of all workers than OUTLIER_Z robust deviations (the median absolute deviation,
+    scaled to a standard deviation), furthest first. Workers that differ only by noise are
+    none of them: the band shows them, and the chart does not swap lines at every redraw."""
+    if not last:
         return []
-    mid = float(np.median(finite)) if finite else 0.0
-    def distance(t: str) -> float:
-        v = values[t]
-        return np.inf if not np.isfinite(v) else abs(v - mid)
-    return sorted(values, key=lambda t: (-distance(t), task_order(t)))[:k]
+    broken = [t for t, v in last.items() if not np.isfinite(v)]
+    finite = {t: v for t, v in last.items() if np.isfinite(v)}
+    out = sorted(broken, key=task_order)
+    if len(finite) >= 3:
+        values = np.array(list(finite.values()))
+        mid = float(np.median(values))
+        spread = 1.4826 * float(np.median(np.abs(values - mid)))
+        far = {t: abs(v - mid) for t, v in finite.items()
+               if abs(v - mid) > OUTLIER_Z * spread and abs(v - mid) > 1e-12 * max(1.0, abs(mid))}
+        out += sorted(far, key=lambda t: (-far[t], task_order(t)))
+    return out[:k]
+
+
+def level(values: np.ndarray) -> float:
+    """A worker's recent level: the median of its last RECENT points. Judged on one point, the
+    odd ones out change at every redraw with the noise, and each change re-sends whole lines;
+    a median over a window that moves by a few points per redraw keeps them steady. NaN/Inf in
+    the window make the level that value: a broken worker stands out at once."""
+    recent = np.asarray(values[-RECENT:], dtype=np.float64)
+    if not len(recent):
+        return np.nan
+    bad = recent[~np.isfinite(recent)]
+    return float(bad[-1]) if len(bad) else float(np.median(recent))
 
 
 def last_values(store: MetricsStore, name: str) -> dict[str, float]:
+    """Each worker's recent level of ``name`` (``level``)."""
     out = {}
     for task in store.metric_tasks(name):
         _, values = store.metric(name, task)
         if len(values):
-            out[task] = float(values[-1])
+            out[task] = level(values)
     return out
 
 
@@ -91,9 +112,10 @@ def outlier_lines(store: MetricsStore, *, names: list[str], k: int = WORST_K) ->
         lines.append(f"behind: {behind} (last step {steps[behind]}, others up to {max(steps.values())})")
     for name in names:
         last = last_values(store, name)
-        if len(last) < 3:
+        odd = odd_ones(last, 1)
+        if not odd:
             continue
-        odd = odd_ones(last, 1)[0]
+        odd = odd[0]
         median = float(np.median([v for v in last.values() if np.isfinite(v)] or [np.nan]))
-        lines.append(f"{name}: {odd} furthest from the median ({last[odd]:.4g} vs {median:.4g})")
+        lines.append(f"{name}: {odd} furthest from the median (recent {last[odd]:.4g} vs {median:.4g})")
     return lines

@@ -76,7 +76,7 @@ def _worker_traces(store: MetricsStore, name: str, tasks: list[str], smoothing: 
                       width=1.2, group="workers") for i, task in enumerate(tasks)]
     series = {t: values(t) for t in tasks}
     spread = crowd.band(series)
-    last = {t: float(v[-1]) for t, (_, v) in series.items() if len(v)}
+    last = {t: crowd.level(v) for t, (_, v) in series.items() if len(v)}
     picked = list(dict.fromkeys([*crowd.odd_ones(last), *(t for t in show or () if t in series)]))
     lo_x, lo = _smooth_thin(spread.step, spread.low, smoothing, max_points, thin)
     hi_x, hi = _smooth_thin(spread.step, spread.high, smoothing, max_points, thin)

@@ -68,3 +68,14 @@ def test_memory_stays_within_the_budget_however_long_the_run():
     assert sizes[-1] <= sizes[2] * 1.1    # flat once each series is at its share
     steps, _ = store.metric("m3", "worker-3")
     assert steps[-1] == 1200 and steps[0] == 1    # thinned, not cut: the whole run is still there
+
+
+def test_workers_that_differ_only_by_noise_are_not_singled_out():
+    """Without a worker that stands out, a crowded chart is the band and the global curve: no
+    worker line that would change at every redraw with the noise."""
+    store = crowd_store(range(1, 51), odd=None, slow=None)
+    names = [t.name for t in figures.loss_figure(store).data]
+    assert names == ["lowest worker", "range of 64 workers", "global (mean of workers)"]
+    assert crowd.outlier_lines(store, names=["loss"]) == []
+    broken = crowd.odd_ones({"worker-1": 1.0, "worker-2": float("nan"), "worker-3": 1.1})
+    assert broken == ["worker-2"]
