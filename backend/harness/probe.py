@@ -2,10 +2,13 @@
 
 The launcher sends this file's source as ``python -c SOURCE --port P --workdir D --peers JSON`` so
 it works before anything has been copied to the host. It prints one JSON object as its last line.
+One probe serves every task of a host (issue 37): ``--port`` and ``--workdir`` may repeat, and
+``ports`` and ``workdirs`` answer each (``port`` and ``workdir``: the first one's).
 
-``--peers`` lists every other task's TF_CONFIG address: the workers dial those, not the console,
-so each one is checked from here (a name lookup, then a TCP connect to its port: "refused" is
-fine before launch, it proves a live host answered; silence or "no route" is not).
+``--peers`` lists (name, TF_CONFIG address) pairs: the workers dial those, not the console, so
+each one is checked from here (a name lookup, then a TCP connect to its port: "refused" is fine
+before launch, it proves a live host answered; silence or "no route" is not). The console sends
+one per peer host, not one per task; ``peers.failed`` names each that failed.
 """
 import json
 import os
@@ -103,25 +106,34 @@ def reach_peer(name, address):
 
 def check_peers(peers):
     if not peers:
-        return {"ok": True, "peers": 0}
+        return {"ok": True, "peers": 0, "failed": {}}
     with ThreadPoolExecutor(max_workers=min(32, len(peers))) as ex:
-        problems = [p for p in ex.map(lambda pa: reach_peer(*pa), peers) if p]
-    if problems:
-        return {"ok": False, "error": "cannot reach " + " | ".join(problems)}
-    return {"ok": True, "peers": len(peers)}
+        found = list(ex.map(lambda pa: reach_peer(*pa), peers))
+    failed = {name: problem for (name, _), problem in zip(peers, found) if problem}
+    if failed:
+        return {"ok": False, "error": "cannot reach " + " | ".join(failed.values()), "failed": failed}
+    return {"ok": True, "peers": len(peers), "failed": {}}
+
+
+def _every(argv, flag):
+    return [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == flag]
 
 
 def main(argv):
-    port = int(argv[argv.index("--port") + 1])
-    workdir = argv[argv.index("--workdir") + 1]
+    ports = [int(p) for p in _every(argv, "--port")]
+    workdirs = _every(argv, "--workdir")
     peers = json.loads(argv[argv.index("--peers") + 1]) if "--peers" in argv else []
+    by_port = {str(port): check_port(port) for port in ports}
+    by_workdir = {path: check_workdir(path) for path in workdirs}
     report = {
         "python": {"ok": sys.version_info >= (3, 9), "version": sys.version.split()[0],
                    "executable": sys.executable},
         "tensorflow": check_tensorflow(),
         "gpus": check_gpus(),
-        "port": check_port(port),
-        "workdir": check_workdir(workdir),
+        "port": by_port[str(ports[0])],
+        "workdir": by_workdir[workdirs[0]],
+        "ports": by_port,
+        "workdirs": by_workdir,
         "peers": check_peers(peers),
     }
     print(json.dumps(report))

@@ -1,4 +1,9 @@
-"""Preflight: check every host in parallel before a launch, and say why each one fails."""
+"""Preflight: check every host in parallel before a launch, and say why each one fails.
+
+One probe per host and Python, whatever the number of tasks there (issue 37: one per task made a
+32-task preflight 12x a 2-task one): it checks every task's port and working folder, and dials
+each peer host once, not each peer task (``peer_targets``). Each task still gets its own report.
+"""
 from __future__ import annotations
 
 import json
@@ -6,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend.errors import ConsoleError, HostError
-from backend.hosts.pool import Pool, parallel
+from backend.hosts.pool import Pool, connection_key, parallel
 from backend.hosts.resolve import tf_addresses
 from backend.config.spec import ClusterSpec, TaskSpec
 
@@ -41,6 +46,13 @@ class HostReport:
                 cells[name] = "FAIL " + c.get("error", "")
         return cells
 
+    def versions(self) -> dict:
+        """What the run's record keeps of this task's host (``record.host_part``)."""
+        python, tf = self.checks.get("python", {}), self.checks.get("tensorflow", {})
+        found = {"host": self.host, "python": python.get("version"), "tensorflow": tf.get("tensorflow"),
+                 "keras": tf.get("keras")}
+        return {k: v for k, v in found.items() if v} if python.get("ok") else {}
+
 
 def _detail(name: str, check: dict) -> str:
     if name == "tensorflow":
@@ -54,40 +66,87 @@ def _detail(name: str, check: dict) -> str:
     return ""
 
 
-def probe(pool: Pool, name: str, task: TaskSpec, peers: list[tuple[str, str]] = ()) -> HostReport:
-    """Check one task's host; ``peers``: (name, TF_CONFIG address) of every other task."""
-    report = HostReport(name, task.host)
+def _address_host(address: str) -> str:
+    return address.rpartition(":")[0].strip("[]")
+
+
+def peer_targets(names: list[str], addresses: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """What one host's probe dials for its tasks ``names``: one (task, address) per peer host,
+    keyed by that host (the first task there stands for it). A peer host is reachable from a
+    host whichever of the host's tasks dials it, so no pair of tasks is dialled twice."""
+    out: dict[str, tuple[str, str]] = {}
+    for peer, address in addresses.items():
+        if any(peer != name for name in names):   # some task here dials it
+            out.setdefault(_address_host(address), (peer, address))
+    return out
+
+
+def _peers_check(name: str, addresses: dict[str, str], targets: dict[str, tuple[str, str]],
+                 found: dict) -> dict:
+    """Task ``name``'s peers check from its host's dials: the failures of the hosts it dials."""
+    others = [m for m in addresses if m != name]
+    failed = found.get("failed") or {}
+    problems = []
+    for host in dict.fromkeys(_address_host(addresses[m]) for m in others):
+        stand_in = targets[host][0]
+        if stand_in in failed:
+            more = sum(1 for m in others if _address_host(addresses[m]) == host and m != stand_in)
+            problems.append(failed[stand_in] + (f" (and {more} more task(s) there)" if more else ""))
+    if problems:
+        return {"ok": False, "error": "cannot reach " + " | ".join(problems)}
+    return {"ok": True, "peers": len(others)}
+
+
+def probe_host(pool: Pool, tasks: list[tuple[str, TaskSpec]], addresses: dict[str, str]) -> dict[str, HostReport]:
+    """Check one host for ``tasks`` (name, spec; one transport and Python) in one command."""
+    spec = tasks[0][1]
+    targets = peer_targets([n for n, _ in tasks], addresses)
+    argv = [spec.python, "-c", PROBE, "--peers", json.dumps(list(targets.values()))]
+    for _, t in tasks:
+        argv += ["--port", str(t.tf_port), "--workdir", t.workdir]
+    reports = {name: HostReport(name, t.host) for name, t in tasks}
     try:
-        result = pool.transport(task).run(
-            [task.python, "-c", PROBE, "--port", str(task.tf_port), "--workdir", task.workdir,
-             "--peers", json.dumps(list(peers))], timeout=180)
+        result = pool.transport(spec).run(argv, timeout=180)
     except HostError as err:
-        report.checks["ssh"] = {"ok": False, "error": f"{err.problem} {err.fix}".strip()}
-        return report
-    report.checks["ssh"] = {"ok": True}
+        for r in reports.values():
+            r.checks["ssh"] = {"ok": False, "error": f"{err.problem} {err.fix}".strip()}
+        return reports
     lines = result.stdout.strip().splitlines()
-    if result.exit_code != 0 or not lines:
-        missing = result.exit_code == 127 or "No such file" in result.stderr
-        report.checks["python"] = {"ok": False, "error": (
-            f"{task.python} not found; set the task's Python to a path that exists on the host"
-            if missing else (result.stderr.strip().splitlines() or ["no output"])[-1])}
-        return report
-    report.checks.update(json.loads(lines[-1]))
-    return report
+    for name, t in tasks:
+        checks = reports[name].checks
+        checks["ssh"] = {"ok": True}
+        if result.exit_code != 0 or not lines:
+            missing = result.exit_code == 127 or "No such file" in result.stderr
+            checks["python"] = {"ok": False, "error": (
+                f"{t.python} not found; set the task's Python to a path that exists on the host"
+                if missing else (result.stderr.strip().splitlines() or ["no output"])[-1])}
+            continue
+        found = json.loads(lines[-1])
+        checks.update({k: found[k] for k in ("python", "tensorflow", "gpus")})
+        checks["port"] = found["ports"][str(t.tf_port)]
+        checks["workdir"] = found["workdirs"][t.workdir]
+        checks["peers"] = _peers_check(name, addresses, targets, found["peers"])
+    return reports
 
 
 def run_preflight(cluster: ClusterSpec, pool: Pool) -> list[HostReport]:
     names = cluster.task_names()
     addresses = dict(zip(names, tf_addresses(cluster, pool.options.ssh_config)))
-    results = parallel(lambda item: probe(pool, *item),
-                       [(n, (n, t, [(m, a) for m, a in addresses.items() if m != n]))
-                        for n, t in zip(names, cluster.tasks)])
+    hosts: dict[tuple, list[tuple[str, TaskSpec]]] = {}
+    for name, task in zip(names, cluster.tasks):   # one probe per connection and Python
+        hosts.setdefault((*connection_key(task), task.python), []).append((name, task))
+    results = parallel(lambda group: probe_host(pool, group, addresses),
+                       [(group[0][0], group) for group in hosts.values()])
     reports = []
-    for name, task in zip(names, cluster.tasks):
-        r = results[name]
-        if isinstance(r, Exception):  # a bug in the probe itself must still name the host
-            r = HostReport(name, task.host, {"ssh": {"ok": False, "error": str(r)}})
-        reports.append(r)
+    for group in hosts.values():
+        found = results[group[0][0]]
+        for name, task in group:
+            if isinstance(found, Exception):  # a bug in the probe itself must still name the host
+                reports.append(HostReport(name, task.host, {"ssh": {"ok": False, "error": str(found)}}))
+            else:
+                reports.append(found[name])
+    order = {name: i for i, name in enumerate(names)}
+    reports.sort(key=lambda r: order[r.task])
     _check_versions_match(reports)
     return reports
 

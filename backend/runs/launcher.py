@@ -43,6 +43,7 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
     at ``sbatch`` time replace preflight, and refuse with Slurm's message).
     """
     store = store or RunStore()
+    checked = []   # preflight's reports: each host's versions go into the record now, not at stop
     # Before preflight: a folder that cannot hold the run refuses it before any host is touched.
     run_id = store.require_new(run_id or new_run_id())
     pool = Pool(options)
@@ -53,7 +54,7 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
         saved = cluster_to_dict(cluster)
         jobfit.require_valid(cluster, job, hosts=tf_hosts(cluster, pool.options.ssh_config))
         if preflight == Preflight.REQUIRED:
-            require_preflight(cluster, pool)
+            checked = require_preflight(cluster, pool)
     # The remote folder carries a fresh suffix: a reused run id (after `make clean`, say) never
     # meets an older run's metrics or checkpoints on a host.
     remote_name = f"{run_id}.{secrets.token_hex(3)}"
@@ -61,7 +62,8 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
     local_dir = store.reserve(run_id)
     source, job = job.module, _keep_module(replace(job, alerts={}), local_dir)   # the URL: a secret
     outbox.keep_settings(local_dir, alerts)
-    record.write(local_dir, record.build(job.module, source, job.command))
+    record.write(local_dir, {**record.build(job.module, source, job.command),
+                             **record.host_part({r.task: r.versions() for r in checked}, chief="")})
     state = RunState(run_id, time.time(), saved, job_to_dict(job),
                      [TaskState(n, i, t.host, layout.run_dir(t.workdir, remote_name))
                       for i, (n, t) in enumerate(zip(cluster.task_names(), cluster.tasks))])

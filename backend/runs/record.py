@@ -3,11 +3,13 @@
 Written at launch to ``runs/<id>/record.json`` (owner-only, like the state): the job module's
 SHA-256, and where the job's folder is in git, its commit, branch and the diff of uncommitted
 changes under that folder (bounded: ``MAX_DIFF`` bytes, untracked files named, not copied).
-Each host's Python, TensorFlow, Keras and CUDA versions and the chief's installed packages come
-from the harness's ``tasks/<task>.versions.json`` (``harness/nonfinite.py``), read when an attempt
-ends (``Run.mirror_logs``) or when ``runs show`` looks at a live run, and kept here, so they
-outlive the hosts. ``view`` is what the Runs page and ``runs show --json`` show (the job's env
-values and the webhook masked); ``differences`` is what two runs' views differ in.
+Each task's Python, TensorFlow and Keras versions come from preflight at launch (when launch ran
+it). A harness job's fuller record (CUDA, the chief's installed packages) comes from its
+``tasks/<task>.versions.json`` (``harness/nonfinite.py``), read when an attempt ends
+(``Run.mirror_logs``; after a stop, off its path: ``runs.aftercare``) or when ``runs show`` looks
+at a live run, and kept here, so they outlive the hosts. ``view`` is what the Runs page and
+``runs show --json`` show (the job's env values and the webhook masked); ``differences`` is what
+two runs' views differ in.
 """
 from __future__ import annotations
 
