@@ -41,7 +41,7 @@ def stop(run: str, tasks: list[str], grace_s: float = spawn.KILL_AFTER_S,
     infos, skipped = _groups(run, tasks, groups or {}, spare)
     scope = _Scope(infos, spare)
     supervisors = {i["supervisor"] for i in infos.values() if i.get("supervisor")}
-    members = {task: scope.members(task) for task in infos}
+    members = scope.all_members()
     in_groups = {pid for pids in members.values() for pid in pids}
     strays = {pid: found for pid, found in marked(run, tasks, spare | supervisors).items() if pid not in in_groups}
     found = {task: len(pids) for task, pids in members.items()}
@@ -58,9 +58,10 @@ def stop(run: str, tasks: list[str], grace_s: float = spawn.KILL_AFTER_S,
     killed |= scope.kill_stuck_groups(run)
     scope.wait_gone({}, GONE_WAIT_S)
     late, left = _sweep(run, tasks, spare)
+    last = scope.all_members()
     out = {task: {"pgid": infos[task]["pgid"] if task in infos else None, "found": found.get(task, 0),
                   "killed": task in killed | late,
-                  "left": scope.members(task) + [pid for pid, (t, _) in left.items() if t == task]}
+                  "left": last.get(task, []) + [pid for pid, (t, _) in left.items() if t == task]}
            for task in tasks if task not in skipped}
     out.update({task: {"left": [], "skipped": "its process group now belongs to another program"}
                 for task in skipped})
@@ -89,17 +90,30 @@ class _Scope:
 
     def __init__(self, infos: dict, spare: set[int]) -> None:
         self.infos, self.spare = infos, spare
+        # The groups this command or an ancestor is in (a job stopping its own run): never
+        # signalled whole. Read once: a process's group does not change under a stop.
+        self.spared_groups = {int(fields[2]) for fields in map(_stat, spare) if fields}
 
     def members(self, task: str) -> list[int]:
-        if task not in self.infos:
-            return []
-        return [pid for pid in spawn.group_members(self.infos[task]["pgid"]) if pid not in self.spare]
+        return self.all_members().get(task, [])
+
+    def all_members(self) -> dict[str, list[int]]:
+        """Every task's live group members, from one pass over /proc (issue 37: a pass per task
+        and per poll was most of a host's stop with four tasks there)."""
+        wanted = {info["pgid"] for info in self.infos.values()}
+        if not wanted:
+            return {}
+        by_group: dict[int, list[int]] = {}
+        for pid, (state, pgid) in _states().items():
+            if pgid in wanted and state != "Z" and pid not in self.spare:
+                by_group.setdefault(pgid, []).append(pid)
+        return {task: by_group.get(info["pgid"], []) for task, info in self.infos.items()}
 
     def signal(self, task: str, sig: int) -> None:
         """The whole group at once (nothing forks past it), or member by member where this
         command itself is in it (a job that stops its own run)."""
         pgid = self.infos[task]["pgid"]
-        if self.spare.isdisjoint(spawn.group_members(pgid)):
+        if pgid not in self.spared_groups:
             _signal_group(pgid, sig)
         else:
             for pid in self.members(task):
@@ -107,14 +121,15 @@ class _Scope:
 
     def wait_gone(self, strays: dict, timeout: float) -> None:
         deadline = time.time() + timeout
-        while time.time() < deadline and (any(self.members(task) for task in self.infos)
+        while time.time() < deadline and (any(self.all_members().values())
                                           or any(_alive(pid, ticks) for pid, (_, ticks) in strays.items())):
             time.sleep(0.05)
 
     def kill_all_but_supervisors(self, strays: dict) -> set[str]:
         killed = set()
+        members = self.all_members()
         for task, info in self.infos.items():
-            victims = [pid for pid in self.members(task) if pid != info.get("supervisor")]
+            victims = [pid for pid in members[task] if pid != info.get("supervisor")]
             for pid in victims:
                 _signal(pid, signal.SIGKILL)
             if victims:
@@ -128,8 +143,9 @@ class _Scope:
     def kill_stuck_groups(self, run: str) -> set[str]:
         """KILL whole groups still alive (a stuck supervisor too); record the code it could not."""
         killed = set()
+        members = self.all_members()
         for task in self.infos:
-            if self.members(task):
+            if members[task]:
                 self.signal(task, signal.SIGKILL)
                 killed.add(task)
                 # Only into a run folder that is still there: a stop never makes it again.
@@ -194,6 +210,17 @@ def _stat(pid: int) -> list[str] | None:
     except OSError:
         return None
     return stat[stat.rfind(")") + 2:].split()
+
+
+def _states() -> dict[int, tuple[str, int]]:
+    """Every process's state letter and process group: pid -> (state, pgid)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat(int(entry))
+            if fields:
+                out[int(entry)] = (fields[0], int(fields[2]))
+    return out
 
 
 def _alive(pid: int, ticks: int) -> bool:

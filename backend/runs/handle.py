@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from backend.alerts import outbox, settings as alert_settings
-from backend.runs import detached, record
+from backend.runs import aftercare, detached, record
 from backend.hosts import remote
 from backend.engines.base import Engine, StopReport
 from backend.engines import engine_for, tasks_view
@@ -333,7 +333,6 @@ class Run:
                       if self.saved_step is not None else
                       f"stopped: no save within {save_grace_s:g} s (the previous checkpoint stays usable)")
         report = self.engine.stop(self, grace_s=grace_s)
-        self.mirror_logs()
         last_step = self.saved_step if self.saved_step is not None else self.last_step()
 
         def left_behind(state: RunState) -> None:   # written whether or not the run ends stopped
@@ -343,6 +342,9 @@ class Run:
         if report.clean:
             # A keeper asleep in a back-off, or one that cannot read the run, would outlive it.
             detached.end_keeper(self.local_dir)
+        # Log copies and versions follow off the stop's path (issue 37: they were most of a
+        # 32-task stop); until they land, log_tail reads the hosts.
+        aftercare.start(self.run_id, self.store.root, self.pool.options)
         if not report.clean:
             raise MultiHostError("stop", report.errors,
                                  "The run stays 'stopping': when those hosts answer again, run stop again.")
@@ -374,19 +376,14 @@ class Run:
         self.mirror_logs()
         return report
 
-    def mirror_logs(self) -> None:
-        """Copy each task's log into the local run directory (best effort: hosts may be gone)."""
+    def mirror_logs(self) -> list[str]:
+        """Copy each task's log into the local run directory, every task at once, bounded
+        (``logcopy.keep_snapshots``), and keep the hosts' versions; best effort: hosts may be
+        gone. Returns the tasks whose log could not be read."""
         from backend.watch import logcopy
-        (self.local_dir / layout.LOGS).mkdir(parents=True, exist_ok=True)
-        for t in self.state.tasks:
-            try:
-                text = self.engine.log_tail(self, t.name, logcopy.SNAPSHOT_READ)
-            except ConsoleError:
-                continue
-            if text:   # bounded like the live copy: 4 KiB a line, about 4 MiB a task
-                logcopy.keep_snapshot(self.local_dir / layout.LOGS / f"{t.name}.log", text,
-                                      asked=logcopy.SNAPSHOT_READ)
+        missed = logcopy.keep_snapshots(self, lambda task, size: self.engine.log_tail(self, task, size))
         record.keep_host_versions(self)   # what each host ran with, kept while its hosts answer
+        return missed
 
     def wait(self, timeout: float, poll_s: float = 1.0) -> list[TaskStatus]:
         """Block until the run has ended (whoever settles it); the tasks' last statuses."""

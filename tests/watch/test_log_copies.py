@@ -11,6 +11,7 @@ from backend.config.spec import cluster_from_dict, job_from_dict
 from backend.runs import launcher
 from backend.runs.store import RunStore
 from backend.watch.logcopy import COPY_MAX, LINE_MAX, LogCopier, cut_lines
+from tests.conftest import wait_for
 from tests.sshd import free_port
 
 SHORT = 60_000   # numbered 100-byte lines after the long ones: 6 MB, past COPY_MAX on their own
@@ -75,5 +76,8 @@ def test_the_live_copy_and_the_copy_at_stop_are_bounded(tmp_path):
     finally:
         copier.stop()
         run.stop(grace_s=1)
-    for task in ("worker-0", "worker-1"):   # the copies Run.mirror_logs keeps when the run ends
+    # The copies Run.mirror_logs keeps when the run ends; after a stop they come off its path
+    # (backend.runs.aftercare), so a moment later.
+    wait_for(lambda: (run.local_dir / "logs" / "worker-0.log").exists(), 120, "worker-0's copy")
+    for task in ("worker-0", "worker-1"):
         _check((run.local_dir / "logs" / f"{task}.log").read_bytes())
