@@ -30,6 +30,12 @@ STATUS_EVERY_S = 2.0   # a status check starts one small process per host: not e
 TEND_EVERY_S = 5.0     # how often the registry looks at the runs it watches, page open or not
 KEEP_RUNS = 4          # runs held beyond those in use: each holds a metrics store and connections
 IN_USE_S = 300.0       # a run a page showed this recently is never let go (its panels still draw)
+# train.json is written by the harness, KerasCallback and tfconsole.Loop as they start, before the
+# attempt's first metrics line, and never by a command job that only calls tfconsole.report. So
+# a miss is most likely for good: ask again after TRAIN_INFO_RETRY_S, doubling up to
+# TRAIN_INFO_MAX_S (issue 37: a remote command on every 2 s redraw, for the run's whole life).
+TRAIN_INFO_RETRY_S = 2.0
+TRAIN_INFO_MAX_S = 300.0
 
 
 class LiveRun:
@@ -49,6 +55,7 @@ class LiveRun:
         self._status_at = 0.0
         self._train_info: dict | None = None
         self._train_attempt = -1
+        self._train_miss = (-1, 0.0, 0.0)   # (attempt, when to ask again, the wait that gave it)
         self._versions: tuple[int, dict] | None = None   # (attempt, task -> versions)
         self.used = time.time()   # when a page last showed it: the registry keeps the recent ones
 
@@ -140,22 +147,28 @@ class LiveRun:
         return self._versions[1]
 
     def train_info(self) -> dict | None:
-        """The chief's train.json (total_steps, steps_per_epoch, ...), read once per attempt."""
-        if self._train_info is not None and self._train_attempt == self.run.state.attempt:
+        """The chief's train.json (total_steps, steps_per_epoch, ...), read once per attempt;
+        while it is missing (or unreadable), asked again only after a doubling wait."""
+        attempt = self.run.state.attempt
+        if self._train_info is not None and self._train_attempt == attempt:
+            return self._train_info
+        if self._train_miss[0] == attempt and time.time() < self._train_miss[1]:
             return self._train_info
         try:
             data = remote.read_file(self.run.remote(self.run.state.chief.name), "train.json", timeout=10)
-        except ConsoleError:
-            return self._train_info
-        if data and data.strip():
-            try:
-                info = json.loads(data)
-            except ValueError:
-                return self._train_info
-            if info.get("attempt", self.run.state.attempt) == self.run.state.attempt:
-                self._train_info, self._train_attempt = info, self.run.state.attempt
+            info = json.loads(data) if data and data.strip() else None
+        except (ConsoleError, ValueError):
+            info = None
+        if isinstance(info, dict) and info.get("attempt", attempt) == attempt:
+            self._train_info, self._train_attempt = info, attempt
             return info
-        return self._train_info
+        self._missed(attempt)
+        return info if isinstance(info, dict) else self._train_info   # an older attempt's, as before
+
+    def _missed(self, attempt: int) -> None:
+        last_attempt, _, wait = self._train_miss
+        wait = min(wait * 2, TRAIN_INFO_MAX_S) if last_attempt == attempt else TRAIN_INFO_RETRY_S
+        self._train_miss = (attempt, time.time() + wait, wait)
 
 
 def _last_lines(path, n: int) -> list[str]:
