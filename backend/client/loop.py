@@ -85,6 +85,8 @@ class Loop:
             self.versions["keras"] = getattr(sys.modules.get(model_desc.keras_of(model)),
                                              "__version__", None)
         self._check_manager()
+        if build_model is not None:
+            model_desc.builder_entry(build_model)   # refused now, not after the first step
         if self.ctx.resume_step:
             self._restore(int(self.ctx.resume_step))
         self.gather = _make_gather(self.strategy) if len(self.ctx.tasks) > 1 else None
