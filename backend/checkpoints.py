@@ -305,6 +305,41 @@ def checkpoint_rows(found: list[dict], *, columns: tuple[str, ...] = ("step", "e
     return rows
 
 
+def newest_anywhere(listings: dict[str, list[dict]]) -> tuple[int | None, dict[str, str]]:
+    """The newest step that any task holds complete (task -> its listing), and for each task that
+    lacks it, a task to copy it from; (None, {}) when no task holds any. Pure."""
+    holders: dict[int, list[str]] = {}
+    for task, found in listings.items():
+        for c in found:
+            holders.setdefault(int(c["step"]), []).append(task)
+    if not holders:
+        return None, {}
+    step = max(holders)
+    return step, {task: holders[step][0] for task in listings if task not in holders[step]}
+
+
+def copy_step(run: Run, step: int, source: str, target: str, scratch: Path) -> None:
+    """Copy ``source``'s checkpoint ``step`` into ``target``'s folder (each worker keeps a full
+    copy, byte-identical to the chief's: docs/facts.md #5), then check that ``target`` lists it
+    complete with the same file sizes. The meta file goes last: only with it is the copy listed."""
+    found = {c["step"]: c for c in list_checkpoints(run, source)}
+    if step not in found:
+        raise ArtifactError(f"{source} no longer holds checkpoint step {step}",
+                            "Restore from a step that the run's hosts still hold.")
+    files = found[step].get("files") or {}
+    scratch.mkdir(parents=True, exist_ok=True)
+    for name in sorted(files, key=lambda n: n.endswith(".meta.json")):
+        local = scratch / host_name(name, run.task_spec(source).host, "checkpoint file")
+        remote.fetch_file(run.remote(source), f"{_folder(run, source)}/{name}", local)
+        remote.push_file(run.remote(target), local, f"{_folder(run, target)}/{name}")
+        local.unlink()
+    copied = {c["step"]: c for c in list_checkpoints(run, target)}.get(step)
+    if copied is None or (copied.get("files") or {}) != files:
+        raise ArtifactError(f"the copy of checkpoint step {step} from {source} to {target} does not match "
+                            f"({copied.get('files') if copied else 'not listed'} vs {files})",
+                            f"Check the disk of {run.task_spec(target).host}, then restore from step {step}.")
+
+
 def common_checkpoint(run: Run) -> int | None:
     """The newest step that every task holds complete; None means start from scratch."""
     steps = [{c["step"] for c in list_checkpoints(run, t.name)} for t in run.state.tasks]

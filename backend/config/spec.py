@@ -89,6 +89,9 @@ _TASK_FIELDS = {
     "gpus": (parse_gpus, ()),
     "address": (parse_host, None),
 }
+# A spare host (``spares:``): a task's fields; its role is the role of the task it stands in for
+# (backend/runs/membership.py), so none need be given.
+_SPARE_FIELDS = {**_TASK_FIELDS, "role": (parse_enum(Role), Role.WORKER)}
 
 _RESTART_FIELDS = {
     "mode": (parse_enum(RestartMode), RestartMode.NEVER),
@@ -97,6 +100,7 @@ _RESTART_FIELDS = {
     "stall_timeout_s": (parse_seconds, 300.0),
     "unreachable_grace_s": (parse_seconds, 120.0),
     "max_preemptions": (parse_count, 10),   # resumes after a preemption's save: not failures
+    "host_gone_s": (parse_seconds, 120.0),   # silent this long: the host is gone (spares take over)
 }
 
 
@@ -140,13 +144,18 @@ class TaskSpec:
 @dataclass(frozen=True)
 class ClusterSpec:
     tasks: tuple[TaskSpec, ...]
+    # Hosts kept idle for a task whose host is gone for good: the keeper moves that task there,
+    # in order (backend/runs/membership.py). Each entry has a task's fields; its role is ignored.
+    spares: tuple[TaskSpec, ...] = ()
 
     def __post_init__(self) -> None:
-        tasks = tuple(self.tasks) if isinstance(self.tasks, (list, tuple)) else None
-        if tasks is None or not all(isinstance(t, TaskSpec) for t in tasks):
-            raise SpecError("tasks", f"expected a list of TaskSpec, got {show_value(self.tasks)}",
-                            "Build the cluster with cluster_from_dict or TaskSpec(...) objects.")
-        object.__setattr__(self, "tasks", tasks)
+        for name in ("tasks", "spares"):
+            value = getattr(self, name)
+            items = tuple(value) if isinstance(value, (list, tuple)) else None
+            if items is None or not all(isinstance(t, TaskSpec) for t in items):
+                raise SpecError(name, f"expected a list of TaskSpec, got {show_value(value)}",
+                                "Build the cluster with cluster_from_dict or TaskSpec(...) objects.")
+            object.__setattr__(self, name, items)
 
     def indexed(self) -> list[tuple[TaskSpec, int]]:
         seen: dict[Role, int] = {}
@@ -168,6 +177,9 @@ class RestartPolicy:
     stall_timeout_s: float = 300.0  # no progress for this long counts as a failure
     unreachable_grace_s: float = 120.0  # a host that does not answer this long counts as failed
     max_preemptions: int = 10  # a run preempted more often than this ends failed (a loop guard)
+    # A host that has not answered over SSH for this long is gone for good: its tasks move to a
+    # spare (ClusterSpec.spares) instead of the run waiting for it (backend/runs/membership.py).
+    host_gone_s: float = 120.0
 
     def __post_init__(self) -> None:
         _init_from_table(self, _RESTART_FIELDS)
@@ -246,23 +258,36 @@ def cluster_from_dict(data: object) -> ClusterSpec:
     fix = "Write it as `tasks:` followed by one `- role: ..., host: ..., tf_port: ...` entry per task."
     if not isinstance(data, Mapping):
         raise SpecErrors([SpecError("cluster", f"expected a mapping with a tasks list, got {show_value(data)}", fix)])
-    errors = unknown_keys(data, ("tasks",), "")
+    errors = unknown_keys(data, ("tasks", "spares"), "")
     tasks = data.get("tasks")
     if not isinstance(tasks, (list, tuple)) or not tasks:
         errors.append(SpecError("tasks", f"expected a non-empty list of tasks, got {show_value(tasks)}", fix))
         raise SpecErrors(errors)
+    spares = data.get("spares") or ()
+    if not isinstance(spares, (list, tuple)):
+        errors.append(SpecError("spares", f"expected a list of hosts, got {show_value(spares)}",
+                                "Write it as `spares:` followed by one `- host: ..., tf_port: ...` entry per spare."))
+        spares = ()
+    built = _task_list(tasks, "tasks", _TASK_FIELDS, fix, errors)
+    spare_fix = "Write each spare like a task: `- host: ..., tf_port: ...` (its role is the lost task's)."
+    kept = _task_list(spares, "spares", _SPARE_FIELDS, spare_fix, errors)
+    if errors:
+        raise SpecErrors(errors)
+    return ClusterSpec(tuple(built), tuple(kept))
+
+
+def _task_list(items, where: str, table: dict, fix: str, errors: list) -> list[TaskSpec]:
+    """Each entry of a ``tasks:`` or ``spares:`` list as a TaskSpec; problems go to ``errors``."""
     built = []
-    for i, item in enumerate(tasks):
+    for i, item in enumerate(items):
         if not isinstance(item, Mapping):
-            errors.append(SpecError(f"tasks[{i}]", f"expected a mapping, got {show_value(item)}", fix))
+            errors.append(SpecError(f"{where}[{i}]", f"expected a mapping, got {show_value(item)}", fix))
             continue
-        values, task_errors = parse_fields(item, _TASK_FIELDS, f"tasks[{i}].")
+        values, task_errors = parse_fields(item, table, f"{where}[{i}].")
         errors += task_errors
         if not task_errors:
             built.append(TaskSpec(**values))
-    if errors:
-        raise SpecErrors(errors)
-    return ClusterSpec(tuple(built))
+    return built
 
 
 def _task_to_dict(task: TaskSpec) -> dict:
@@ -276,7 +301,10 @@ def _task_to_dict(task: TaskSpec) -> dict:
 
 
 def cluster_to_dict(cluster: ClusterSpec) -> dict:
-    return {"tasks": [_task_to_dict(t) for t in cluster.tasks]}
+    out = {"tasks": [_task_to_dict(t) for t in cluster.tasks]}
+    if cluster.spares:   # a spare's role is not its own: it takes the lost task's
+        out["spares"] = [{k: v for k, v in _task_to_dict(t).items() if k != "role"} for t in cluster.spares]
+    return out
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:

@@ -173,8 +173,26 @@ def check_cluster(cluster: ClusterSpec, hosts: Sequence[str] | None = None) -> l
     names = cluster.task_names()
     hosts = list(hosts) if hosts is not None else [t.address or t.host for t in cluster.tasks]
     found = (_check_roles(cluster) + _check_ports(cluster, names, hosts) + _check_loopback(cluster, hosts)
-             + _check_gpus(cluster, names, hosts))
+             + _check_gpus(cluster, names, hosts) + _check_spares(cluster, hosts))
     return sort_findings(found)
+
+
+def _check_spares(cluster: ClusterSpec, hosts: Sequence[str]) -> list[Finding]:
+    """A spare stands in for a host that is gone: one on a task's own host would go with it, and
+    two spares at one host:port could not both take a task."""
+    out, taken = [], {_host_key(h) for h in hosts}
+    seen: set[tuple[str, int]] = set()
+    for i, spare in enumerate(cluster.spares):
+        key = (_host_key(spare.address or spare.host), spare.tf_port)
+        if key in seen:
+            out.append(finding("error", f"spares[{i}].tf_port", f"two spares use {spare.endpoint}",
+                                "Give each spare on one host its own tf_port."))
+        seen.add(key)
+        if key[0] in taken:
+            out.append(finding("warning", f"spares[{i}].host",
+                                f"spare {spare.host} is also a task's host, so losing that host loses the spare too",
+                                "List a host that runs no task as the spare."))
+    return out
 
 
 def sort_findings(found: list[Finding]) -> list[Finding]:

@@ -29,7 +29,8 @@ def begin_attempt(run: Run, *, resume_step: int | None, expect: tuple[Phase, ...
 
     def open_attempt(state: RunState) -> None:
         number.append(state.attempt + 1)
-        state.attempts.append(Attempt(number[0], time.time(), resume_step=resume_step))
+        state.attempts.append(Attempt(number[0], time.time(), resume_step=resume_step,
+                                      hosts={t.name: t.host for t in state.tasks}))
         # Who may leave it launching (RunState.launch_cut_off), and what a cut-off start becomes:
         # the keeper's restart resumes its policy (Run.settle), a launch or restore fails.
         state.launcher = {**this_process(), CUT_OFF: str(on_fail)}

@@ -14,6 +14,11 @@ lets ``outcome.conclude`` judge the attempt:
 - unknown (a host did not answer): nothing is touched; the host is asked again, less and less
   often, for ``unreachable_grace_s``, and only then counts as a failure.
 
+A host unanswered over SSH for ``host_gone_s`` (each poll and each stop listen) is gone for good:
+the failed attempt's stop no longer waits for it, the attempt records it lost, and the next
+attempt moves its tasks to the cluster's spares (``membership``), resumed from the newest
+checkpoint any task holds; with no spare left the run fails saying what would have saved it.
+
 After ``max_restarts`` restarts, or a failure that no restart can cure, the run ends ``failed``
 with the failing task's traceback in ``failure.log``. A user's Stop wins: every phase change is
 a compare-and-set under the run's lock, and the keeper leaves as soon as it sees ``stopping``.
@@ -43,11 +48,13 @@ from backend.errors import ConsoleError, RunError
 from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
+from backend.engines.direct import harness_bundle
+from backend.runs import membership
 from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, POLL_S, keeper_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
-from backend.runs.outcome import (PREEMPTED, Conclusion, LifeWatch, Signs, Verdict, conclude, restarts_used,
-                                  stall_reason)
+from backend.runs.outcome import (PREEMPTED, Conclusion, LifeWatch, Signs, TaskPhase, Verdict, conclude,
+                                  restarts_used, stall_reason)
 from backend.runs.handle import Run
 from backend.runs.store import UNDERWAY, Phase, RunStore
 
@@ -80,6 +87,7 @@ class Keeper:
         self.life = LifeWatch(changed=time.time())
         self.unreachable_since: float | None = None
         self.casualties_since: float | None = None
+        self.silent: dict[str, float] = {}   # host -> since when it has not answered over SSH
         self.delay = poll_s
 
     def run(self, *, take_over: bool = False) -> Phase:
@@ -172,7 +180,10 @@ class Keeper:
             self._read_progress(run)
             run.settle()
             return None if run.state.live else run.state.phase
-        found = conclude(run.status())
+        statuses = run.status()
+        self._hear({s.host for s in statuses if s.state != TaskPhase.UNREACHABLE},
+                   {s.host for s in statuses if s.state == TaskPhase.UNREACHABLE})
+        found = conclude(statuses)
         if found.verdict == Verdict.FINISHED:
             self._read_progress(run)
             run.conclude_attempt(found, expect=UNDERWAY, last_step=self.progress.last_step)
@@ -289,13 +300,36 @@ class Keeper:
             return None
         return None if self._stop_all(run) else Phase.STOPPING
 
+    def _hear(self, answered: set[str], silent: set[str]) -> None:
+        """Start (or keep) the silence clock of each host that did not answer; stop the others'."""
+        now = time.time()
+        for host in silent - answered:
+            self.silent.setdefault(host, now)
+        for host in answered:
+            self.silent.pop(host, None)
+
+    def _gone(self, run: Run) -> dict[str, str]:
+        """Hosts unanswered for ``host_gone_s``: gone for good (host -> for how long)."""
+        now, limit = time.time(), run.job.restart.host_gone_s
+        return {h: f"unreachable for {now - since:.0f} s" for h, since in self.silent.items()
+                if now - since >= limit}
+
     def _stop_all(self, run: Run) -> bool:
-        """Stop the failed attempt's tasks, retrying an unreachable host within its grace."""
-        deadline = time.time() + run.job.restart.unreachable_grace_s
+        """Stop the failed attempt's tasks, retrying an unreachable host within its grace. A host
+        judged gone (``_gone``) is not waited for: the attempt records it lost (its tasks move to
+        a spare next), and the stop of the others is clean."""
+        policy = run.job.restart
+        deadline = time.time() + max(policy.unreachable_grace_s, policy.host_gone_s)
         delay = self.poll_s
         while True:
             report = run.stop_attempt(grace_s=STOP_GRACE_S)
+            hosts = {t.host for t in run.state.tasks}
+            self._hear(hosts - set(report.errors), set(report.unreachable))
             if report.clean:
+                return True
+            gone = self._gone(run)
+            if set(report.errors) <= set(gone):
+                self._record_lost(run, {h: gone[h] for h in report.errors})
                 return True
             if time.time() > deadline:
                 hosts = sorted(report.errors)
@@ -305,6 +339,43 @@ class Keeper:
             self.log(f"stop left something on {', '.join(sorted(report.errors))}; retrying")
             time.sleep(delay)
             delay = min(MAX_POLL_S, delay * 2)
+
+    def _record_lost(self, run: Run, lost: dict[str, str]) -> None:
+        """The attempt lost these hosts for good: its reason says so (the collective's abort on
+        the others was only the echo), and the next attempt replaces them."""
+        text = membership.lost_text(run, lost)
+        self.log(f"host(s) gone for good: {text}")
+
+        def mark(state) -> None:
+            last = state.attempts[-1]
+            last.lost, last.reason = {**(last.lost or {}), **lost}, text
+        run.update(mark)
+
+    def _replace_lost(self, run: Run) -> tuple[Run, int | None] | Phase | None:
+        """The last attempt lost hosts: move their tasks to spares and copy the newest checkpoint
+        to whoever lacks it; (the run's new handle, the step), or the give-up's phase."""
+        last = run.state.attempts[-1]
+        lost = dict(last.lost)
+        found = membership.replace_lost(run, lost)
+        said = membership.lost_text(run, lost)
+        if found.missing:
+            skipped = membership.skipped_text(found)
+            reason = (f"{said}; no spare left for {', '.join(found.missing)}"
+                      + (f" ({skipped})" if skipped else "") + f"; {membership.NO_SPARE_FIX}")
+            self._set_reason(run, reason, lost)
+            return self._give_up(run, reason, why="a host is gone for good")
+        if found.moves:
+            self._set_reason(run, f"{said}; {membership.moved_text(found)}", lost)
+            run = membership.apply(run, found)
+        step, copies = membership.resume_step(run, [m.task for m in found.moves], harness_bundle())
+        if copies:
+            self.log(f"copied checkpoint step {step} to {', '.join(copies)}")
+        return run, step
+
+    def _set_reason(self, run: Run, reason: str, lost: dict[str, str]) -> None:
+        def change(state) -> None:
+            state.attempts[-1].reason, state.attempts[-1].lost = reason, lost
+        run.update(change)
 
     def _restart(self, run: Run) -> Phase | None:
         """Start the next attempt from the common checkpoint, or give up after max_restarts."""
@@ -317,7 +388,13 @@ class Keeper:
         elif restarts_used([a.reason for a in run.state.attempts]) >= policy.max_restarts:
             return self._give_up(run, reason, why=f"gave up after {policy.max_restarts} restart(s)")
         time.sleep(run.job.restart.backoff_s)
-        step = common_checkpoint(run)   # a host that does not answer raises: next poll retries
+        if run.state.attempts and run.state.attempts[-1].lost:
+            moved = self._replace_lost(run)   # a host that does not answer raises: next poll retries
+            if not isinstance(moved, tuple):
+                return moved
+            run, step = moved
+        else:
+            step = common_checkpoint(run)   # a host that does not answer raises: next poll retries
         self.log(f"starting attempt {run.state.attempt + 1} from "
                  f"{'step ' + str(step) if step is not None else 'scratch'}")
         try:
@@ -331,6 +408,7 @@ class Keeper:
         outbox.on_restart(run.local_dir, run.state)   # the webhook hears why, once the new attempt runs
         self.progress = MetricsSeen()
         self.life = LifeWatch(changed=time.time())
+        self.silent = {}
         return None
 
     def _give_up(self, run: Run, reason: str, *, why: str) -> Phase | None:

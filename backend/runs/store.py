@@ -109,6 +109,11 @@ class Attempt:
     # task confirmed restoring (None: not checked yet), and the chief's step when checked.
     resumed: dict | None = None
     first_step: int | None = None
+    # Where each task ran in this attempt (task -> host; backend/runs/membership.py moves a task
+    # whose host is gone to a spare, so hosts differ between attempts), and the hosts this
+    # attempt lost for good (host -> seconds it went unanswered), which the next attempt replaces.
+    hosts: dict | None = None
+    lost: dict | None = None
 
 
 @dataclass
@@ -204,7 +209,8 @@ _TASK_TYPES = {"name": str, "position": int, "host": str, "remote_run_dir": str,
 _ATTEMPT_TYPES = {"number": int, "started": NUMBER, "resume_step": (int, type(None)),
                   "ended": (*NUMBER, type(None)), "reason": (str, type(None)),
                   "last_step": (int, type(None)), "resumed": (dict, type(None)),
-                  "first_step": (int, type(None))}
+                  "first_step": (int, type(None)), "hosts": (dict, type(None)),
+                  "lost": (dict, type(None))}
 
 
 def _checked(data: object, types: dict, where: str) -> dict:

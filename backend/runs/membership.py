@@ -1,0 +1,140 @@
+"""Who runs the next attempt when a host is gone for good: its tasks move to spare hosts.
+
+A MultiWorkerMirroredStrategy cluster is fixed when it starts, so "elastic" here means the next
+attempt starts on other hosts. The keeper judges a host gone (``Attempt.lost``: unanswered over
+SSH for ``restart.host_gone_s``, or failing preflight's SSH check at the restart); then:
+
+1. ``plan``, pure: each task on a lost host takes the next spare of ``spares:`` (chief included:
+   the spare takes the task's role), the others stay where they are;
+2. ``replace_lost``: preflight the new membership; a spare that fails is skipped and named and
+   the next one tried, a member whose host does not answer is lost too;
+3. ``apply``: the run's record says where each task is now (``state.cluster``, each task's host
+   and run folder); TF_CONFIG follows from that cluster through the one builder at the start;
+4. ``resume_step``: the newest checkpoint that any task holds, copied to every task that lacks
+   it (a spare has none; a new chief needs the real folder) and checked before training resumes.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backend import checkpoints
+from backend.config.spec import cluster_from_dict
+from backend.harness import layout
+from backend.hosts import remote
+from backend.hosts.preflight import run_preflight
+from backend.runs.handle import Run
+from backend.runs.store import RunState
+
+NO_SPARE_FIX = ("to survive this, list spare hosts under `spares:` in the cluster file "
+                "(the keeper moves a lost host's tasks there)")
+
+
+@dataclass(frozen=True)
+class Move:
+    task: str
+    old: str      # the lost host
+    new: str      # the spare's host
+    spare: int    # its index in the cluster's spares
+
+
+@dataclass
+class Plan:
+    tasks: list[dict]                  # the cluster's tasks for the next attempt (saved form)
+    spares: list[dict]                 # the spares left after it
+    moves: list[Move] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)   # tasks on a lost host with no spare left
+    skipped: dict[str, str] = field(default_factory=dict)   # spare host -> why preflight refused it
+
+
+def plan(cluster: dict, names: list[str], lost: set[str], refused: set[int] = frozenset()) -> Plan:
+    """Move every task on a ``lost`` host to the next spare not in ``refused`` (indexes), in order."""
+    spares = list(cluster.get("spares") or [])
+    free = [i for i in range(len(spares)) if i not in refused]
+    tasks, moves, missing = [], [], []
+    for name, task in zip(names, cluster["tasks"]):
+        if task["host"] not in lost:
+            tasks.append(task)
+        elif free:
+            i = free.pop(0)
+            tasks.append({**spares[i], "role": task["role"]})
+            moves.append(Move(name, task["host"], spares[i]["host"], i))
+        else:
+            tasks.append(task)
+            missing.append(name)
+    used = {m.spare for m in moves}
+    return Plan(tasks, [s for i, s in enumerate(spares) if i not in used], moves, missing)
+
+
+def replace_lost(run: Run, lost: dict[str, str]) -> Plan:
+    """A checked plan: preflight the new membership; skip (and name) each spare that fails it,
+    count a member that does not answer SSH as lost too (``lost`` grows), until it passes or no
+    spare is left (``Plan.missing``). Each round drops a spare or adds a host: it ends."""
+    names = run.cluster.task_names()
+    refused: dict[int, str] = {}
+    while True:
+        found = plan(run.state.cluster, names, set(lost), set(refused))
+        found.skipped = {run.state.cluster["spares"][i]["host"]: why for i, why in refused.items()}
+        if found.missing or not found.moves:
+            return found
+        moved = {m.task: m for m in found.moves}
+        bad = [r for r in run_preflight(cluster_from_dict({"tasks": found.tasks}), run.pool) if not r.ok]
+        if not bad:
+            return found
+        for report in bad:
+            why = "; ".join(report.problems())
+            if report.task in moved:
+                refused[moved[report.task].spare] = why
+            elif not report.checks.get("ssh", {}).get("ok"):
+                lost[report.host] = f"failed preflight at the restart ({why})"
+        if not any(r.task in moved or not r.checks.get("ssh", {}).get("ok") for r in bad):
+            return found   # members' other problems (a port still held): the start will say
+
+
+def apply(run: Run, found: Plan) -> Run:
+    """Record the new membership: the cluster, and each moved task's host and run folder (the same
+    folder name, under the spare's workdir). Returns a handle that sees it."""
+    moved = {m.task for m in found.moves}
+
+    def change(state: RunState) -> None:
+        state.cluster = {**state.cluster, "tasks": found.tasks, "spares": found.spares}
+        if not found.spares:
+            state.cluster.pop("spares")
+        for t in state.tasks:
+            if t.name in moved:
+                spec = found.tasks[t.position]
+                t.host = spec["host"]
+                t.remote_run_dir = layout.run_dir(spec.get("workdir", "tfconsole"), os.path.basename(t.remote_run_dir))
+                t.pid = t.pgid = t.started = None
+    run.update(change)
+    return Run(run.state, run.store, run.pool)
+
+
+def resume_step(run: Run, moved: list[str], harness: bytes) -> tuple[int | None, list[str]]:
+    """The newest checkpoint step that any task holds, copied to every task lacking it (the moved
+    tasks' folders get the harness first: hostctl writes there); returns it and the copies made."""
+    for task in moved:
+        remote.install(run.remote(task), harness)
+    listings = {t.name: checkpoints.list_checkpoints(run, t.name) for t in run.state.tasks}
+    step, sources = checkpoints.newest_anywhere(listings)
+    with tempfile.TemporaryDirectory(prefix="tfconsole-move-") as scratch:
+        for target, source in sources.items():
+            checkpoints.copy_step(run, step, source, target, Path(scratch))
+    return step, [f"{target} from {source}" for target, source in sources.items()]
+
+
+def skipped_text(found: Plan) -> str:
+    return "; ".join(f"spare {host} skipped ({why})" for host, why in found.skipped.items())
+
+
+def moved_text(found: Plan) -> str:
+    """What the attempt's reason adds: the spares skipped, and where each task went."""
+    return "; ".join([*filter(None, [skipped_text(found)]), *(f"moved to spare {m.new}" if len(found.moves) == 1
+                      else f"{m.task} moved to spare {m.new}" for m in found.moves)])
+
+
+def lost_text(run: Run, lost: dict[str, str]) -> str:
+    """``worker-1: host h3 unreachable for 120 s``, for each task on a lost host."""
+    return "; ".join(f"{t.name}: host {t.host} {lost[t.host]}" for t in run.state.tasks if t.host in lost)
