@@ -14,6 +14,7 @@ from backend.config import tfconfig
 from backend.cli.checkpoints import EXIT_CODES, add_commands, print_json, print_table, status_json
 from backend.cli.plain import SafeStream
 from backend.cli.metrics import add_command as metrics_command
+from backend.cli.tensorboard import add_command as tensorboard_command
 from backend.errors import ConsoleError, MultiHostError
 from backend.hosts.resolve import tf_addresses, tf_hosts
 from backend.hosts.known_hosts import KnownHosts, OnChange, Verdict
@@ -330,6 +331,7 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_runs_show)
     add_commands(add)
     metrics_command(add)
+    tensorboard_command(add)
     s = add("console", cmd_console, "open the console in a browser (prints the URL with its login token)")
     s.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501)")
     s.add_argument("--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

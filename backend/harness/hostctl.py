@@ -39,6 +39,7 @@ FAILED = 3
 READ_LIMIT = 16 << 20     # bytes per read answer: one call stays short on a slow link
 PROGRESS_WINDOW = 1 << 16  # the last metrics line is looked for in this many trailing bytes
 FOLLOW_POLL_S = 0.2       # how often ``follow`` looks for new bytes (tail -F's default is 1 s)
+MAX_FILES = 10_000          # files one ``files`` answer lists (a TensorBoard folder holds a few)
 SAVE_NAME = re.compile(r"^save-[A-Za-z0-9_-]{1,80}\.json$")
 
 
@@ -197,6 +198,26 @@ def cmd_exports(a) -> dict:
     return {"exports": out}
 
 
+def cmd_files(a) -> dict:
+    """Every plain file under a run folder (``--dir``), with its size: what a copy needs to fetch
+    only what is new (TensorBoard's event files grow by appending). Links are left out: a copy
+    takes the run's own files, never what a link points to."""
+    top = inside(a.run, a.dir)
+    if not os.path.isdir(top):
+        raise Refused(f"no folder {a.dir} in {a.run}", missing=True)
+    out = []
+    for folder, dirs, names in os.walk(top):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            if os.path.islink(path) or not os.path.isfile(path) or name.endswith(".part"):
+                continue
+            out.append({"path": os.path.relpath(path, top), "size": os.path.getsize(path)})
+            if len(out) >= MAX_FILES:
+                return {"files": out, "cut": True}
+    return {"files": out, "cut": False}
+
+
 def cmd_follow(a) -> None:
     """The file's bytes from its start, then as they are appended, like ``tail -n +1 -F``: a file
     not there yet is waited for, one replaced or cut short is read again from its start."""
@@ -353,6 +374,7 @@ def parser() -> argparse.ArgumentParser:
         "--stop", action="store_true", help="then every worker exits (preempt.EXIT_CODE)")
     add("save-done", cmd_save_done, "the step a save request was saved at").add_argument("--name", required=True)
     add("exports", cmd_exports, "finished exports' result.json")
+    add("files", cmd_files, "every file under a run folder, with its size").add_argument("--dir", required=True)
     add("follow", cmd_follow, "a file's bytes as they are written (a stream, like tail -F)").add_argument(
         "--path", required=True)
     for name, fn, help in (("ckpt-list", cmd_ckpt_list, "checkpoints users may pick, with their holds"),

@@ -270,6 +270,48 @@ def fetch_file(h: Host, rel: str, local_path: str | Path) -> int:
     return size
 
 
+def list_files(h: Host, rel: str) -> list[tuple[str, int]] | None:
+    """Every file under the run folder ``rel`` as (path inside it, size); None when the folder
+    does not exist (yet). A harness older than ``hostctl files`` is told apart from no harness."""
+    try:
+        answer = _call(h, "files", "--dir", rel)
+    except MissingFile:
+        return None
+    except NotInstalled as err:
+        if "invalid choice" in (err.stderr_tail or ""):
+            raise HostError(h.name, f"the harness in {h.run_dir} cannot list files (it predates this "
+                            "command)", f"Copy {rel}/ from that host by hand (scp -r), or use a run "
+                            "started by this version.") from None
+        raise
+    return [(str(f["path"]), int(f["size"])) for f in answer.get("files", [])]
+
+
+def fetch_new(h: Host, rel: str, local_root: str | Path) -> tuple[int, int]:
+    """Mirror the run folder ``rel`` into ``local_root``, fetching only what is new: the bytes a
+    file gained since the last copy are appended. For folders whose files only grow (TensorBoard's
+    event files: a new writer makes a new file); a local copy as long as the host's, or longer,
+    is left as it is, so a mirror that is the host's folder itself (a local run whose work folder
+    is this runs folder) is never written. Returns (files that grew, bytes fetched); (0, 0) for
+    no folder. A path the host lists outside ``local_root`` is refused: its answer is not trusted."""
+    root = Path(local_root)
+    changed = fetched = 0
+    for path, size in list_files(h, rel) or []:
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            raise HostError(h.name, f"listed a file outside {rel}: {path!r}",
+                            "Check the run directory on that host.")
+        local = root / path
+        have = local.stat().st_size if local.is_file() else 0
+        if have >= size and local.is_file():
+            continue
+        local.parent.mkdir(parents=True, exist_ok=True)
+        with open(local, "ab") as fh:
+            for data in _chunks(h, f"{rel}/{path}", ["--offset", str(have)]):
+                fh.write(data)
+                fetched += len(data)
+        changed += 1
+    return changed, fetched
+
+
 def push_file(h: Host, local_path: str | Path, rel: str, *, private: bool = False) -> int:
     """Copy a local file into the run directory; it appears whole (renamed in when complete).
     ``private``: mode 0600 from the start (a file holding the job's env)."""

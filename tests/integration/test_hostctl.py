@@ -81,6 +81,26 @@ def test_files_round_trip_in_chunks(local_host, tmp_path, monkeypatch):
         remote.fetch_file(local_host, "nothing/here", tmp_path / "x")
 
 
+def test_fetch_new_copies_only_what_grew_and_never_a_link(local_host, tmp_path, monkeypatch):
+    """`tfconsole tensorboard` mirrors the chief's event files this way: a file that grew gets its
+    new bytes appended, in chunks; a link in the folder (to a secret elsewhere) is not followed."""
+    monkeypatch.setattr(remote, "CHUNK", 1000)
+    there = Path(local_host.run_dir, "tensorboard")
+    (there / "validation").mkdir(parents=True)
+    (there / "events.1").write_bytes(b"a" * 2500)
+    (there / "validation" / "events.2").write_bytes(b"b" * 10)
+    (tmp_path / "secret").write_text("key")
+    (there / "link").symlink_to(tmp_path / "secret")
+    here = tmp_path / "mirror"
+    assert remote.fetch_new(local_host, "tensorboard", here) == (2, 2510)
+    with open(there / "events.1", "ab") as fh:
+        fh.write(b"c" * 1500)
+    assert remote.fetch_new(local_host, "tensorboard", here) == (1, 1500)
+    assert (here / "events.1").read_bytes() == (there / "events.1").read_bytes()
+    assert (here / "validation" / "events.2").read_bytes() == b"b" * 10 and not (here / "link").exists()
+    assert remote.fetch_new(local_host, "nothing", here) == (0, 0)
+
+
 def test_private_files_and_exact_chunks(local_host, tmp_path, monkeypatch):
     monkeypatch.setattr(remote, "CHUNK", 1000)
     assert remote.put_bytes(local_host, b"SECRET=1\n", "slurm/attempt-1.sbatch", private=True) == 9
