@@ -92,9 +92,9 @@ def main():
         if args.pace:
             __import__("time").sleep(args.pace)
         if (step + 1) % args.steps == 0:        # an epoch end: every worker saves, same step
-            epoch.assign((step + 1) // args.steps)
+            epoch.assign(step // args.steps)     # 0-based, as the tutorial's; lines show it + 1
             manager.save()                       # ckpt-<step> + its metadata, listed
-            print(f"epoch {int(epoch.numpy())} loss {float(loss):.4f} "
+            print(f"epoch {step // args.steps + 1} loss {float(loss):.4f} "
                   f"accuracy {float(accuracy.result()):.4f}", flush=True)
             accuracy.reset_state()
 

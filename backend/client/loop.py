@@ -90,7 +90,8 @@ class Loop:
         if self.ctx.resume_step:
             self._restore(int(self.ctx.resume_step))
         self.gather = _make_gather(self.strategy) if len(self.ctx.tasks) > 1 else None
-        self.first, self.mark, self.last = True, {}, None
+        self.first, self.mark, self.carry, self.last = True, {}, {}, None
+        self._watch_resets()
         self.synced_at, self.saved_at, self.saved_path = None, None, None
         self.t_sync, self.next_sync = time.time(), self.n + self.every
         if self.manager is not None:
@@ -144,9 +145,23 @@ class Loop:
                         keras_metrics.local_sum(self.strategy, self._count))}
         return {**own, **keras_metrics.local_state(self.strategy, self.metrics)}
 
+    def _watch_resets(self) -> None:
+        """A metric the script resets (the tutorial does, every epoch) keeps the part of the
+        window before the reset: its state then is carried into the next line."""
+        for name, metric in self.metrics.items():
+            def reset(*a, _orig=metric.reset_state, _name=name, _metric=metric, **k):
+                t, c = keras_metrics.local_state(self.strategy, {_name: _metric})[_name]
+                t0, c0 = self.mark.get(_name, (0.0, 0.0))
+                ct, cc = self.carry.get(_name, (0.0, 0.0))
+                self.carry[_name] = (ct + t - t0, cc + c - c0)
+                self.mark[_name] = (0.0, 0.0)
+                return _orig(*a, **k)
+            metric.reset_state = reset
+
     def _sync(self) -> tuple[bool, bool]:
         state = self._local_state()
-        window, self.mark = _delta(state, self.mark), state
+        window, self.mark = _delta(state, self.mark, self.carry), state
+        self.carry = {}
         now, first = time.time(), self.first
         steps = max(1, self.n - (self.synced_at or 0))
         step_time = math.nan if first else (now - self.t_sync) / steps
@@ -369,13 +384,15 @@ def _loss_of(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def _delta(now: dict, before: dict) -> dict:
-    """The change of each (total, count) since ``before``; a count that went down was reset
-    (the tutorial resets its accuracy every epoch), so it counts from zero."""
+def _delta(now: dict, before: dict, carry: dict) -> dict:
+    """The change of each (total, count) since ``before``, plus what a reset carried over; a
+    count that went down was reset some other way, so it counts from zero."""
     out = {}
     for name, (total, count) in now.items():
         t0, c0 = before.get(name, (0.0, 0.0))
-        out[name] = (total, count) if count < c0 else (total - t0, count - c0)
+        ct, cc = carry.get(name, (0.0, 0.0))
+        t, c = (total, count) if count < c0 else (total - t0, count - c0)
+        out[name] = (t + ct, c + cc)
     return out
 
 
