@@ -98,7 +98,13 @@ def learning_rate_figure(store: MetricsStore, max_points: int = 2000, *,
     """The learning rate the optimizer used, per step (one value for every worker)."""
     x, y = store.metric("learning_rate")
     traces = [_line("learning rate", *thin(x, y, max_points), GLOBAL_COLOR, width=2.0)] if len(x) else []
-    return _figure(traces, title="Learning rate", y_title="learning rate")
+    fig = _figure(traces, title="Learning rate", y_title="learning rate")
+    # Log scale: rates span decades under a schedule, and a constant 0.001 on a linear axis is
+    # drawn as 0 (plotly pads a flat line by +-1).
+    positive = np.asarray(y)[np.isfinite(y)] if len(x) else np.empty(0)
+    if len(positive) and (positive > 0).all():
+        fig.update_layout(yaxis_type="log", yaxis_exponentformat="e")
+    return fig
 
 
 def chart_metrics(store: MetricsStore) -> list[str]:
