@@ -60,6 +60,10 @@ def test_accuracy_validation_and_learning_rate_on_monitor(server):
         assert {"worker-0", "worker-1", "global", "global (validation)"} <= set(accuracy), sorted(accuracy)
         assert charts["Loss"]["global (validation)"]["x"] == [20, 40, 60]
         assert all(0.0 <= v <= 1.0 for v in accuracy["global"]["y"])
+        web.goto(page, "Runs")     # the runs table with each metric's last and best value
+        web.wait_text(page, r"run\(s\) under", 60)
+        page.wait_for_timeout(1500)
+        web.shot(page, "metrics-runs")
 
     out = subprocess.run([sys.executable, "-m", "backend", "--runs", str(runs), "metrics", run_id, "--json"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
