@@ -100,6 +100,9 @@ def test_save_now_is_seen_by_the_chief_only_and_answered_with_the_step(tmp_path)
     code = "import tfconsole\nprint(tfconsole.should_save())\ntfconsole.saved(70)"
     assert _python(code, _env(run, 1), tmp_path).strip() == "False"
     assert (run / "requests" / name).exists()          # a worker leaves the request alone
+    (run / "checkpoints").mkdir()                      # step 70 is listed (issue 36: only a
+    for part in ("index", "meta.json"):                # listed step answers a Save now)
+        (run / "checkpoints" / f"ckpt-70.{part}").write_text("{}")
     assert _python(code, _env(run, 0), tmp_path).strip() == "True"
     done = subprocess.run([sys.executable, "-S", str(run / "harness" / "hostctl.py"), "save-done",
                            "--run", str(run), "--name", name], capture_output=True, text=True)
