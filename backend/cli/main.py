@@ -225,16 +225,23 @@ def cmd_runs(a) -> int:
 
 def cmd_runs_show(a) -> int:
     from backend.runs import record
+    from backend.watch import summary
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
     if run.state.live:   # versions.json is written at each task's start: keep what is there now
         record.keep_host_versions(run)
     shown = record.view(run.state, run.local_dir)
+    # Its metrics as this machine copied them (the Runs page's source): last and best values.
+    found = summary.summarize(summary.from_mirror(run.local_dir))["global"]
     if a.json:
-        print_json(shown)
+        print_json({**shown, "metrics": found})
         return 0
     print(f"run {shown['run_id']}: {shown['phase']}, {len(shown['attempts'])} attempt(s)")
     for line in record.summary(shown):
         print(f"  {line}")
+    for name, v in found.items():
+        best = f", best {v['best']:.6g} at step {v['best_step']}" if v["best"] is not None else ""
+        last = "n/a" if v["last"] is None else f"{v['last']:.6g}"
+        print(f"  metric {name}: last {last} at step {v['last_step']}{best}")
     return 0
 
 

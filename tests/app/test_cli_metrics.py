@@ -82,3 +82,22 @@ def test_checkpoints_show_the_metrics_at_their_step(finished_run):
         assert rows[step]["mae"] == pytest.approx(at_step[step]["mae"])
     table = cli(root, "checkpoints", run_id).stdout.splitlines()
     assert "val_loss" in table[0].split() and "mae" in table[0].split()
+
+
+def test_runs_show_names_the_last_and_best_of_every_metric(finished_run, tmp_path):
+    """`runs show` (issue 34: it showed no metric): each metric's last and best, from the copy
+    of the metrics the console keeps in the run's folder."""
+    import shutil
+    root, run_id = finished_run
+    runs = tmp_path / "runs"
+    shutil.copytree(root / run_id, runs / run_id, symlinks=True)
+    mirror = runs / run_id / "watch_mirror"
+    mirror.mkdir(exist_ok=True)
+    lines = chief_lines(root, run_id)
+    (mirror / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    text = cli(runs, "runs", "show", run_id).stdout
+    vals = [x["global"]["val_loss"] for x in lines if "val_loss" in (x.get("global") or {})]
+    assert f"metric val_loss: last {vals[-1]:.6g}" in text
+    assert f"best {min(vals):.6g}" in text
+    shown = json.loads(cli(runs, "runs", "show", run_id, "--json").stdout)
+    assert shown["metrics"]["val_loss"]["best"] == pytest.approx(min(vals))
