@@ -354,10 +354,12 @@ class Keeper:
     def _replace_lost(self, run: Run) -> tuple[Run, int | None] | Phase | None:
         """The last attempt lost hosts: move their tasks to spares and copy the newest checkpoint
         to whoever lacks it; (the run's new handle, the step), or the give-up's phase."""
-        last = run.state.attempts[-1]
+        last, began = run.state.attempts[-1], time.time()
         lost = dict(last.lost)
         found = membership.replace_lost(run, lost)
         said = membership.lost_text(run, lost)
+        self.log(f"preflight of the new membership took {time.time() - began:.1f} s: "
+                 f"{membership.moved_text(found) or 'nothing to move'}")
         if found.missing:
             skipped = membership.skipped_text(found)
             reason = (f"{said}; no spare left for {', '.join(found.missing)}"
@@ -369,7 +371,8 @@ class Keeper:
             run = membership.apply(run, found)
         step, copies = membership.resume_step(run, [m.task for m in found.moves], harness_bundle())
         if copies:
-            self.log(f"copied checkpoint step {step} to {', '.join(copies)}")
+            self.log(f"copied checkpoint step {step} to {', '.join(copies)} "
+                     f"({time.time() - began:.1f} s since the move began)")
         return run, step
 
     def _set_reason(self, run: Run, reason: str, lost: dict[str, str]) -> None:

@@ -9,6 +9,7 @@ import signal
 
 import pytest
 
+from backend import checkpoints
 from backend.config.spec import cluster_from_dict, job_from_dict
 from backend.runs import detached, launcher
 from tests import conftest, sshd
@@ -46,43 +47,49 @@ def lose_host(run, host, task: str) -> None:
     os.killpg(run.task(task).pgid, signal.SIGKILL)
 
 
-def cluster(ssh_hosts, doomed, client_key, python_path, tmp_path, spares=()):
+def cluster(ssh_hosts, doomed, client_key, python_path, tmp_path, spares=(), *, lose="worker-1"):
+    """chief-0, worker-0, worker-1; the task ``lose`` on the doomed host."""
+    hosts = [doomed, ssh_hosts[0], ssh_hosts[1]] if lose == "chief-0" else [*ssh_hosts, doomed]
     return cluster_from_dict({
-        "tasks": [ssh_task(ssh_hosts[0], "chief", sshd.free_port(), client_key, python_path, tmp_path / "h2"),
-                  ssh_task(ssh_hosts[1], "worker", sshd.free_port(), client_key, python_path, tmp_path / "h3"),
-                  ssh_task(doomed, "worker", sshd.free_port(), client_key, python_path, tmp_path / "h21")],
+        "tasks": [ssh_task(h, role, sshd.free_port(), client_key, python_path, tmp_path / h.address)
+                  for h, role in zip(hosts, ("chief", "worker", "worker"))],
         "spares": [{k: v for k, v in ssh_task(s, "worker", sshd.free_port(), client_key, python_path,
                                                tmp_path / f"spare{i}").items() if k != "role"}
                    for i, s in enumerate(spares)]})
 
 
-def test_worker_host_lost_for_good_moves_to_the_spare(own_hosts, ssh_hosts, client_key, python_path,
-                                                      tmp_path, store):
+@pytest.mark.parametrize("lose", ["worker-1", "chief-0"])
+def test_a_host_lost_for_good_moves_its_task_to_the_spare(lose, own_hosts, ssh_hosts, client_key, python_path,
+                                                          tmp_path, store):
     doomed, spare = own_hosts
-    run = launcher.launch(cluster(ssh_hosts, doomed, client_key, python_path, tmp_path, [spare]), job(),
+    run = launcher.launch(cluster(ssh_hosts, doomed, client_key, python_path, tmp_path, [spare], lose=lose), job(),
                           store=store, preflight=launcher.Preflight.SKIP)
     wait_for(lambda: any(r["step"] >= 50 for r in metrics(run)), 180, "training past the first checkpoint")
-    lost_group = run.reload().tasks[2].pgid
-    lose_host(run, doomed, "worker-1")
+    lost_group = run.reload().tasks[0 if lose == "chief-0" else 2].pgid
+    lose_host(run, doomed, lose)
     state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 300)
     assert state.phase == "finished", state.attempts
     first, second = state.attempts[0], state.attempts[-1]
     assert len(state.attempts) == 2
-    assert first.reason.startswith(f"worker-1: host {doomed.address} unreachable for "), first.reason
+    assert first.reason.startswith(f"{lose}: host {doomed.address} unreachable for "), first.reason
     assert first.reason.endswith(f"; moved to spare {spare.address}"), first.reason
-    assert first.hosts["worker-1"] == doomed.address and second.hosts["worker-1"] == spare.address
+    assert first.hosts[lose] == doomed.address and second.hosts[lose] == spare.address
     assert second.resume_step is not None and second.resume_step >= 40
     # Every reader agrees: the record's task, the cluster it launches, and status.
     again = launcher.attach(run.run_id, store=store)
-    assert again.task("worker-1").host == spare.address == again.task_spec("worker-1").host
+    assert again.task(lose).host == spare.address == again.task_spec(lose).host
+    assert {s.name: s.host for s in again.status()}[lose] == spare.address
     assert "spares" not in state.cluster   # the one spare is used
-    rows = [r for r in metrics(again) if r["task"] == "worker-1" and r["attempt"] == second.number]
+    # Checkpoints lists the (new) chief's: saved after the resume, on the spare for a lost chief.
+    steps = [c["step"] for c in checkpoints.list_checkpoints(again)]
+    assert steps and max(steps) > second.resume_step, steps
+    rows = [r for r in metrics(again) if r["task"] == lose and r["attempt"] == second.number]
     assert rows and max(r["step"] for r in rows) == PARAMS["steps_per_epoch"]
     assert min(r["step"] for r in rows) == second.resume_step + 1   # resumed, not from scratch
     wait_for(lambda: detached.keeper_pid(store.path(run.run_id)) is None, 30, "the keeper to exit")
     wait_for(lambda: processes_of(again) == [], 30, "no process of the run")
     assert not any(line.split()[1] == str(lost_group) for line in conftest.ps("pid=,pgid="))
-    record("worker host lost for good, moved to a spare", resume_step=second.resume_step,
+    record(f"{lose}'s host lost for good, moved to a spare", resume_step=second.resume_step,
            restart_s=second.started - first.ended)
 
 
