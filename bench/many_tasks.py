@@ -9,7 +9,9 @@ console's and the hosts' own costs, not training's. Rounds alternate 2, 32, 2, 3
   ``START_CHECK_S`` "did it die at once" wait too, the same in both); preflight alone beside it.
 - stop: ``python -m backend stop RUN`` (what ``tfconsole stop`` runs) from start to exit, and
   when the last of the job's processes was gone (a thread reads /proc every 20 ms for a token
-  only the job's environment carries). After each stop, ps must find nothing of the job.
+  only the job's environment carries). After each stop, ps must find nothing of the job. Its
+  CPU seconds (the command's own, start-up included) beside: the figure that a loaded machine
+  distorts least.
 
     .venv/bin/python bench/many_tasks.py [--rounds 3]
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -97,6 +100,7 @@ def one_round(hosts, key, options, root: Path, tasks: int, known: Path) -> dict:
         while carrying(token):
             time.sleep(0.02)
         gone_at.append(time.perf_counter() - t0)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     watcher = threading.Thread(target=watch, args=(t0,), daemon=True)
     watcher.start()
@@ -104,12 +108,14 @@ def one_round(hosts, key, options, root: Path, tasks: int, known: Path) -> dict:
                           str(known), "--ssh-config", str(root / "none"), "stop", run.run_id],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     stopped = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     watcher.join(60)
     assert cli.returncode == 0, cli.stdout + cli.stderr
     left = carrying(token)
     assert not left, f"left after stop: {left}"
     return {"launch": launched, "preflight": preflight.seconds, "stop": stopped,
-            "gone": gone_at[0] if gone_at else float("nan")}
+            "gone": gone_at[0] if gone_at else float("nan"), "stop_cpu": cpu}
 
 
 def _list(rounds: list[dict], key: str) -> str:
@@ -138,11 +144,13 @@ def main() -> None:
             for h in hosts:
                 h.stop()
     print(f"\nload average (1 min) during the run: {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores")
-    print(f"{'tasks':>5} {'launch s':>9} {'preflight s':>12} {'stop s':>7} {'all gone s':>11}   (medians; rounds)")
+    print(f"{'tasks':>5} {'launch s':>9} {'preflight s':>12} {'stop s':>7} {'all gone s':>11} "
+          f"{'stop CPU s':>11}   (medians; rounds)")
     med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in results.items()}
     for n, rs in results.items():
         m = med[n]
-        print(f"{n:>5} {m['launch']:>9.2f} {m['preflight']:>12.2f} {m['stop']:>7.2f} {m['gone']:>11.2f}   "
+        print(f"{n:>5} {m['launch']:>9.2f} {m['preflight']:>12.2f} {m['stop']:>7.2f} {m['gone']:>11.2f} "
+              f"{m['stop_cpu']:>11.2f}   "
               f"stop {_list(rs, 'stop')}; launch {_list(rs, 'launch')}")
     small, big = med[min(SHAPES)], med[max(SHAPES)]
     print(f"32 / 2 tasks: launch {big['launch'] / small['launch']:.2f}x, stop {big['stop'] / small['stop']:.2f}x")
