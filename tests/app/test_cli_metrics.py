@@ -30,6 +30,20 @@ def chief_lines(root: Path, run_id: str) -> list[dict]:
     return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
+def copied_by_a_console(finished_run, tmp_path: Path) -> tuple[Path, str, list[dict]]:
+    """A runs folder holding the finished run as a console leaves it once it watched the run:
+    the chief's metric lines copied into its watch_mirror (runs folder, run id, the lines)."""
+    import shutil
+    root, run_id = finished_run
+    runs = tmp_path / "runs"
+    shutil.copytree(root / run_id, runs / run_id, symlinks=True)
+    mirror = runs / run_id / "watch_mirror"
+    mirror.mkdir(exist_ok=True)
+    lines = chief_lines(root, run_id)
+    (mirror / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return runs, run_id, lines
+
+
 def test_metrics_prints_every_metric_per_worker_and_global_as_written(finished_run):
     root, run_id = finished_run
     lines = chief_lines(root, run_id)
@@ -53,14 +67,7 @@ def test_metrics_prints_every_metric_per_worker_and_global_as_written(finished_r
 
 
 def test_runs_json_carries_the_last_and_best_value_once_a_console_copied_the_metrics(finished_run, tmp_path):
-    import shutil
-    root, run_id = finished_run
-    runs = tmp_path / "runs"
-    shutil.copytree(root / run_id, runs / run_id, symlinks=True)
-    mirror = runs / run_id / "watch_mirror"
-    mirror.mkdir(exist_ok=True)
-    lines = chief_lines(root, run_id)
-    (mirror / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    runs, run_id, lines = copied_by_a_console(finished_run, tmp_path)
     listed = json.loads(cli(runs, "runs", "--json").stdout)
     mine = next(r for r in listed if r.get("run_id") == run_id)
     losses = {x["step"]: x["global_loss"] for x in lines}
@@ -87,14 +94,7 @@ def test_checkpoints_show_the_metrics_at_their_step(finished_run):
 def test_runs_show_names_the_last_and_best_of_every_metric(finished_run, tmp_path):
     """`runs show` (issue 34: it showed no metric): each metric's last and best, from the copy
     of the metrics the console keeps in the run's folder."""
-    import shutil
-    root, run_id = finished_run
-    runs = tmp_path / "runs"
-    shutil.copytree(root / run_id, runs / run_id, symlinks=True)
-    mirror = runs / run_id / "watch_mirror"
-    mirror.mkdir(exist_ok=True)
-    lines = chief_lines(root, run_id)
-    (mirror / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    runs, run_id, lines = copied_by_a_console(finished_run, tmp_path)
     text = cli(runs, "runs", "show", run_id).stdout
     vals = [x["global"]["val_loss"] for x in lines if "val_loss" in (x.get("global") or {})]
     assert f"metric val_loss: last {vals[-1]:.6g}" in text

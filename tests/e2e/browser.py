@@ -220,3 +220,18 @@ def start(page) -> None:
             fail(page, "preflight failed")
         page.wait_for_timeout(10_000)
     fail(page, "the default ports stayed in use")
+
+
+COMMAND_LABEL = "Command run on every host (TF_CONFIG is set)"
+
+
+def start_command(page, command: str) -> str:
+    """On Launch, pick the Command job kind, type ``command``, press Start; the run id."""
+    page.locator('[data-testid="stRadio"]').get_by_text("Command", exact=True).click()
+    box = page.get_by_label(COMMAND_LABEL, exact=True)
+    box.wait_for(timeout=30_000)
+    box.fill(command)
+    box.press("Enter")
+    page.wait_for_timeout(400)
+    start(page)
+    return re.search(r"Run (\S+) started", wait_text(page, r"Run \S+ started", 30)).group(1)

@@ -12,7 +12,6 @@ import pytest
 from tests.e2e import browser as web
 from tests.e2e.test_checkpoints_browser import _choose
 
-COMMAND_LABEL = "Command run on every host (TF_CONFIG is set)"
 # 50 ms asleep per step leaves the 2 cores to the export and the browser; 2 x 1500 steps outlast
 # the test (the fixture stops the run at the end).
 FIT = "examples/keras_fit.py --epochs 2 --steps 1500 --pace 0.05"
@@ -24,14 +23,7 @@ def test_fit_job_curves_save_now_export_and_restore_in_the_browser(server):
     url, _ = server
     with sync_playwright() as p:
         browser, page = web.open_console(p, url, height=1400)
-        page.locator('[data-testid="stRadio"]').get_by_text("Command", exact=True).click()
-        box = page.get_by_label(COMMAND_LABEL, exact=True)
-        box.wait_for(timeout=30_000)
-        box.fill(FIT)
-        box.press("Enter")
-        page.wait_for_timeout(400)
-        web.start(page)
-        run_id = re.search(r"Run (\S+) started", web.wait_text(page, r"Run \S+ started", 30)).group(1)
+        run_id = web.start_command(page, FIT)
 
         web.goto(page, "Monitor")
         for _ in range(180):

@@ -8,7 +8,6 @@ checks those against numpy on the recorded weights)."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 
@@ -16,7 +15,6 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.e2e import browser as web
-from tests.e2e.test_fit_browser import COMMAND_LABEL
 
 EPOCHS = 3
 FIT = f"examples/keras_fit.py --epochs {EPOCHS} --steps 20"
@@ -36,14 +34,7 @@ def test_accuracy_validation_and_learning_rate_on_monitor(server):
     url, runs = server
     with sync_playwright() as p:
         browser, page = web.open_console(p, url, height=2200)
-        page.locator('[data-testid="stRadio"]').get_by_text("Command", exact=True).click()
-        box = page.get_by_label(COMMAND_LABEL, exact=True)
-        box.wait_for(timeout=30_000)
-        box.fill(FIT)
-        box.press("Enter")
-        page.wait_for_timeout(400)
-        web.start(page)
-        run_id = re.search(r"Run (\S+) started", web.wait_text(page, r"Run \S+ started", 30)).group(1)
+        run_id = web.start_command(page, FIT)
         web.goto(page, "Monitor")
         charts = {}
         for _ in range(240):     # until the run has ended and every epoch's validation is drawn
