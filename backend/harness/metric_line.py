@@ -75,13 +75,8 @@ def checked(values: Mapping | None, *, what: str) -> dict[str, float]:
 
 
 def _is_number(value) -> bool:
-    if isinstance(value, (int, float)):
-        return True
-    try:   # numpy scalars, 0-d tensors' .numpy() results
-        float(value)
-        return hasattr(value, "__float__") and not isinstance(value, (str, bytes))
-    except (TypeError, ValueError):
-        return False
+    """A Python or numpy number, or a 0-d tensor: anything with ``__float__`` but text."""
+    return not isinstance(value, (str, bytes)) and hasattr(value, "__float__")
 
 
 def named(values) -> tuple[dict[str, float], int]:
