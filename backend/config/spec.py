@@ -147,8 +147,13 @@ class ClusterSpec:
     # Hosts kept idle for a task whose host is gone for good: the keeper moves that task there,
     # in order (backend/runs/membership.py). Each entry has a task's fields; its role is ignored.
     spares: tuple[TaskSpec, ...] = ()
+    # With no spare left, the next attempt runs without a lost host's tasks if at least this many
+    # tasks remain (None: never; backend/runs/membership.py). The global batch stays the same.
+    min_workers: int | None = None
 
     def __post_init__(self) -> None:
+        if self.min_workers is not None:
+            object.__setattr__(self, "min_workers", parse_count(self.min_workers, "min_workers"))
         for name in ("tasks", "spares"):
             value = getattr(self, name)
             items = tuple(value) if isinstance(value, (list, tuple)) else None
@@ -258,7 +263,7 @@ def cluster_from_dict(data: object) -> ClusterSpec:
     fix = "Write it as `tasks:` followed by one `- role: ..., host: ..., tf_port: ...` entry per task."
     if not isinstance(data, Mapping):
         raise SpecErrors([SpecError("cluster", f"expected a mapping with a tasks list, got {show_value(data)}", fix)])
-    errors = unknown_keys(data, ("tasks", "spares"), "")
+    errors = unknown_keys(data, ("tasks", "spares", "min_workers"), "")
     tasks = data.get("tasks")
     if not isinstance(tasks, (list, tuple)) or not tasks:
         errors.append(SpecError("tasks", f"expected a non-empty list of tasks, got {show_value(tasks)}", fix))
@@ -271,9 +276,15 @@ def cluster_from_dict(data: object) -> ClusterSpec:
     built = _task_list(tasks, "tasks", _TASK_FIELDS, fix, errors)
     spare_fix = "Write each spare like a task: `- host: ..., tf_port: ...` (its role is the lost task's)."
     kept = _task_list(spares, "spares", _SPARE_FIELDS, spare_fix, errors)
+    least = data.get("min_workers")
+    if least is not None:
+        try:
+            least = parse_count(least, "min_workers")
+        except SpecError as err:
+            errors.append(err)
     if errors:
         raise SpecErrors(errors)
-    return ClusterSpec(tuple(built), tuple(kept))
+    return ClusterSpec(tuple(built), tuple(kept), least)
 
 
 def _task_list(items, where: str, table: dict, fix: str, errors: list) -> list[TaskSpec]:
@@ -304,6 +315,8 @@ def cluster_to_dict(cluster: ClusterSpec) -> dict:
     out = {"tasks": [_task_to_dict(t) for t in cluster.tasks]}
     if cluster.spares:   # a spare's role is not its own: it takes the lost task's
         out["spares"] = [{k: v for k, v in _task_to_dict(t).items() if k != "role"} for t in cluster.spares]
+    if cluster.min_workers is not None:
+        out["min_workers"] = cluster.min_workers
     return out
 
 

@@ -181,6 +181,11 @@ def _check_spares(cluster: ClusterSpec, hosts: Sequence[str]) -> list[Finding]:
     """A spare stands in for a host that is gone: one on a task's own host would go with it, and
     two spares at one host:port could not both take a task."""
     out, taken = [], {_host_key(h) for h in hosts}
+    training = sum(t.role in _LISTED_ROLES for t in cluster.tasks)
+    if cluster.min_workers is not None and not 1 <= cluster.min_workers < training:
+        out.append(finding("warning", "min_workers", f"min_workers {cluster.min_workers} leaves no room to "
+                            f"shrink a cluster of {training} chief/worker task(s)",
+                            f"Set min_workers from 1 to {max(training - 1, 1)}, or remove it."))
     seen: set[tuple[str, int]] = set()
     for i, spare in enumerate(cluster.spares):
         key = (_host_key(spare.address or spare.host), spare.tf_port)

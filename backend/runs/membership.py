@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backend import checkpoints
+from backend.config import jobfit
 from backend.config.spec import cluster_from_dict
 from backend.harness import layout
 from backend.hosts import remote
@@ -28,8 +29,8 @@ from backend.hosts.preflight import run_preflight
 from backend.runs.handle import Run
 from backend.runs.store import RunState
 
-NO_SPARE_FIX = ("to survive this, list spare hosts under `spares:` in the cluster file "
-                "(the keeper moves a lost host's tasks there)")
+NO_SPARE_FIX = ("to survive this, list spare hosts under `spares:` in the cluster file (the keeper "
+                "moves a lost host's tasks there), or set `min_workers:` to go on with fewer tasks")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class Plan:
     moves: list[Move] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)   # tasks on a lost host with no spare left
     skipped: dict[str, str] = field(default_factory=dict)   # spare host -> why preflight refused it
+    dropped: list[str] = field(default_factory=list)   # shrunk: tasks that no longer run (min_workers)
+    why_not: str = ""   # why it could not shrink although min_workers allowed it
 
 
 def plan(cluster: dict, names: list[str], lost: set[str], refused: set[int] = frozenset()) -> Plan:
@@ -65,7 +68,22 @@ def plan(cluster: dict, names: list[str], lost: set[str], refused: set[int] = fr
             tasks.append(task)
             missing.append(name)
     used = {m.spare for m in moves}
-    return Plan(tasks, [s for i, s in enumerate(spares) if i not in used], moves, missing)
+    found = Plan(tasks, [s for i, s in enumerate(spares) if i not in used], moves, missing)
+    return _shrink(found, names, cluster.get("min_workers")) if missing else found
+
+
+def _shrink(found: Plan, names: list[str], least: int | None) -> Plan:
+    """No spare for ``found.missing``: run without them if at least ``least`` training tasks stay
+    (the first worker left becomes the chief when the chief is dropped), else leave it missing."""
+    kept = [(n, t) for n, t in zip(names, found.tasks) if n not in found.missing]
+    training = [t for _, t in kept if t["role"] in ("chief", "worker")]
+    if not least or len(training) < max(least, 1):
+        return found
+    tasks = [t for _, t in kept]
+    if not any(t["role"] == "chief" for t in tasks) and any(t["role"] == "chief" for t in found.tasks):
+        first = next(i for i, t in enumerate(tasks) if t["role"] == "worker")
+        tasks[first] = {**tasks[first], "role": "chief"}
+    return Plan(tasks, found.spares, found.moves, [], found.skipped, dropped=list(found.missing))
 
 
 def replace_lost(run: Run, lost: dict[str, str]) -> Plan:
@@ -77,6 +95,10 @@ def replace_lost(run: Run, lost: dict[str, str]) -> Plan:
     while True:
         found = plan(run.state.cluster, names, set(lost), set(refused))
         found.skipped = {run.state.cluster["spares"][i]["host"]: why for i, why in refused.items()}
+        if found.dropped:
+            refusal = _batch_refusal(run, found)
+            if refusal:   # the global batch must still split over the replicas left
+                return replace(found, missing=found.dropped, dropped=[], why_not=refusal)
         if found.missing or not found.moves:
             return found
         moved = {m.task: m for m in found.moves}
@@ -93,21 +115,41 @@ def replace_lost(run: Run, lost: dict[str, str]) -> Plan:
             return found   # members' other problems (a port still held): the start will say
 
 
+def _batch_refusal(run: Run, found: Plan) -> str:
+    """Why the job cannot run on the shrunk cluster (its global batch does not split), or ""."""
+    bad = [f for f in jobfit.check_job(cluster_from_dict({"tasks": found.tasks}), run.job) if f.level == "error"]
+    return bad[0].problem if bad else ""
+
+
+def shrunk_text(run: Run, found: Plan) -> str:
+    """``no spare left: runs on 2 tasks without worker-1 (min_workers 2); global batch 30 kept``."""
+    n = len(found.tasks)
+    batch = run.job.params.get("global_batch_size")
+    kept = f"; global batch {batch} kept ({batch // n} per task)" if isinstance(batch, int) else ""
+    return (f"no spare left: runs on {n} task(s) without {', '.join(found.dropped)} "
+            f"(min_workers {run.state.cluster.get('min_workers')}){kept}")
+
+
 def apply(run: Run, found: Plan) -> Run:
     """Record the new membership: the cluster, and each moved task's host and run folder (the same
     folder name, under the spare's workdir). Returns a handle that sees it."""
     moved = {m.task for m in found.moves}
+    names = cluster_from_dict({"tasks": found.tasks}).task_names()
 
     def change(state: RunState) -> None:
         state.cluster = {**state.cluster, "tasks": found.tasks, "spares": found.spares}
         if not found.spares:
             state.cluster.pop("spares")
-        for t in state.tasks:
+        # Shrunk: the tasks left take the names and places of the smaller cluster (worker-2 is
+        # worker-1 now), as TF_CONFIG numbers them; a task's host and run folder stay its own.
+        state.tasks = [t for t in state.tasks if t.name not in found.dropped]
+        for position, t in enumerate(state.tasks):
             if t.name in moved:
-                spec = found.tasks[t.position]
+                spec = found.tasks[position]
                 t.host = spec["host"]
                 t.remote_run_dir = layout.run_dir(spec.get("workdir", "tfconsole"), os.path.basename(t.remote_run_dir))
                 t.pid = t.pgid = t.started = None
+            t.name, t.position = names[position], position
     run.update(change)
     return Run(run.state, run.store, run.pool)
 

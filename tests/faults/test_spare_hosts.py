@@ -47,7 +47,7 @@ def lose_host(run, host, task: str) -> None:
     os.killpg(run.task(task).pgid, signal.SIGKILL)
 
 
-def cluster(ssh_hosts, doomed, client_key, python_path, tmp_path, spares=(), *, lose="worker-1"):
+def cluster(ssh_hosts, doomed, client_key, python_path, tmp_path, spares=(), *, lose="worker-1", **more):
     """chief-0, worker-0, worker-1; the task ``lose`` on the doomed host."""
     hosts = [doomed, ssh_hosts[0], ssh_hosts[1]] if lose == "chief-0" else [*ssh_hosts, doomed]
     return cluster_from_dict({
@@ -55,7 +55,7 @@ def cluster(ssh_hosts, doomed, client_key, python_path, tmp_path, spares=(), *, 
                   for h, role in zip(hosts, ("chief", "worker", "worker"))],
         "spares": [{k: v for k, v in ssh_task(s, "worker", sshd.free_port(), client_key, python_path,
                                                tmp_path / f"spare{i}").items() if k != "role"}
-                   for i, s in enumerate(spares)]})
+                   for i, s in enumerate(spares)], **more})
 
 
 @pytest.mark.parametrize("lose", ["worker-1", "chief-0"])
@@ -105,4 +105,24 @@ def test_host_lost_with_no_spare_fails_saying_what_would_have_saved_it(own_hosts
     reason = state.attempts[0].reason
     assert f"worker-1: host {doomed.address} unreachable for" in reason, reason
     assert "no spare left for worker-1" in reason and "spares:" in reason, reason
+    wait_for(lambda: processes_of(launcher.attach(run.run_id, store=store)) == [], 30, "no process of the run")
+
+
+def test_with_no_spare_and_min_workers_met_the_run_goes_on_with_fewer_tasks(own_hosts, ssh_hosts, client_key,
+                                                                            python_path, tmp_path, store):
+    doomed, _ = own_hosts
+    run = launcher.launch(cluster(ssh_hosts, doomed, client_key, python_path, tmp_path, min_workers=2), job(),
+                          store=store, preflight=launcher.Preflight.SKIP)
+    wait_for(lambda: any(r["step"] >= 50 for r in metrics(run)), 180, "training past the first checkpoint")
+    lose_host(run, doomed, "worker-1")
+    state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 300)
+    assert state.phase == "finished" and len(state.attempts) == 2, state.attempts
+    first, second = state.attempts
+    assert first.reason.startswith(f"worker-1: host {doomed.address} unreachable for "), first.reason
+    assert first.reason.endswith("no spare left: runs on 2 task(s) without worker-1 (min_workers 2); "
+                                 "global batch 30 kept (15 per task)"), first.reason
+    assert set(second.hosts) == {"chief-0", "worker-0"} and [t.name for t in state.tasks] == ["chief-0", "worker-0"]
+    rows = [r for r in metrics(run) if r["attempt"] == second.number]
+    assert {r["task"] for r in rows} == {"chief-0", "worker-0"}
+    assert max(r["step"] for r in rows) == PARAMS["steps_per_epoch"] and second.resume_step >= 40
     wait_for(lambda: processes_of(launcher.attach(run.run_id, store=store)) == [], 30, "no process of the run")

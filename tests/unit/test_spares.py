@@ -49,3 +49,13 @@ def test_the_newest_step_anywhere_and_where_to_copy_it_from():
                                      "worker-1": []})
     assert step == 80 and sources == {"chief-0": "worker-0", "worker-1": "worker-0"}
     assert newest_anywhere({"chief-0": [], "worker-0": []}) == (None, {})
+
+
+def test_with_min_workers_the_plan_shrinks_and_a_worker_becomes_chief():
+    found = plan({"tasks": TASKS, "min_workers": 2}, NAMES, {"h1"})
+    assert found.dropped == ["chief-0"] and not found.missing
+    assert [t["role"] for t in found.tasks] == ["chief", "worker"] and found.tasks[0]["host"] == "h2"
+    assert plan({"tasks": TASKS, "min_workers": 3}, NAMES, {"h3"}).missing == ["worker-1"]
+    cluster = cluster_from_dict({"tasks": TASKS, "min_workers": 2})
+    assert cluster.min_workers == 2 and cluster_to_dict(cluster)["min_workers"] == 2
+    assert any(f.field == "min_workers" for f in check_cluster(cluster_from_dict({"tasks": TASKS, "min_workers": 3})))
