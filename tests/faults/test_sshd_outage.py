@@ -21,6 +21,12 @@ from tests.faults.conftest import assert_nothing_left, harness_job, metrics, rec
 
 pytestmark = pytest.mark.slow
 OUTAGE_S = 25.0
+# The run must outlast the outage: pace_s (0.03 s after each step, tests/faults/conftest.py) makes
+# the steps after the kill (at step 50 or a little later) last at least (STEPS - 50) x 0.03 s =
+# 43.5 s, the 25 s outage plus 18 s in which the keeper (polling at most every 10 s while a host
+# does not answer) sees the host again, on any machine; load only adds to it. With 4000 steps the
+# run ended 188-205 s after the kill instead of 84 s (load average 14-17 on 2 cores).
+STEPS = 1500
 SSHD_NAMES = {"sshd", "sshd-session", "sshd-auth"}   # OpenSSH 9.8+ splits the per-connection part
 
 
@@ -61,8 +67,7 @@ def test_every_sshd_of_a_worker_host_killed_for_25_s(h8, ssh_hosts, client_key, 
     cluster = cluster_from_dict({"tasks": [
         ssh_task(ssh_hosts[0], "chief", sshd.free_port(), client_key, python_path, tmp_path / "h2"),
         ssh_task(host, "worker", sshd.free_port(), client_key, python_path, tmp_path / "h8")]})
-    # Long enough to outlast the outage on a loaded 2-core machine.
-    run = launcher.launch(cluster, harness_job(steps_per_epoch=4000), store=store,
+    run = launcher.launch(cluster, harness_job(steps_per_epoch=STEPS), store=store,
                           preflight=launcher.Preflight.SKIP)
     wait_for(lambda: any(r["step"] >= 50 for r in metrics(run)), 180, "training past step 50")
     killed = sshd_tree(host.process.pid)
@@ -75,12 +80,15 @@ def test_every_sshd_of_a_worker_host_killed_for_25_s(h8, ssh_hosts, client_key, 
     assert {s.name: s.state for s in seen}["worker-0"] == TaskPhase.UNREACHABLE, seen
     time.sleep(max(0.0, OUTAGE_S - (time.time() - down_at)))   # the outage itself, not a check
     host.start(keys, home=str(conftest.HOME))
+    back_at = time.time()
     state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 600)
     assert state.phase == "finished" and len(state.attempts) == 1, state.attempts
     log = (run.local_dir / detached.KEEPER_LOG).read_text()
     assert "Traceback" not in log, log
     steps = [r["step"] for r in metrics(run) if r["task"] == "worker-0"]
-    assert max(steps) == 4000 and max(r["step"] for r in metrics(run) if r["time"] < down_at + OUTAGE_S) > step_at_kill
+    assert max(steps) == STEPS and max(r["step"] for r in metrics(run) if r["time"] < down_at + OUTAGE_S) > step_at_kill
+    # Trained on after sshd came back: the outage fell inside the run, not after its end.
+    assert any(r["time"] > back_at for r in metrics(run) if r["task"] == "worker-0"), back_at
     assert_nothing_left(run, store)
     record("every sshd of one worker host killed for 25 s", sshd_processes_killed=len(killed),
            step_at_kill=step_at_kill, attempts=len(state.attempts), finished_after_s=state.attempts[0].ended - down_at)
