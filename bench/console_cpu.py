@@ -117,9 +117,14 @@ def main() -> None:
             time.sleep(10)   # past start-up: the steady state
             print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
             port = int(url.split("?")[0].rstrip("/").rsplit(":", 1)[1])
-            sent = bytes_sent(port)
+            sent, ticks = bytes_sent(port), _ticks(page)
             live, agent = measure(proc.pid, args.seconds)
             rate = (bytes_sent(port) - sent) / args.seconds / 1024
+            ticks = _ticks(page) - ticks
+            # CPU per tick does not depend on the load: on a busy machine ticks can come late,
+            # which lowers the % of a core without making a tick any cheaper.
+            print(f"{ticks} chart ticks in {args.seconds:g} s (every {args.seconds / max(ticks, 1):.2f} s; "
+                  f"due every 2 s): {10 * live * args.seconds / max(ticks, 1):.0f} ms of console CPU a tick")
             print(f"live run, Monitor open: console {live:.1f}% of a core; watch agent {agent:.1f}%; "
                   f"to the browser {rate:.1f} KiB/s; points per loss line at the end "
                   f"{_points(page)}; live charts (messages, whole figures, points received) "
@@ -147,6 +152,11 @@ def bytes_sent(port: int) -> int:
     out = subprocess.run(["ss", "-tinH", "state", "established", f"( sport = :{port} )"],
                          capture_output=True, text=True, check=True).stdout
     return sum(int(m) for m in re.findall(r"bytes_sent:(\d+)", out))
+
+
+def _ticks(page) -> int:
+    """Messages the loss chart (the first) has received: one per Monitor tick that reached it."""
+    return int(page.evaluate(FEED_JS)[0][0])
 
 
 def _points(page) -> int:
