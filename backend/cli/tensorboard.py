@@ -44,9 +44,9 @@ def has_events(folder: Path) -> bool:
 def require_tensorboard() -> None:
     if importlib.util.find_spec("tensorboard") is None:
         raise ConsoleError(f"TensorBoard is not installed for {sys.executable}",
-                           "Install the project's requirements (`make .venv`, or `pip install -r "
-                           "requirements.txt`: it pins tensorboard); `--once` copies the event files "
-                           "without it.")
+                           "Install the project's requirements (`make .venv/.runtime`, which `make run` "
+                           "does, or `pip install -r requirements.txt`: it pins tensorboard); `--once` "
+                           "copies the event files without it.")
 
 
 def pick_port(port: int | None) -> int:
