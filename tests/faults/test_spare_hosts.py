@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -66,7 +67,9 @@ def test_a_host_lost_for_good_moves_its_task_to_the_spare(lose, own_hosts, ssh_h
                           store=store, preflight=launcher.Preflight.SKIP)
     wait_for(lambda: any(r["step"] >= 50 for r in metrics(run)), 180, "training past the first checkpoint")
     lost_group = run.reload().tasks[0 if lose == "chief-0" else 2].pgid
+    before = max(r["step"] for r in metrics(run))   # the old chief's, even when its host is the one lost
     lose_host(run, doomed, lose)
+    lost_at = time.time()
     state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 300)
     assert state.phase == "finished", state.attempts
     first, second = state.attempts[0], state.attempts[-1]
@@ -90,7 +93,8 @@ def test_a_host_lost_for_good_moves_its_task_to_the_spare(lose, own_hosts, ssh_h
     wait_for(lambda: processes_of(again) == [], 30, "no process of the run")
     assert not any(line.split()[1] == str(lost_group) for line in conftest.ps("pid=,pgid="))
     record(f"{lose}'s host lost for good, moved to a spare", resume_step=second.resume_step,
-           restart_s=second.started - first.ended)
+           steps_lost=before - second.resume_step, restart_s=second.started - first.ended,
+           loss_to_training_s=min(r["time"] for r in rows) - lost_at)
 
 
 def test_host_lost_with_no_spare_fails_saying_what_would_have_saved_it(own_hosts, ssh_hosts, client_key,
