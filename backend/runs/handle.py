@@ -315,9 +315,6 @@ class Run:
         ``save``: first every worker saves one step and exits (as on a preemption signal); the
         attempt's reason and last step say which step (``saved_step``), Restore lists it first.
         """
-        queued = self.state.phase == Phase.QUEUED   # nothing started, so nothing to save
-        self.move(Phase.STOPPING, when=lambda state: state.live)
-        self.saved_step = None
         if not self.reload().live:
             # Already ended: a second delivery of one Stop click, or a stop that came after
             # another. What the first stop recorded (reason, saved step) stays, and nothing waits
@@ -327,6 +324,9 @@ class Run:
             saved = last is not None and (last.reason or "").startswith("stopped: saved at step")
             self.saved_step = last.last_step if saved else None
             return StopReport()
+        queued = self.state.phase == Phase.QUEUED   # nothing started, so nothing to save
+        self.move(Phase.STOPPING, when=lambda state: state.live)
+        self.saved_step = None
         if save and not queued:
             self.saved_step = self._save_then_exit(save_grace_s)
             reason = (f"stopped: saved at step {self.saved_step} on every worker"
