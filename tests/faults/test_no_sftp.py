@@ -88,8 +88,11 @@ def test_harness_run_with_its_chief_there(no_sftp_host, ssh_hosts, client_key, p
     cluster = cluster_from_dict({"tasks": [
         ssh_task(no_sftp_host, "chief", sshd.free_port(), client_key, python_path, tmp_path / "h6"),
         ssh_task(ssh_hosts[0], "worker", sshd.free_port(), client_key, python_path, tmp_path / "h2")]})
-    # ~40 steps/s here: 3000 steps outlast the save, the kill and the restart.
-    run = launcher.launch(cluster, harness_job(steps_per_epoch=3000), store=store)   # preflight too
+    # The first attempt must outlast the save, the listing, the fetch and the kill: 2.4 s from the
+    # first checkpoint (step 45) to the kill (step 105) alone at load average 12. pace_s (0.03 s
+    # a step) makes steps 45-800 last at least 22.6 s on any machine; load only adds to it. The
+    # second attempt needs no length of its own. 3000 steps took 157 s after the restart; this 40 s.
+    run = launcher.launch(cluster, harness_job(steps_per_epoch=800), store=store)   # preflight too
     wait_for(lambda: any(r["step"] > PARAMS["checkpoint_every"] for r in metrics(run)), 150,
              "training past the first checkpoint")
     saved = checkpoints.save_now(run, wait_s=120)
