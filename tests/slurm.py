@@ -40,6 +40,10 @@ def node_name() -> str:
     return socket.gethostname().split(".")[0]
 
 
+# Slurm's hold on a requeued job is this plus 1 s (see cluster_conf).
+CRED_EXPIRE_S = 30
+
+
 def slurm_conf(folder: Path, node: str, cpus: int) -> str:
     """One node: this machine, named after its short hostname, on 127.0.0.1."""
     return cluster_conf(folder, ctld=(node, "127.0.0.1"), nodes=[(node, "127.0.0.1")], cpus=cpus)
@@ -57,7 +61,12 @@ def cluster_conf(folder: Path, *, ctld: tuple[str, str], nodes: list[tuple[str, 
         f"SlurmctldHost={ctld[0]}({ctld[1]})",
         f"SlurmctldPort={ctld_port}", f"SlurmdPort={slurmd_port}",
         "SlurmUser=root", "SlurmdUser=root",
-        "AuthType=auth/munge", f"AuthInfo=socket={folder}/sock/munge.socket",
+        # cred_expire: a job step credential's lifetime, which is also how long Slurm holds a
+        # requeued job before it may start again (slurm.conf(5), AuthInfo: "This also controls how
+        # long a requeued job must wait"; 120 s by default, the hold 121 s). Slurm's own hold, set
+        # through Slurm's own option, shorter; still far past KillWait (5 s here), whose kill of
+        # the old tasks it keeps a re-run clear of (test_slurm_node_failure.py waited on it).
+        "AuthType=auth/munge", f"AuthInfo=socket={folder}/sock/munge.socket,cred_expire={CRED_EXPIRE_S}",
         f"StateSaveLocation={folder}/state", f"SlurmdSpoolDir={folder}/spool/%n",
         f"SlurmctldPidFile={folder}/slurmctld.pid", f"SlurmdPidFile={folder}/slurmd-%n.pid",
         f"SlurmctldLogFile={folder}/slurmctld.log", f"SlurmdLogFile={folder}/slurmd-%n.log",
@@ -69,6 +78,10 @@ def cluster_conf(folder: Path, *, ctld: tuple[str, str], nodes: list[tuple[str, 
         "JobCompType=jobcomp/none", "MpiDefault=none", "ReturnToService=2",
         # A finished job stays visible to `scontrol show job` for 10 minutes; TERM -> KILL in 5 s.
         "MinJobAge=600", "KillWait=5", "InactiveLimit=0", "OverTimeLimit=0",
+        # A pending job that becomes eligible by the clock (a requeued job's hold ending) starts at
+        # the next pass of a scheduling loop: every 60 s (main) and 30 s (backfill) by default,
+        # every 5 s here. The same decisions, taken sooner.
+        "SchedulerParameters=sched_interval=5,bf_interval=5",
         *[f"NodeName={name} NodeAddr={address} CPUs={cpus} State=UNKNOWN" for name, address in nodes],
         f"PartitionName={PARTITION} Nodes={names} Default=YES MaxTime=INFINITE State=UP",
         ""])
