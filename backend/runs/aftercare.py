@@ -11,7 +11,10 @@ The process's argv names no run (the run comes on stdin): after "no process left
 nothing that names the run. It drops the task mark (``harness/spawn.MARK``) that a stop run from
 inside a task would hand on, so a later stop never takes it for one of the job's processes.
 
-    python -m backend.runs.aftercare   (stdin: {"runs": ROOT, "run": RUN_ID, "ssh_options": {...}})
+    python -m backend.runs.aftercare_process   (stdin: {"runs": ROOT, "run": RUN_ID, "ssh_options": {...}})
+
+This module only starts that process (``Run.stop`` imports it); the process's own code, which
+attaches to the run, is ``aftercare_process`` (so runs/ has no import circle).
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ def start(run_id: str, runs_root: Path, options: SSHOptions) -> subprocess.Popen
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     order = json.dumps({"runs": str(Path(runs_root).resolve()), "run": run_id, "ssh_options": asdict(options)})
     with open(Path(runs_root) / run_id / LOG, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "backend.runs.aftercare"], cwd=REPO_ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "backend.runs.aftercare_process"], cwd=REPO_ROOT, env=env,
                                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
     try:
@@ -47,23 +50,3 @@ def start(run_id: str, runs_root: Path, options: SSHOptions) -> subprocess.Popen
         pass   # it died at start: its log says why; the copies are best effort
     threading.Thread(target=proc.wait, daemon=True).start()   # reaped: no zombies in a console
     return proc
-
-
-def main() -> int:
-    order = json.loads(sys.stdin.read())
-    timer = threading.Timer(DEADLINE_S, lambda: os._exit(3))   # a host that hangs past every timeout
-    timer.daemon = True
-    timer.start()
-    from backend.runs import launcher   # imports runs.handle, which starts this module
-    from backend.runs.store import RunStore
-    run = launcher.attach(order["run"], store=RunStore(Path(order["runs"])),
-                          options=SSHOptions(**order["ssh_options"]))
-    missed = run.mirror_logs()
-    if missed:
-        print(f"run {run.run_id}: no log copied from {', '.join(missed)} (host did not answer)", flush=True)
-    run.pool.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
