@@ -39,7 +39,7 @@ def run_rows(states: list[RunState], root: RunStore | None = None) -> list[dict]
                "duration": duration_text(s),
                "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created))}
         if root is not None:
-            row.update(metric_cells(summary.summarize(summary.from_mirror(root.path(s.run_id)))))
+            row.update(metric_cells(summary.of_mirror(root.path(s.run_id))))
         rows.append(row)
     return rows
 

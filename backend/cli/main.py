@@ -212,7 +212,7 @@ def cmd_runs(a) -> int:
         print_json([{"damaged": str(s)} if isinstance(s, ConsoleError) else
                     {"run_id": s.run_id, "phase": str(s.phase), "attempt": s.attempt, "tasks": len(s.tasks),
                      "created": s.created,
-                     "metrics": summary.summarize(summary.from_mirror(runs.path(s.run_id)))["global"]}
+                     "metrics": summary.of_mirror(runs.path(s.run_id))["global"]}
                     for s in found])
         return 0
     for state in found:
@@ -231,7 +231,7 @@ def cmd_runs_show(a) -> int:
         record.keep_host_versions(run)
     shown = record.view(run.state, run.local_dir)
     # Its metrics as this machine copied them (the Runs page's source): last and best values.
-    found = summary.summarize(summary.from_mirror(run.local_dir))["global"]
+    found = summary.of_mirror(run.local_dir)["global"]
     if a.json:
         print_json({**shown, "metrics": found})
         return 0

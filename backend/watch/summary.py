@@ -22,7 +22,9 @@ from backend.watch.lines import parse_metric_block
 from backend.watch.metrics import MetricsStore
 
 CACHED_RUNS = 16          # parsed stores kept; 16 runs of 200k rows take about 150 MB at most
+CACHED_SUMMARIES = 4096   # a summary is a few hundred bytes: every run of a big runs folder
 _cache: OrderedDict = OrderedDict()
+_summaries: OrderedDict = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -61,15 +63,37 @@ def mirror_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / MIRROR_DIR / METRICS
 
 
+def of_mirror(run_dir: str | Path) -> dict:
+    """``summarize`` of the run's local metrics, kept per version of the file: a runs table of
+    many runs re-parses only the runs whose metrics changed, whatever ``CACHED_RUNS`` holds."""
+    key = _version(mirror_path(run_dir))
+    with _lock:
+        found = _summaries.get(key[0])
+        if found is not None and found[0] == key:
+            return found[1]
+    found = summarize(from_mirror(run_dir))
+    with _lock:
+        _summaries[key[0]] = (key, found)
+        while len(_summaries) > CACHED_SUMMARIES:
+            _summaries.popitem(last=False)
+    return found
+
+
+def _version(path: Path) -> tuple:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (str(path), None, None)
+    return (str(path), st.st_size, st.st_mtime_ns)
+
+
 def from_mirror(run_dir: str | Path) -> MetricsStore:
     """A store of the run's locally copied metric lines (an empty one when there are none),
     parsed once per version of the file. Do not add to the store returned: it is shared."""
     path = mirror_path(run_dir)
-    try:
-        st = os.stat(path)
-    except OSError:
+    key = _version(path)
+    if key[1] is None:
         return MetricsStore()
-    key = (str(path), st.st_size, st.st_mtime_ns)
     with _lock:
         store = _cache.get(str(path))
         if store is not None and store[0] == key:

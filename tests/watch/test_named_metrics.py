@@ -154,3 +154,16 @@ def test_the_first_nonfinite_value_of_a_line_is_named():
     assert first(loss=1.0, global_loss=math.inf)[0] == "loss"
     assert first(loss=1.0, global_loss=1.0, metrics={"val_loss": math.nan})[0] == "worker-1 val_loss"
     assert first(loss=1.0, global_loss=1.0, **{"global": {"val_loss": math.inf}}) == ("global val_loss", math.inf)
+
+
+def test_a_runs_table_past_the_store_cache_reparses_nothing_on_a_second_click(tmp_path, monkeypatch):
+    """More runs than parsed stores kept: their summaries are still kept per file version."""
+    monkeypatch.setattr(summary, "CACHED_RUNS", 2)
+    runs = [tmp_path / f"run-{i}" for i in range(5)]
+    for run in runs:
+        summary.mirror_path(run).parent.mkdir(parents=True)
+        summary.mirror_path(run).write_bytes(lines(range(1, 11)))
+    first = [summary.of_mirror(run) for run in runs]
+    parsed = []
+    monkeypatch.setattr(summary, "from_mirror", lambda run: parsed.append(run))
+    assert [summary.of_mirror(run) for run in runs] == first and parsed == []
