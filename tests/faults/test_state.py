@@ -191,7 +191,7 @@ def test_a_saved_run_reloads_without_the_users_job_file(local_cluster, tmp_path)
 
 
 ABORT_ONE = ("import os, time\n"
-             "time.sleep(4)\n"
+             "time.sleep(8)\n"   # well past launch's 3 s start check, even on a loaded host
              "if os.environ['TFCONSOLE_TASK'] == 'worker-1':\n"
              "    os.abort()          # what 'terminate called ... Resource temporarily unavailable' does\n"
              "time.sleep(600)\n")

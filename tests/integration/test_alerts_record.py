@@ -76,7 +76,7 @@ def test_a_run_that_finishes_sends_one_finished_alert(local_cluster, python_path
 def test_a_failing_run_sends_failed_with_the_reason(local_cluster, python_path, tmp_path, hook):
     receiver = hook()
     store = RunStore(tmp_path / "runs")
-    run = launcher.launch(local_cluster, job(python_path, "import sys, time; time.sleep(4); sys.exit(3)", receiver.url),
+    run = launcher.launch(local_cluster, job(python_path, "import sys, time; time.sleep(8); sys.exit(3)", receiver.url),
                           store=store, preflight=Preflight.SKIP)
     run.wait(timeout=60)
     assert run.state.phase == Phase.FAILED
@@ -90,7 +90,7 @@ def test_a_run_nobody_reads_still_alerts_its_failure(local_cluster, python_path,
     hears of the failure all the same, and the record says failed to the next reader."""
     receiver = hook()
     store = RunStore(tmp_path / "runs")
-    run = launcher.launch(local_cluster, job(python_path, "import sys, time; time.sleep(4); sys.exit(3)", receiver.url),
+    run = launcher.launch(local_cluster, job(python_path, "import sys, time; time.sleep(8); sys.exit(3)", receiver.url),
                           store=store, preflight=Preflight.SKIP)
     del run   # nothing in this process reads the run again
     bodies = receiver.wait(1)
@@ -107,7 +107,7 @@ def test_a_run_nobody_reads_still_alerts_its_failure(local_cluster, python_path,
 def test_a_kept_run_alerts_each_restart_and_its_end_from_the_keeper(local_cluster, python_path, tmp_path, hook):
     receiver = hook()
     store = RunStore(tmp_path / "runs")
-    run = launcher.launch(local_cluster, job(python_path, "import sys, time; time.sleep(4); sys.exit(3)", receiver.url,
+    run = launcher.launch(local_cluster, job(python_path, "import sys, time; time.sleep(8); sys.exit(3)", receiver.url,
                                              restart={"mode": "on_failure", "max_restarts": 1, "backoff_s": 0}),
                           store=store, preflight=Preflight.SKIP)
     run.wait(timeout=90)

@@ -15,7 +15,7 @@ from tests.integration.test_cli import cli
 HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x1b[8mhidden\x1b[0m \x9b31m red \u202eevil"
 JOB = f"""import sys, time
 sys.stdout.write("line one\\tcolumn\\nsecret\\rshown\\n")
-time.sleep(3)   # started: launch returns, the run then fails
+time.sleep(15)   # well past launch's start check even on a loaded host (CI saw 3 s lost), then fails
 raise RuntimeError({HOSTILE!r})
 """
 ESCAPED = r"\x1b[2J\x1b]0;pwned\x07\x1b[8mhidden\x1b[0m \x9b31m red \u202eevil"

@@ -127,7 +127,7 @@ def test_stop_ends_a_keeper_asleep_in_its_back_off(local_cluster, python_path, t
     """The task fails, the keeper waits out a long back-off before restarting: a stop then must
     not leave that keeper behind (it would sit there, and once awake find nothing to do)."""
     script = tmp_path / "fail.py"
-    script.write_text("import time, sys\ntime.sleep(4)\nsys.exit(1)\n")
+    script.write_text("import time, sys\ntime.sleep(8)\nsys.exit(1)\n")
     job = job_from_dict({"kind": "command", "command": [python_path, str(script)],
                          "restart": {"mode": "on_failure", "backoff_s": 300}})
     store = RunStore(tmp_path / "runs")
