@@ -357,22 +357,15 @@ class Keeper:
         last, began = run.state.attempts[-1], time.time()
         lost = dict(last.lost)
         found = membership.replace_lost(run, lost)
-        said = membership.lost_text(run, lost)
         self.log(f"new membership chosen in {time.time() - began:.1f} s: " + "; ".join(filter(None, [
             membership.moved_text(found), found.dropped and f"without {', '.join(found.dropped)}",
             found.missing and f"no spare for {', '.join(found.missing)}"])))
+        reason = membership.reason(run, lost, found)
         if found.missing:
-            skipped = membership.skipped_text(found)
-            reason = (f"{said}; no spare left for {', '.join(found.missing)}"
-                      + (f" ({skipped})" if skipped else "")
-                      + (f"; cannot run without it: {found.why_not}" if found.why_not else
-                         f"; {membership.NO_SPARE_FIX}"))
             self._set_reason(run, reason, lost)
             return self._give_up(run, reason, why="a host is gone for good")
         if found.moves or found.dropped:
-            what = [membership.moved_text(found)] if found.moves else []
-            what += [membership.shrunk_text(run, found)] if found.dropped else []
-            self._set_reason(run, "; ".join([said, *filter(None, what)]), lost)
+            self._set_reason(run, reason, lost)
             run = membership.apply(run, found)
         spares = {m.new for m in found.moves}
         moved = [t.name for t in run.state.tasks if t.host in spares]

@@ -32,6 +32,9 @@ from backend.runs.store import RunState
 NO_SPARE_FIX = ("to survive this, list spare hosts under `spares:` in the cluster file (the keeper "
                 "moves a lost host's tasks there), or set `min_workers:` to go on with fewer tasks")
 
+SKIPPED_FIX = ("to survive this, fix the spares skipped above (each says why), list more under `spares:`, "
+               "or set `min_workers:` to go on with fewer tasks")
+
 
 @dataclass(frozen=True)
 class Move:
@@ -94,7 +97,8 @@ def replace_lost(run: Run, lost: dict[str, str]) -> Plan:
     refused: dict[int, str] = {}
     while True:
         found = plan(run.state.cluster, names, set(lost), set(refused))
-        found.skipped = {run.state.cluster["spares"][i]["host"]: why for i, why in refused.items()}
+        spares = run.state.cluster.get("spares") or []
+        found.skipped = {spare_label(spares, i): why for i, why in refused.items()}
         if found.dropped:
             refusal = _batch_refusal(run, found)
             if refusal:   # the global batch must still split over the replicas left
@@ -167,6 +171,14 @@ def resume_step(run: Run, moved: list[str], harness: bytes) -> tuple[int | None,
     return step, [f"{target} from {source}" for target, source in sources.items()]
 
 
+def spare_label(spares: list[dict], i: int) -> str:
+    """How a reason names spare ``i``: its host, or host:tf_port where two spares share a host
+    (each skipped spare must stay named, not overwrite the other's why)."""
+    host = spares[i]["host"]
+    shared = sum(1 for s in spares if s["host"] == host) > 1
+    return f"{host}:{spares[i].get('tf_port')}" if shared else host
+
+
 def skipped_text(found: Plan) -> str:
     return "; ".join(f"spare {host} skipped ({why})" for host, why in found.skipped.items())
 
@@ -175,6 +187,19 @@ def moved_text(found: Plan) -> str:
     """What the attempt's reason adds: the spares skipped, and where each task went."""
     return "; ".join([*filter(None, [skipped_text(found)]), *(f"moved to spare {m.new}" if len(found.moves) == 1
                       else f"{m.task} moved to spare {m.new}" for m in found.moves)])
+
+
+def reason(run: Run, lost: dict[str, str], found: Plan) -> str:
+    """The lost attempt's reason: which host went, and what the next attempt does about it (the
+    spares skipped and why, where each task went, or how it shrank), or why the run ends."""
+    said, skipped = lost_text(run, lost), skipped_text(found)
+    if found.missing:
+        fix = (f"cannot run without it: {found.why_not}" if found.why_not else
+               SKIPPED_FIX if skipped else NO_SPARE_FIX)
+        return (f"{said}; no spare left for {', '.join(found.missing)}"
+                + (f" ({skipped})" if skipped else "") + f"; {fix}")
+    what = [moved_text(found), shrunk_text(run, found) if found.dropped else ""]
+    return "; ".join([said, *filter(None, what)])
 
 
 def lost_text(run: Run, lost: dict[str, str]) -> str:
