@@ -18,25 +18,62 @@ from backend.config.spec import ClusterSpec, JobSpec, cluster_from_dict, job_fro
 
 COLUMNS = ("role", "host", "transport", "tf_port", "ssh_port", "user", "identity_file",
            "jump_host", "address", "python", "workdir", "gpus")
+# A spare host (``spares:`` in the cluster file) has a task's fields but no role of its own: it
+# takes the role of the task whose host is gone (backend/runs/membership.py).
+SPARE_COLUMNS = tuple(c for c in COLUMNS if c != "role")
 INT_COLUMNS = ("tf_port", "ssh_port")
 PROBLEM = "problem"     # read-only column of the table: what is wrong with that row, "" when fine
-_ROW = re.compile(r"^tasks\[(\d+)\]")
+_ROW = re.compile(r"^(tasks|spares)\[(\d+)\]")
 JOB_PARAMS = ("epochs", "steps_per_epoch", "global_batch_size", "checkpoint_every", "log_every", "pace_s")
 FLOAT_PARAMS = ("pace_s",)   # seconds; every other form parameter is a whole number
 JOB_SOURCES = ("Example", "Module path", "Command")
 RESTART_MODES = ("never", "on_failure")
 
 
-def cluster_rows(data: dict) -> list[dict]:
-    """Rows for the table editor: one per task, every column present (None when unset)."""
-    rows = []
-    for task in data.get("tasks", []):
-        row = {c: task.get(c) for c in COLUMNS}
-        row["transport"] = row["transport"] or "ssh"
-        gpus = row["gpus"]
-        row["gpus"] = ",".join(str(g) for g in gpus) if isinstance(gpus, (list, tuple)) else gpus
-        rows.append(row)
-    return rows
+class ClusterRows(list):
+    """The task table's rows, plus what the cluster file holds beside its tasks: the spare hosts'
+    rows (``spares``) and ``min_workers``. A list, so every page that reads the task rows (Launch
+    included) reads them as before, and ``check_rows`` finds the rest here."""
+
+    def __init__(self, rows=(), spares=(), min_workers: int | None = None) -> None:
+        super().__init__(rows)
+        self.spares = list(spares)
+        self.min_workers = min_workers
+
+    def __eq__(self, other) -> bool:   # an edit of the spares alone is an edit too
+        return (list.__eq__(self, other) is True and getattr(other, "spares", []) == self.spares
+                and getattr(other, "min_workers", None) == self.min_workers)
+
+    def __ne__(self, other) -> bool:   # list's own __ne__ would ignore the spares
+        return not self == other
+
+    __hash__ = None
+
+
+def cluster_rows(data: dict) -> ClusterRows:
+    """Rows for the table editors: one per task, every column present (None when unset), and one
+    per spare host (SPARE_COLUMNS) in ``spares``."""
+    return ClusterRows([_row(task, COLUMNS) for task in data.get("tasks", [])],
+                       [_row(spare, SPARE_COLUMNS) for spare in data.get("spares") or []],
+                       data.get("min_workers"))
+
+
+def _row(task: dict, columns: tuple[str, ...]) -> dict:
+    row = {c: task.get(c) for c in columns}
+    row["transport"] = row["transport"] or "ssh"
+    gpus = row["gpus"]
+    row["gpus"] = ",".join(str(g) for g in gpus) if isinstance(gpus, (list, tuple)) else gpus
+    return row
+
+
+def spare_rows(rows) -> list[dict]:
+    """The spare hosts' rows that ride with the task rows (none for plain rows)."""
+    return table_rows(getattr(rows, "spares", None) or [], SPARE_COLUMNS)
+
+
+def min_workers(rows) -> int | None:
+    value = getattr(rows, "min_workers", None)
+    return None if _blank(value) else int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _blank(value) -> bool:
@@ -47,25 +84,32 @@ def _blank(value) -> bool:
     return isinstance(value, str) and not value.strip()
 
 
-def table_rows(rows: list[dict]) -> list[dict]:
-    """The editor's rows as spec rows: only COLUMNS, so the shown problem never feeds the spec."""
-    return [{c: row.get(c) for c in COLUMNS} for row in rows]
+def table_rows(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> list[dict]:
+    """The editor's rows as spec rows: only ``columns``, so the shown problem never feeds the spec."""
+    return [{c: row.get(c) for c in columns} for row in rows]
 
 
 def rows_to_dict(rows: list[dict]) -> dict:
     """Table rows -> the dict cluster_from_dict reads; blank cells mean "use the default".
 
     Fully blank rows (a row just added) are skipped. Whole floats (the table's numbers) become ints.
+    Spare rows and min_workers (``ClusterRows``) go to ``spares:`` and ``min_workers:``.
     """
-    return {"tasks": [task for _, task in _tasks(rows)]}
+    out = {"tasks": [task for _, task in _tasks(rows)]}
+    spares = [spare for _, spare in _tasks(spare_rows(rows), SPARE_COLUMNS)]
+    if spares:
+        out["spares"] = spares
+    if min_workers(rows) is not None:
+        out["min_workers"] = min_workers(rows)
+    return out
 
 
-def _tasks(rows: list[dict]) -> list[tuple[int, dict]]:
+def _tasks(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> list[tuple[int, dict]]:
     """(table row, task dict) for each row that is not fully blank."""
     tasks = []
     for position, row in enumerate(rows):
         task = {}
-        for column in COLUMNS:
+        for column in columns:
             value = row.get(column)
             if _blank(value):
                 continue
@@ -85,41 +129,43 @@ class Problem:
     row: int | None     # 0-based table row, None for the cluster as a whole
     field: str
     message: str
+    table: str = "tasks"   # the row's table: "tasks" or "spares" (the spare hosts)
 
     def text(self) -> str:
-        where = f"Row {self.row + 1}" if self.row is not None else "Cluster"
+        where = ("Cluster" if self.row is None else
+                 f"Spare row {self.row + 1}" if self.table == "spares" else f"Row {self.row + 1}")
         return f"{where}: {self.message}"
 
 
 def check_rows(rows: list[dict]) -> tuple[ClusterSpec | None, list[Problem]]:
     """The cluster (or None) and every problem, each tied to its table row when it has one.
 
-    ``tasks[i]`` in a field counts only the non-blank rows; the problem names the table row.
+    ``tasks[i]`` (``spares[i]``) in a field counts only the non-blank rows; the problem names
+    the row of its table. ``rows`` may be ``ClusterRows``: its spares and min_workers count too.
     """
-    rows = table_rows(rows)
-    positions = [position for position, _ in _tasks(rows)]
+    data = rows_to_dict(rows)
+    positions = {"tasks": [p for p, _ in _tasks(table_rows(rows))],
+                 "spares": [p for p, _ in _tasks(spare_rows(rows), SPARE_COLUMNS)]}
 
-    def row_of(field: str) -> int | None:
+    def problem(level: str, field: str, message: str) -> Problem:
         match = _ROW.match(field)
         if not match:
-            return None
-        index = int(match.group(1))
-        return positions[index] if index < len(positions) else None
+            return Problem(level, None, field, message)
+        table, index = match.group(1), int(match.group(2))
+        rows_of = positions[table]
+        return Problem(level, rows_of[index] if index < len(rows_of) else None, field, message, table)
 
-    data = rows_to_dict(rows)
     try:
         cluster = cluster_from_dict(data)
     except SpecErrors as err:
-        return None, [Problem("error", row_of(e.field), e.field, str(e)) for e in err.errors]
+        return None, [problem("error", e.field, str(e)) for e in err.errors]
     except SpecError as err:
-        return None, [Problem("error", row_of(err.field), err.field, str(err))]
+        return None, [problem("error", err.field, str(err))]
     try:   # as the workers dial them (~/.ssh/config): an alias and its HostName are one machine
         hosts = tf_hosts(cluster)
     except ConsoleError:
         hosts = None   # an ssh_config it cannot read: Start reports it, with the fix
-    problems = [Problem(f.level, row_of(f.field), f.field, f.message)
-                for f in tfconfig.check_cluster(cluster, hosts)]
-    return cluster, problems
+    return cluster, [problem(f.level, f.field, f.message) for f in tfconfig.check_cluster(cluster, hosts)]
 
 
 def _cell_text(problem: Problem) -> str:
@@ -133,11 +179,11 @@ def _cell_text(problem: Problem) -> str:
     return message if problem.level == "error" else f"{problem.level}: {message}"
 
 
-def problem_cells(n_rows: int, problems: list[Problem]) -> list[str]:
-    """The problem column for a table of ``n_rows``: each row's problems joined, "" when fine."""
+def problem_cells(n_rows: int, problems: list[Problem], table: str = "tasks") -> list[str]:
+    """The problem column for ``table`` (``n_rows`` rows): each row's problems joined, "" when fine."""
     cells: list[list[str]] = [[] for _ in range(n_rows)]
     for problem in problems:
-        if problem.row is not None and 0 <= problem.row < n_rows:
+        if problem.table == table and problem.row is not None and 0 <= problem.row < n_rows:
             cells[problem.row].append(_cell_text(problem))
     return [" | ".join(texts) for texts in cells]
 
@@ -153,18 +199,27 @@ def has_edits(editor_state) -> bool:
                                                   ("edited_rows", "added_rows", "deleted_rows"))
 
 
-def stale_problems(editor_state, shown, problems: list[Problem], n_rows: int) -> bool:
+def stale_problems(editor_state, shown, problems: list[Problem], n_rows: int, table: str = "tasks") -> bool:
     """After an edit: whether the problem column shown (``shown``, the editor's column) differs
     from the problems of the edited rows, so the table must be drawn again from those rows."""
-    return has_edits(editor_state) and shown_cells(shown) != problem_cells(n_rows, problems)
+    return has_edits(editor_state) and shown_cells(shown) != problem_cells(n_rows, problems, table)
 
 
 def editor_rows(rows: list[dict]) -> tuple[list[dict], list[Problem]]:
-    """Rows for the table editor, each with its ``problem`` cell first, and the problems found."""
-    rows = table_rows(rows)
+    """Rows for the task table's editor, each with its ``problem`` cell first, and the problems
+    found (the spares' too, when ``rows`` carries them)."""
     _, problems = check_rows(rows)
-    cells = problem_cells(len(rows), problems)
-    return [{PROBLEM: cell, **row} for cell, row in zip(cells, rows)], problems
+    tasks = table_rows(rows)
+    cells = problem_cells(len(tasks), problems)
+    return [{PROBLEM: cell, **row} for cell, row in zip(cells, tasks)], problems
+
+
+def spare_editor_rows(rows) -> list[dict]:
+    """Rows for the spare hosts' editor, each with its ``problem`` cell first."""
+    _, problems = check_rows(rows)
+    spares = spare_rows(rows)
+    cells = problem_cells(len(spares), problems, "spares")
+    return [{PROBLEM: cell, **row} for cell, row in zip(cells, spares)]
 
 
 def blocking(problems: list[Problem]) -> bool:

@@ -19,7 +19,8 @@ def main() -> None:
         slurm_view.show_form()
         return
 
-    # The editor's widget state is dropped while another page shows: start again from the last edit.
+    # The editor's widget state is dropped while another page shows: start again from the last edit
+    # (its spare hosts and min_workers included: ``forms.ClusterRows``).
     editor_key = f"cluster_editor_{ss.cluster_version}"
     if ss.cluster_current is not None and editor_key not in ss and ss.cluster_current != ss.cluster_rows:
         state.set_cluster_rows(ss.cluster_current)
@@ -80,25 +81,29 @@ def main() -> None:
                "task is the chief. Local tasks run on this machine. The problem column says what is "
                "wrong with a row.")
     shown, _ = forms.editor_rows(ss.cluster_rows)
-    edited = st.data_editor(
-        pd.DataFrame(shown, columns=[forms.PROBLEM, *forms.COLUMNS]), key=editor_key,
-        num_rows="dynamic", width="stretch", hide_index=False,
-        column_config={
-            forms.PROBLEM: st.column_config.TextColumn(
-                # Wide only when some row has a problem, so a clean table shows its own columns.
-                forms.PROBLEM, disabled=True, width="large" if any(r[forms.PROBLEM] for r in shown) else "small",
-                help="What is wrong with this row (read only; empty when the row is fine)"),
-            "role": st.column_config.SelectboxColumn("role", options=["chief", "worker", "evaluator"], required=True),
-            "transport": st.column_config.SelectboxColumn("transport", options=["local", "ssh"]),
-            "tf_port": st.column_config.NumberColumn("tf_port", step=1, format="%d"),
-            "ssh_port": st.column_config.NumberColumn("ssh_port", step=1, format="%d"),
-            "gpus": st.column_config.TextColumn("gpus", help="GPU indices like 0,1; empty = CPU"),
-        })
-    rows = forms.table_rows(edited.to_dict("records"))      # the problem column never reaches the spec
+    edited = _editor(shown, forms.COLUMNS, editor_key)
+
+    st.markdown("**Spare hosts** (`spares:`)")
+    st.caption("Idle hosts, with a task's columns but no role: when a task's host is gone for good, "
+               "the next attempt moves that task (chief included) to the first spare that passes "
+               "preflight, resumed from the newest checkpoint. Leave empty for none.")
+    spare_key = f"spares_editor_{ss.cluster_version}"
+    spares = _editor(forms.spare_editor_rows(ss.cluster_rows), forms.SPARE_COLUMNS, spare_key)
+    least = st.number_input(
+        "min_workers", min_value=1, value=forms.min_workers(ss.cluster_rows), step=1,
+        key=f"min_workers_{ss.cluster_version}", placeholder="never run on fewer tasks",
+        help="With no spare left for a lost host's task, the next attempt runs without it if at "
+             "least this many chief/worker tasks remain (the global batch stays the same). Empty: "
+             "the run fails instead.")
+    # The problem columns never reach the spec.
+    rows = forms.ClusterRows(forms.table_rows(edited.to_dict("records")),
+                             forms.table_rows(spares.to_dict("records"), forms.SPARE_COLUMNS), least)
     ss.cluster_current = rows
     cluster, problems = forms.check_rows(rows)
-    if forms.stale_problems(ss.get(editor_key), edited[forms.PROBLEM], problems, len(rows)):
-        # The edit changed what is wrong: draw the table again from the edited rows, with their problems.
+    if (forms.stale_problems(ss.get(editor_key), edited[forms.PROBLEM], problems, len(rows))
+            or forms.stale_problems(ss.get(spare_key), spares[forms.PROBLEM], problems, len(rows.spares),
+                                    "spares")):
+        # The edit changed what is wrong: draw the tables again from the edited rows, with their problems.
         state.redraw_cluster_rows(rows)
         st.rerun()
 
@@ -108,7 +113,10 @@ def main() -> None:
         return
     if not forms.blocking(problems):
         st.success(f"{len(cluster.tasks)} task(s): " + ", ".join(
-            f"{n} on {t.endpoint}" for n, t in zip(cluster.task_names(), cluster.tasks)))
+            f"{n} on {t.endpoint}" for n, t in zip(cluster.task_names(), cluster.tasks))
+            + (f"; {len(cluster.spares)} spare(s): " + ", ".join(t.endpoint for t in cluster.spares)
+               if cluster.spares else "")
+            + (f"; min_workers {cluster.min_workers}" if cluster.min_workers is not None else ""))
 
     text = cluster_actions.cluster_yaml(cluster)
     c1, c2 = st.columns(2)
@@ -153,6 +161,24 @@ def main() -> None:
         st.selectbox("Host", ssh_targets, key="hostkey_target")
         widgets.action_button("Fetch host key", "hostkey_fetch", fetch_host_key)
         host_checks.show_host_key(ss.host_key, state.registry().options)
+
+
+def _editor(shown: list[dict], columns: tuple[str, ...], key: str) -> pd.DataFrame:
+    """A table editor of ``shown`` rows (the problem column first, read only), as edited."""
+    config = {
+        forms.PROBLEM: st.column_config.TextColumn(
+            # Wide only when some row has a problem, so a clean table shows its own columns.
+            forms.PROBLEM, disabled=True, width="large" if any(r[forms.PROBLEM] for r in shown) else "small",
+            help="What is wrong with this row (read only; empty when the row is fine)"),
+        "role": st.column_config.SelectboxColumn("role", options=["chief", "worker", "evaluator"], required=True),
+        "transport": st.column_config.SelectboxColumn("transport", options=["local", "ssh"]),
+        "tf_port": st.column_config.NumberColumn("tf_port", step=1, format="%d"),
+        "ssh_port": st.column_config.NumberColumn("ssh_port", step=1, format="%d"),
+        "gpus": st.column_config.TextColumn("gpus", help="GPU indices like 0,1; empty = CPU"),
+    }
+    return st.data_editor(pd.DataFrame(shown, columns=[forms.PROBLEM, *columns]), key=key, num_rows="dynamic",
+                          width="stretch", hide_index=False,
+                          column_config={k: v for k, v in config.items() if k in (forms.PROBLEM, *columns)})
 
 
 main()

@@ -139,3 +139,69 @@ def test_hostile_yaml_upload_is_an_error_not_an_exception(page):
     at.button(key="yaml_load").click().run()
     assert not at.exception, at.exception
     assert any("laughs.yaml expands to more than 100000 nodes" in m for m in errors(at)), errors(at)
+
+
+def _spares(at):
+    """The spare hosts' table as the page drew it."""
+    return at.data_editor[1].value
+
+
+def test_a_spare_row_is_checked_like_a_task_row_and_its_problem_names_the_field(page):
+    """Issue 39: spare hosts have their own table, with a task's columns but no role, checked by
+    the same rules; a bad cell is named in its row and in the page's errors."""
+    at = page("cluster")
+    assert list(_spares(at).columns) == [PROBLEM, *(c for c in COLUMNS if c != "role")]
+    assert len(_spares(at)) == 0                               # no spare until one is listed
+    at.session_state[f"spares_editor_{at.session_state['cluster_version']}"] = {
+        "edited_rows": {}, "deleted_rows": [], "added_rows": [{"host": "spare1", "tf_port": 70000}]}
+    at.run()
+    assert not at.exception
+    msgs = errors(at)
+    assert any(m.startswith("Spare row 1:") and "spares[0].tf_port" in m and "70000 is out of range" in m
+               for m in msgs), msgs
+    assert _spares(at)[PROBLEM][0].startswith("tf_port:"), _spares(at)[PROBLEM][0]
+    assert _problems(at) == ["", ""]                           # the task rows are fine
+    assert len(at.json) == 0                                   # a broken cluster: no TF_CONFIG
+
+    at.session_state[f"spares_editor_{at.session_state['cluster_version']}"] = {
+        "edited_rows": {0: {"tf_port": 23999}}, "deleted_rows": [], "added_rows": []}
+    at.run()
+    assert not at.exception
+    assert not errors(at)
+    assert list(_spares(at)[PROBLEM]) == [""]
+    assert any("2 task(s)" in s.value and "1 spare(s): spare1:23999" in s.value for s in at.success)
+    assert len(at.json) == 2                                   # a spare gets no TF_CONFIG of its own
+
+
+def test_a_cluster_file_with_spares_and_min_workers_saved_and_loaded_keeps_them(page, tmp_path):
+    at = page("cluster")
+    at.session_state[f"spares_editor_{at.session_state['cluster_version']}"] = {
+        "edited_rows": {}, "deleted_rows": [],
+        "added_rows": [{"host": "spare1", "tf_port": 23999, "user": "ops", "workdir": "train", "gpus": "0,1"}]}
+    at.run()
+    at.number_input(key=f"min_workers_{at.session_state['cluster_version']}").set_value(1).run()
+    assert not at.exception and not errors(at)
+    saved = tmp_path / "cluster.yaml"
+    at.text_input(key="save_path").input(str(saved)).run()
+    at.button(key="save_yaml").click().run()
+    assert not at.exception
+    assert any(f"Saved {saved}" in s.value for s in at.success)
+    import yaml
+    data = yaml.safe_load(saved.read_text())
+    assert data["spares"] == [{"host": "spare1", "tf_port": 23999, "user": "ops", "workdir": "train",
+                               "gpus": [0, 1]}]
+    assert data["min_workers"] == 1 and len(data["tasks"]) == 2
+
+    fresh = page("cluster")                                   # another session loads the file back
+    fresh.file_uploader(key="yaml_upload").set_value(("cluster.yaml", saved.read_bytes(), "application/yaml"))
+    fresh.run()
+    fresh.button(key="yaml_load").click().run()
+    assert not fresh.exception and not errors(fresh)
+    spare = _spares(fresh).iloc[0]
+    assert (spare["host"], spare["tf_port"], spare["user"], spare["workdir"], spare["gpus"]) == (
+        "spare1", 23999, "ops", "train", "0,1")
+    assert fresh.number_input(key=f"min_workers_{fresh.session_state['cluster_version']}").value == 1
+    # What Start launches on (state.cluster_choice: the rows as last edited) keeps them too.
+    from console.forms import check_rows
+    cluster, _ = check_rows(fresh.session_state["cluster_current"])
+    assert [t.host for t in cluster.spares] == ["spare1"] and cluster.min_workers == 1
