@@ -28,7 +28,6 @@ exits 75 (harness/preempt.py).
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -36,7 +35,7 @@ import time
 
 import tensorflow as tf
 
-from . import _harness, checkpoints, keras_metrics, reporting
+from . import _harness, checkpoints, keras_metrics, model_desc, reporting
 
 MIN_SYNC_S = 0.25   # by default, workers meet no more often than this (a gather costs ~3 ms)
 
@@ -189,15 +188,8 @@ class _Hooks:
         architecture (``to_json``: no compile, no weights; no collective, so the chief alone
         writes it), which Keras, and the inputs' shapes for a probe batch."""
         entry = {"keras": kmod.__name__, "keras_version": kmod.__version__,
-                 "tensorflow": tf.__version__, "time": time.time()}
-        try:
-            entry["config"] = json.loads(self.model.to_json())
-            entry["inputs"] = [{"shape": [None if d is None else int(d) for d in t.shape],
-                                "dtype": str(getattr(t.dtype, "name", t.dtype))}
-                               for t in tf.nest.flatten(self.model.inputs)]
-        except Exception as exc:  # noqa: BLE001 - a subclassed model has no config: say why
-            entry.update(config=None, reason=f"{type(exc).__name__}: "
-                                             f"{str(exc).splitlines()[0] if str(exc) else ''}")
+                 "tensorflow": tf.__version__, "time": time.time(),
+                 **model_desc.architecture(self.model)}
         directory = reporting.checkpoint_dir()
         os.makedirs(directory, exist_ok=True)
         layout = _harness.load("layout", self.ctx.run_dir)

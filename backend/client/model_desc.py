@@ -1,10 +1,11 @@
-"""What Export needs to rebuild a custom loop's model with no strategy: RUN/checkpoints/model.json.
+"""What Export needs to rebuild a model with no strategy: RUN/checkpoints/model.json.
 
-The same file ``tfconsole.KerasCallback`` writes for fit (harness/export.py's ``Described``
-reads it): the architecture (``to_json``), which Keras, the inputs' shapes for a probe batch;
-for a custom loop also ``checkpoint_key`` (the attribute of the script's ``tf.train.Checkpoint``
-that holds the model) and, when the script registered one, ``builder`` (a function in a module
-of its own that Export imports and calls instead of reading the architecture).
+The custom loop's entry (``describe``) and the one ``tfconsole.KerasCallback`` writes for fit
+share ``architecture`` (harness/export.py's ``Described`` reads both): the architecture
+(``to_json``) and the inputs' shapes for a probe batch; beside them which Keras, and for a
+custom loop also ``checkpoint_key`` (the attribute of the script's ``tf.train.Checkpoint`` that
+holds the model) and, when the script registered one, ``builder`` (a function in a module of its
+own that Export imports and calls instead of reading the architecture).
 """
 from __future__ import annotations
 
@@ -55,11 +56,21 @@ def describe(model, *, key: str, build=None) -> dict:
     if model is None:
         entry["reason"] = "no model object given (tfconsole.Loop(model=...))"
         return entry
-    try:
-        entry["inputs"] = [{"shape": [None if d is None else int(d) for d in t.shape],
-                            "dtype": str(getattr(t.dtype, "name", t.dtype))}
-                           for t in tf.nest.flatten(model.inputs)]
-        entry["config"] = json.loads(model.to_json())
-    except Exception as exc:  # noqa: BLE001 - a subclassed model has no config: say why
-        entry["reason"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    entry.update(architecture(model))
     return entry
+
+
+def architecture(model) -> dict:
+    """What Export rebuilds a model from, for the loop and the Keras callback alike: the inputs'
+    shapes for a probe batch and the architecture (``to_json``: no compile, no weights, no
+    collective), or ``config`` None and the reason."""
+    import tensorflow as tf
+    out: dict = {"config": None}
+    try:
+        out["inputs"] = [{"shape": [None if d is None else int(d) for d in t.shape],
+                          "dtype": str(getattr(t.dtype, "name", t.dtype))}
+                         for t in tf.nest.flatten(model.inputs)]
+        out["config"] = json.loads(model.to_json())
+    except Exception as exc:  # noqa: BLE001 - a subclassed model has no config: say why
+        out["reason"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return out
