@@ -17,11 +17,8 @@ builds new arrays, so ``series()`` returns read-only views that never change und
 Names: at most MAX_TASKS distinct task names of at most MAX_TASK_NAME characters; lines past
 them are dropped and counted (``warning()``).
 
-Named metrics (accuracy, val_loss, learning_rate ...: backend/harness/metric_line.py) are kept
-beside these columns, per (metric, task) and per metric for the global value, each a (step, time,
-value) series with the same cap and the same replay and restart rules, so a validation line at a
-step that already has a training line adds its values. At most metric_line.MAX_NAMES names a
-store; lines' values past it are dropped and counted (``warning()``).
+Named metrics (accuracy, val_loss, learning_rate ...) are kept beside these columns, each a
+(step, time, value) series under the same budget and rules (named_series.py).
 
 Records arrive per (task, attempt) in step order (the chief writes them so). A record at or below
 the latest step of its (task, attempt) is a replay and is dropped; a record of a newer attempt (the
@@ -38,6 +35,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from backend.harness import metric_line
+from backend.watch.named_series import NAMED, NamedSeries, named_columns
 
 FIELDS = ("step", "time", "loss", "step_time", "examples_per_sec")
 _FLOATS = FIELDS[1:]
@@ -158,8 +156,6 @@ _NO_STEP = -(2 ** 62)
 # per task as small summaries (``input_wait``, ``same_data``), not as series.
 _FLOAT_IN = ("time", "loss", "global_loss", "step_time", "examples_per_sec", "input_wait",
              "first_batch")
-NAMED = ("metrics", "global")   # a line's named values: columns of dicts (or None) per row
-_VALUE = ("step", "time", "value")
 WAIT_WINDOW = 5   # input_wait: the mean of a task's last few sync points (a steady figure)
 
 
@@ -192,28 +188,6 @@ def records_to_columns(records: Iterable[Mapping]) -> tuple[dict, int]:
     return cols, len(records) - len(good)
 
 
-def named_columns(per_key) -> dict:
-    """The rows' named values as columns: ``{"named": {(key, name): (values, present)}}`` with
-    key "metrics" or "global", float64 values and a bool mask of the rows that carry the name,
-    from per-row dicts (or None) of each key in NAMED, by metric_line's reader rules;
-    ``skipped_named`` counts the entries it refused."""
-    named: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
-    skipped = 0
-    for key, values in zip(NAMED, per_key):
-        values = list(values)
-        for i, v in enumerate(values):
-            if v is None:
-                continue
-            good, bad = metric_line.named(v)
-            skipped += bad
-            for name, value in good.items():
-                col = named.get((key, name))
-                if col is None:
-                    col = named[(key, name)] = (np.full(len(values), np.nan), np.zeros(len(values), bool))
-                col[0][i], col[1][i] = value, True
-    return {"named": named, "skipped_named": skipped}
-
-
 def _fits(value) -> bool:
     """False for a number no float can hold (a 400-digit integer): its record is quarantined."""
     try:
@@ -240,10 +214,7 @@ class MetricsStore:
         self._first: dict[str, tuple[int, float]] = {}   # task -> (attempt, hash of its first batch)
         self.dropped_names = 0  # lines of task names past the first MAX_TASKS
         self.dropped_long = 0   # lines whose task name is longer than MAX_TASK_NAME
-        self._named: dict[str, dict[str, _Task]] = {}   # metric -> task -> (step, time, value)
-        self._named_global: dict[str, _Task] = {}       # metric -> its global series
-        self.dropped_metrics = 0   # values of names past metric_line.MAX_NAMES, or refused names
-        self.nonfinite_metrics: dict[str, tuple[str, int, float]] = {}   # task -> first (name, step, value)
+        self._named = NamedSeries(self._new_series)   # accuracy, val_loss ... per task and global
 
     def add(self, record: Mapping) -> int:
         return self.add_many((record,))
@@ -286,65 +257,10 @@ class MetricsStore:
             g = np.flatnonzero(~np.isnan(cols["global_loss"]) & accepted)
             self._global.add(attempt[g], {"step": cols["step"][g], "time": cols["time"][g],
                                           "loss": cols["global_loss"][g]})
-            kept += self._add_named(cols, attempt, accepted)
+            kept += self._named.add(cols, attempt, accepted)
             if kept:
                 self.version += 1
         return kept
-
-    def _add_named(self, cols: Mapping, attempt: np.ndarray, accepted: np.ndarray) -> int:
-        """The rows' named values (``named_columns``) into their (metric, task) and global
-        series, a numpy selection per name and task: no loop over rows."""
-        self.dropped_metrics += int(cols.get("skipped_named", 0))
-        named = cols.get("named") or {}
-        if not named:
-            return 0
-        if isinstance(cols["task"], tuple):
-            names, codes = cols["task"]
-        else:
-            ids: dict[str, int] = {}
-            codes = np.fromiter((ids.setdefault(t, len(ids)) for t in cols["task"]), np.int64,
-                                len(cols["task"]))
-            names = list(ids)
-        kept = 0
-        for (key, name), (values, present) in named.items():
-            rows = np.flatnonzero(present & accepted)
-            if not len(rows):
-                continue
-            if key == "global":   # every worker's line carries it: the replay rule keeps one
-                kept += self._add_named_rows(name, None, rows, values, cols, attempt)
-                continue
-            order = rows[np.argsort(codes[rows], kind="stable")]
-            cuts = np.flatnonzero(np.diff(codes[order])) + 1
-            for part in np.split(order, cuts):
-                kept += self._add_named_rows(name, names[int(codes[part[0]])], part, values, cols,
-                                             attempt)
-        return kept
-
-    def _add_named_rows(self, name: str, task: str | None, rows: np.ndarray, values: np.ndarray,
-                        cols: Mapping, attempt: np.ndarray) -> int:
-        series = self._named_series(name, task)
-        if series is None:
-            self.dropped_metrics += len(rows)
-            return 0
-        data = {"step": cols["step"][rows], "time": cols["time"][rows], "value": values[rows]}
-        if task is not None:
-            self._check_finite_named(task, name, data)
-        return series.add(attempt[rows], data)
-
-    def _named_series(self, name: str, task: str | None) -> _Task | None:
-        """The series of metric ``name`` for ``task`` (None: its global value), made when the
-        store has room for the name."""
-        if name not in self._named:
-            if len(self._named) >= metric_line.MAX_NAMES:
-                return None
-            self._named[name] = {}
-        if task is None:
-            if name not in self._named_global:
-                self._named_global[name] = self._new_series(_VALUE)
-            return self._named_global[name]
-        if task not in self._named[name]:
-            self._named[name][task] = self._new_series(_VALUE)
-        return self._named[name][task]
 
     def _new_series(self, names: tuple[str, ...]) -> _Task:
         """A new series; every series' share of the budget is set again (module docstring)."""
@@ -356,16 +272,20 @@ class MetricsStore:
             t.cols.cap = self._cap   # thinned at its next append if it holds more
         return series
 
-    def _check_finite_named(self, task: str, name: str, data: dict) -> None:
-        if task in self.nonfinite_metrics or np.isfinite(data["value"]).all():
-            return
-        i = int(np.flatnonzero(~np.isfinite(data["value"]))[0])
-        self.nonfinite_metrics[task] = (name, int(data["step"][i]), float(data["value"][i]))
+    @property
+    def dropped_metrics(self) -> int:
+        """Values of names past metric_line.MAX_NAMES, or refused names."""
+        return self._named.dropped
+
+    @property
+    def nonfinite_metrics(self) -> dict[str, tuple[str, int, float]]:
+        """Task -> its first non-finite named value (name, step, value)."""
+        return self._named.nonfinite
 
     def metric_names(self) -> list[str]:
         """Every metric the run reported, the loss first, then by name (val_x after x)."""
         with self._lock:
-            names = list(self._named)
+            names = self._named.names()
         return ["loss"] + sorted(names, key=lambda n: (n.removeprefix("val_"), n.startswith("val_")))
 
     def metric(self, name: str, task: str | None = None, *,
@@ -378,8 +298,7 @@ class MetricsStore:
                 series = self._global if task is None else self._tasks.get(task)
                 column = "loss"
             else:
-                series = (self._named_global.get(name) if task is None
-                          else self._named.get(name, {}).get(task))
+                series = self._named.get(name, task)
                 column = "value"
             if series is None:
                 return np.empty(0, np.int64 if x == "step" else np.float64), np.empty(0)
@@ -390,7 +309,7 @@ class MetricsStore:
         if name == "loss":
             return self.tasks()
         with self._lock:
-            return sorted(self._named.get(name, {}), key=_task_order)
+            return sorted(self._named.tasks(name), key=_task_order)
 
     def _task(self, name: str, lines: int) -> _Task | None:
         """The series for ``name``, made when there is room; None (lines counted) when not."""
@@ -516,9 +435,7 @@ class MetricsStore:
 
     def nbytes(self) -> int:
         with self._lock:
-            every = (list(self._tasks.values()) + [self._global]
-                     + list(self._named_global.values())
-                     + [t for by_task in self._named.values() for t in by_task.values()])
+            every = list(self._tasks.values()) + [self._global] + self._named.every()
             return sum(a.nbytes for t in every for a in t.cols.cols.values())
 
 
