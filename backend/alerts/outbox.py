@@ -3,7 +3,8 @@
 Whoever records a run's end (``Run.move``: the keeper, or for a run that never restarts the
 reader that settles it, the CLI or the console) queues its alert: the move is a compare-and-set
 under the run's lock, so exactly one process queues each end. A restart (after a failure, a
-stall, a preemption or a NaN) is the keeper's to tell, once the next attempt runs; a NaN/Inf
+stall, a preemption or a NaN; a host lost for good, its task moved to a spare or the run shrunk)
+is the keeper's to tell, once the next attempt runs; a NaN/Inf
 loss in the chief's metrics too, once per attempt. Each alert has a key, queued once. Queueing writes
 one small file and starts ``python -m backend.alerts.outbox RUN_DIR`` in a session of its own,
 so neither training, the keeper nor the console ever waits on a webhook, and an alert queued by
@@ -46,7 +47,7 @@ TRIES = 8
 BACKOFF_S = 2.0          # 2, 4, 8 ... s between tries of the webhook: about 6 minutes in all
 TIMEOUT_S = 10.0         # one POST, as a whole
 REPO_ROOT = Path(__file__).resolve().parents[2]
-KINDS = ("finished", "failed", "restarted", "preempted", "nan", "stall")
+KINDS = ("finished", "failed", "restarted", "preempted", "nan", "stall", "moved", "shrunk")
 
 
 def kind_for(phase: str, reason: str | None) -> str | None:
@@ -71,7 +72,8 @@ def event(run_id: str, kind: str, *, reason: str | None, step: int | None, attem
     """The alert, as a generic JSON body; ``body`` turns it into what the webhook takes."""
     link = f"{console_url.rstrip('/')}/runs"
     words = {"finished": "finished", "failed": "failed", "restarted": "failed",
-             "preempted": "was preempted", "nan": "has a NaN/Inf metric", "stall": "stalled"}[kind]
+             "preempted": "was preempted", "nan": "has a NaN/Inf metric", "stall": "stalled",
+             "moved": "moved a lost host's task(s) to a spare", "shrunk": "shrank after losing a host"}[kind]
     at = f" at step {step}" if step is not None else ""
     because = f": {reason}" if reason and reason != "finished" else ""
     because += f"; restarted as attempt {attempt + 1}" if phase == "restarted" else ""
@@ -140,9 +142,10 @@ def queue(run_dir: Path, alert: dict, *, key: str | None = None, start: bool = T
 
 
 def on_move(run_dir: Path, run_id: str, phase: str, *, reason: str | None, step: int | None,
-            attempt: int) -> bool:
-    """The alert for a phase change just recorded, if it is one that alerts."""
-    kind = kind_for(phase, reason)
+            attempt: int, kind: str | None = None) -> bool:
+    """The alert for a phase change just recorded, if it is one that alerts (``kind``: the
+    caller knows it better than the reason's words)."""
+    kind = kind or kind_for(phase, reason)
     found = alert_settings.load(run_dir) if kind else {}
     if not found:
         return False
@@ -153,12 +156,21 @@ def on_move(run_dir: Path, run_id: str, phase: str, *, reason: str | None, step:
 
 def on_restart(run_dir: Path, state) -> bool:
     """The keeper has started the next attempt (``state``: the run's ``RunState``): say why the
-    last one ended (a failure, a stall, a preemption, a NaN) and at which step."""
+    last one ended (a failure, a stall, a preemption, a NaN) and at which step; a host lost for
+    good says what became of its tasks ("moved" to a spare, or "shrunk": fewer tasks)."""
     if len(state.attempts) < 2:
         return False
-    ended = state.attempts[-2]
+    ended, started = state.attempts[-2], state.attempts[-1]
     return on_move(run_dir, state.run_id, "restarted", reason=ended.reason, step=ended.last_step,
-                   attempt=ended.number)
+                   attempt=ended.number, kind=membership_kind(ended, started))
+
+
+def membership_kind(ended, started) -> str | None:
+    """"moved" or "shrunk" when the attempt ``ended`` lost a host for good (its ``lost``) and
+    ``started`` runs on a spare or on fewer tasks (their ``hosts``); None otherwise."""
+    if not ended.lost:
+        return None
+    return "shrunk" if len(started.hosts or {}) < len(ended.hosts or {}) else "moved"
 
 
 def on_nonfinite(run_dir: Path, run_id: str, *, attempt: int, step: int | None, metric: str,

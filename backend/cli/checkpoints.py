@@ -12,6 +12,7 @@ from dataclasses import asdict
 from backend import checkpoints
 from backend.runs import launcher, restore
 from backend.runs.resume import warnings as resume_warnings
+from backend.runs.membership import shrink_shown
 from backend.errors import SpecError
 from backend.runs.store import RunStore
 
@@ -104,7 +105,7 @@ def status_json(run, statuses, *, health_line: str) -> dict:
                        "exit_code": t.exit_code, "diagnosis": t.diagnosis} for t in statuses],
             "attempts": [asdict(t) for t in s.attempts], "unreachable": list(s.unreachable),
             "keeper": run.keeper_note or None, "health": health_line or None,
-            "resume": resume_warnings(s) or None}
+            "resume": resume_warnings(s) or None, "shrink": shrink_shown(run.job)}
 
 
 def add_commands(add) -> None:

@@ -12,6 +12,7 @@ import threading
 from backend.runs import launcher
 from backend.config import tfconfig
 from backend.cli.checkpoints import EXIT_CODES, add_commands, print_json, print_table, status_json
+from backend.runs.membership import shrink_line
 from backend.cli.plain import SafeStream
 from backend.cli.metrics import add_command as metrics_command
 from backend.cli.tensorboard import add_command as tensorboard_command
@@ -89,6 +90,8 @@ def cmd_status(a) -> int:
         resumed = "scratch" if t.resume_step is None else f"step {t.resume_step}"
         print(f"  attempt {t.number}: from {resumed}, last step {t.last_step if t.last_step is not None else '-'}, "
               f"{'ended: ' + str(t.reason) if t.ended else 'running'}")
+    if shrink_line(run.job):   # the run goes on with fewer tasks (min_workers, restart.shrink)
+        print(f"  {shrink_line(run.job)}")
     for line in resume.warnings(run.state):
         print(f"  warning: {line}")
     if nan:

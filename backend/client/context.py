@@ -18,6 +18,14 @@ class Context:
     tasks: tuple             # every task's name, chief first (from TF_CONFIG)
     is_chief: bool
     resume_step: int | None  # the checkpoint step this attempt must start from
+    # The run shrank (cluster min_workers, job restart.shrink): "keep_global_batch" or
+    # "keep_replica_batch", else None; a script multiplies its learning rate by lr_scale and
+    # uses global_batch_size when set (docs/job-contract.md, "A run that shrank").
+    shrink: str | None = None
+    lr_scale: float = 1.0
+    replicas: int | None = None          # replicas this attempt runs on, after a shrink
+    launch_replicas: int | None = None   # replicas the run was launched with
+    global_batch_size: int | None = None
 
     @property
     def in_run(self) -> bool:
@@ -58,4 +66,13 @@ def from_env(environ=None) -> Context:
         task=env.get("TFCONSOLE_TASK") or task,
         tasks=tasks,
         is_chief=is_chief if flag in (None, "") else flag == "1",
-        resume_step=int(resume) if resume else None)
+        resume_step=int(resume) if resume else None,
+        shrink=env.get("TFCONSOLE_SHRINK") or None,
+        lr_scale=float(env.get("TFCONSOLE_LR_SCALE") or 1.0),
+        replicas=_number(env.get("TFCONSOLE_REPLICAS")),
+        launch_replicas=_number(env.get("TFCONSOLE_LAUNCH_REPLICAS")),
+        global_batch_size=_number(env.get("TFCONSOLE_GLOBAL_BATCH_SIZE")))
+
+
+def _number(text: str | None) -> int | None:
+    return int(text) if (text or "").strip() else None

@@ -38,6 +38,12 @@ class RestartMode(str, Enum):
     ON_FAILURE = "on_failure"
 
 
+class ShrinkMode(str, Enum):
+    """What a run shrunk by ``min_workers`` keeps (backend/runs/membership.py)."""
+    KEEP_GLOBAL_BATCH = "keep_global_batch"     # each replica takes a larger share
+    KEEP_REPLICA_BATCH = "keep_replica_batch"   # the global batch shrinks; the learning rate scales with it
+
+
 class JobKind(str, Enum):
     HARNESS = "harness"
     COMMAND = "command"
@@ -101,6 +107,7 @@ _RESTART_FIELDS = {
     "unreachable_grace_s": (parse_seconds, 120.0),
     "max_preemptions": (parse_count, 10),   # resumes after a preemption's save: not failures
     "host_gone_s": (parse_seconds, 120.0),   # silent this long: the host is gone (spares take over)
+    "shrink": (parse_enum(ShrinkMode), ShrinkMode.KEEP_GLOBAL_BATCH),   # what a shrunk run keeps
 }
 
 
@@ -185,6 +192,9 @@ class RestartPolicy:
     # A host that has not answered over SSH for this long is gone for good: its tasks move to a
     # spare (ClusterSpec.spares) instead of the run waiting for it (backend/runs/membership.py).
     host_gone_s: float = 120.0
+    # Run on fewer tasks (the cluster's min_workers): keep the global batch (each replica takes a
+    # larger share), or keep each replica's batch and scale the learning rate by new/old replicas.
+    shrink: ShrinkMode = ShrinkMode.KEEP_GLOBAL_BATCH
 
     def __post_init__(self) -> None:
         _init_from_table(self, _RESTART_FIELDS)

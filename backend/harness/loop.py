@@ -104,6 +104,37 @@ def _metric_states(metrics_fn, names, labels, predictions) -> list:
     return out
 
 
+LR_SCALE_ENV = "TFCONSOLE_LR_SCALE"   # set on a run shrunk with restart.shrink keep_replica_batch
+
+
+def lr_scale(environ=None) -> float:
+    """The factor the console asks the learning rate to be multiplied by (1.0: none)."""
+    text = ((os.environ if environ is None else environ).get(LR_SCALE_ENV) or "").strip()
+    return float(text) if text else 1.0
+
+
+def base_learning_rate(optimizer, scale: float) -> float | None:
+    """The job's own learning rate, read before a restore overwrites it with a checkpoint's
+    (already scaled, by an earlier shrink); None when there is nothing to scale."""
+    if scale == 1.0:
+        return None
+    rate = getattr(optimizer, "_learning_rate", None)
+    if callable(rate) or not hasattr(rate, "assign"):   # a schedule, or an optimizer we cannot set
+        raise jobs.JobError(
+            f"the run shrank with restart.shrink keep_replica_batch, which multiplies the learning rate "
+            f"by {scale:.4g}, but this job's optimizer has no plain learning rate to scale "
+            f"({type(rate).__name__}); give make_optimizer a number, or set restart.shrink: keep_global_batch")
+    return float(np.asarray(optimizer.learning_rate))
+
+
+def scale_learning_rate(optimizer, base: float | None, scale: float) -> str:
+    """Set the learning rate to ``base`` x ``scale`` (after any restore); what it did, for the log."""
+    if base is None:
+        return ""
+    optimizer.learning_rate = base * scale
+    return f"learning rate {base:.6g} x {scale:.4g} = {float(np.asarray(optimizer.learning_rate)):.6g} (the run shrank)"
+
+
 def learning_rate_reader(optimizer):
     """A function giving the optimizer's current learning rate (a schedule's value at this
     step) as a float32 tensor, or None for an optimizer that has no readable one."""

@@ -56,6 +56,8 @@ class Session:
         with self.strategy.scope():
             self.model = self.job.build_model()
             self.optimizer = self.job.make_optimizer()
+            scale = loop.lr_scale()
+            base_lr = loop.base_learning_rate(self.optimizer, scale)
             self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.ckpt = ckpt.Checkpointer(
             ckpt.checkpoint_dir(self.run_dir, self.task, self.cluster.is_chief),
@@ -78,6 +80,10 @@ class Session:
             os.makedirs(os.path.join(self.run_dir, layout.TASKS), exist_ok=True)
             ckpt_index.write_json_atomic(layout.task_file(self.run_dir, self.task, "resumed"), {
                 "attempt": self.args.attempt, "step": self.start, "time": time.time()})
+        # After the restore, which brings back the learning rate the checkpoint was saved with.
+        scaled = loop.scale_learning_rate(self.optimizer, base_lr, scale)
+        if scaled:
+            print(f"[{self.task}] {scaled}", flush=True)
         # The bare loop (bench/harness_overhead.py) times nothing: it is the yardstick.
         self.wait_total = None if self.bare else step_probe.wait_counter()
         self.waited_s = 0.0

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from backend import checkpoints
 from backend.config import jobfit
-from backend.config.spec import cluster_from_dict
+from backend.config.spec import JobKind, ShrinkMode, cluster_from_dict
 from backend.harness import layout
 from backend.hosts import remote
 from backend.hosts.preflight import run_preflight
@@ -120,18 +120,98 @@ def replace_lost(run: Run, lost: dict[str, str]) -> Plan:
 
 
 def _batch_refusal(run: Run, found: Plan) -> str:
-    """Why the job cannot run on the shrunk cluster (its global batch does not split), or ""."""
+    """Why the job cannot run on the shrunk cluster (its global batch does not split), or "".
+    Keeping each replica's batch always splits: the global batch becomes a multiple of it."""
+    if run.job.restart.shrink is ShrinkMode.KEEP_REPLICA_BATCH:
+        return ""
     bad = [f for f in jobfit.check_job(cluster_from_dict({"tasks": found.tasks}), run.job) if f.level == "error"]
     return bad[0].problem if bad else ""
 
 
+# What a shrunk attempt's tasks find in their environment (docs/job-contract.md): the run's job
+# carries them from the shrink on, so every later attempt (a restart, a Restore) gets them too.
+SHRINK_ENV = "TFCONSOLE_SHRINK"                    # restart.shrink's value
+LAUNCH_REPLICAS_ENV = "TFCONSOLE_LAUNCH_REPLICAS"  # replicas the run was launched with
+REPLICAS_ENV = "TFCONSOLE_REPLICAS"                # replicas this attempt runs on
+LR_SCALE_ENV = "TFCONSOLE_LR_SCALE"                # multiply the learning rate by this
+BATCH_ENV = "TFCONSOLE_GLOBAL_BATCH_SIZE"          # the global batch this attempt uses (harness jobs)
+
+
+@dataclass(frozen=True)
+class Shrink:
+    """The numbers of a shrunk run, relative to its launch (several shrinks compound)."""
+    mode: ShrinkMode
+    launch_replicas: int
+    before: int                      # replicas of the attempt that lost a host
+    replicas: int                    # replicas from now on
+    batch_before: int | None         # the global batch before (harness jobs; None: the job's own)
+    global_batch_size: int | None
+    lr_scale: float
+
+    def env(self) -> dict[str, str]:
+        found = {SHRINK_ENV: self.mode.value, LAUNCH_REPLICAS_ENV: str(self.launch_replicas),
+                 REPLICAS_ENV: str(self.replicas), LR_SCALE_ENV: repr(self.lr_scale)}
+        return {**found, BATCH_ENV: str(self.global_batch_size)} if self.global_batch_size else found
+
+    def text(self) -> str:
+        """What the attempt's reason says of the batch and learning rate."""
+        if self.mode is ShrinkMode.KEEP_GLOBAL_BATCH:
+            return (f"global batch {self.global_batch_size} kept ({self.global_batch_size // self.replicas} "
+                    f"per task)" if self.global_batch_size else "global batch kept")
+        per = (f" {self.batch_before // self.before} kept: global batch {self.batch_before} -> "
+               f"{self.global_batch_size}" if self.global_batch_size else " kept")
+        return (f"per-replica batch{per}, learning rate x{self.lr_scale:.4g} ({self.replicas} of "
+                f"{self.launch_replicas} replicas; restart.shrink {self.mode.value})")
+
+
+def shrink_of(run: Run, found: Plan) -> Shrink:
+    """The batch and learning rate the shrunk cluster ``found`` runs with (``restart.shrink``)."""
+    mode, env = run.job.restart.shrink, run.job.env
+    before = jobfit.replicas(run.cluster)
+    after = jobfit.replicas(cluster_from_dict({"tasks": found.tasks}))
+    launched = int(env.get(LAUNCH_REPLICAS_ENV) or before)
+    batch = jobfit.effective_params(run.job).get("global_batch_size") if run.job.kind == JobKind.HARNESS else None
+    batch = batch if isinstance(batch, int) and not isinstance(batch, bool) else None
+    if mode is ShrinkMode.KEEP_GLOBAL_BATCH:
+        return Shrink(mode, launched, before, after, batch, batch, 1.0)
+    return Shrink(mode, launched, before, after, batch, batch // before * after if batch else None,
+                  after / launched)
+
+
+def shrunk_job(job: dict, shrink: Shrink) -> dict:
+    """The run's saved job for the shrunk attempts: the shrink's env, and a harness job's new
+    global batch as its parameter (the harness reads it as any --param)."""
+    out = {**job, "env": {**(job.get("env") or {}), **shrink.env()}}
+    if shrink.global_batch_size:
+        out["params"] = {**(job.get("params") or {}), "global_batch_size": shrink.global_batch_size}
+    return out
+
+
+def shrink_shown(job) -> dict | None:
+    """The run's shrink as its job's env records it (status, Monitor), or None when it never shrank."""
+    env = job.env
+    if SHRINK_ENV not in env:
+        return None
+    batch = env.get(BATCH_ENV)
+    return {"mode": env[SHRINK_ENV], "launch_replicas": int(env[LAUNCH_REPLICAS_ENV]),
+            "replicas": int(env[REPLICAS_ENV]), "lr_scale": float(env[LR_SCALE_ENV]),
+            "global_batch_size": int(batch) if batch else None}
+
+
+def shrink_line(job) -> str:
+    """``shrunk: 3 -> 2 replicas, keep_replica_batch: global batch 20, learning rate x0.6667``."""
+    found = shrink_shown(job)
+    if not found:
+        return ""
+    batch = f", global batch {found['global_batch_size']}" if found["global_batch_size"] else ""
+    return (f"shrunk: {found['launch_replicas']} -> {found['replicas']} replicas, {found['mode']}{batch}, "
+            f"learning rate x{found['lr_scale']:.4g}")
+
+
 def shrunk_text(run: Run, found: Plan) -> str:
     """``no spare left: runs on 2 tasks without worker-1 (min_workers 2); global batch 30 kept``."""
-    n = len(found.tasks)
-    batch = run.job.params.get("global_batch_size")
-    kept = f"; global batch {batch} kept ({batch // n} per task)" if isinstance(batch, int) else ""
-    return (f"no spare left: runs on {n} task(s) without {', '.join(found.dropped)} "
-            f"(min_workers {run.state.cluster.get('min_workers')}){kept}")
+    return (f"no spare left: runs on {len(found.tasks)} task(s) without {', '.join(found.dropped)} "
+            f"(min_workers {run.state.cluster.get('min_workers')}); {shrink_of(run, found).text()}")
 
 
 def apply(run: Run, found: Plan) -> Run:
@@ -139,9 +219,12 @@ def apply(run: Run, found: Plan) -> Run:
     folder name, under the spare's workdir). Returns a handle that sees it."""
     moved = {m.task for m in found.moves}
     names = cluster_from_dict({"tasks": found.tasks}).task_names()
+    shrink = shrink_of(run, found) if found.dropped else None
 
     def change(state: RunState) -> None:
         state.cluster = {**state.cluster, "tasks": found.tasks, "spares": found.spares}
+        if shrink:   # what the tasks of the shrunk attempts run with (restart.shrink)
+            state.job = shrunk_job(state.job, shrink)
         if not found.spares:
             state.cluster.pop("spares")
         # Shrunk: the tasks left take the names and places of the smaller cluster (worker-2 is

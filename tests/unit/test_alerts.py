@@ -13,6 +13,7 @@ import pytest
 from backend.alerts import outbox, settings
 from backend.config.spec import job_from_dict, job_to_dict
 from backend.errors import ConsoleError, SpecErrors
+from backend.runs.store import Attempt, RunState
 from tests.conftest import ps
 from tests.webhook import Receiver
 
@@ -173,6 +174,30 @@ def test_a_nonfinite_loss_alerts_once_per_attempt(tmp_path, receiver):
                                value=float("inf"))
     assert "worker-1 val_loss is inf" in outbox.read(run_dir)[-1]["alert"]["reason"]
     assert [(e["alert"]["event"], e["alert"]["step"]) for e in outbox.read(run_dir)] == [("nan", 4), ("nan", 1)]
+
+
+@pytest.mark.parametrize("left, kind, words", [
+    (3, "moved", "moved a lost host's task(s) to a spare"), (2, "shrunk", "shrank after losing a host")])
+def test_a_host_lost_for_good_alerts_what_became_of_its_task(tmp_path, receiver, left, kind, words):
+    """The keeper's restart alert after a host gone for good (issue 39): "moved" to a spare, or
+    "shrunk" to fewer tasks, with the lost attempt's reason; a plain restart stays "restarted"."""
+    hook = receiver()
+    run_dir = _run_dir(tmp_path, hook.url, fmt="json")
+    why = ("worker-1: host 127.0.0.21 unreachable for 4 s; "
+           + ("moved to spare 127.0.0.22" if kind == "moved" else
+              "no spare left: runs on 2 task(s) without worker-1 (min_workers 2); global batch 30 kept (15 per task)"))
+    hosts = {"chief-0": "127.0.0.2", "worker-0": "127.0.0.3", "worker-1": "127.0.0.21"}
+    state = RunState("run-1", time.time(), {}, {}, [], attempts=[
+        Attempt(1, time.time(), ended=time.time(), reason=why, last_step=57, hosts=hosts,
+                lost={"127.0.0.21": "unreachable for 4 s"}),
+        Attempt(2, time.time(), resume_step=40, hosts=dict(list(hosts.items())[:left]))])
+    assert outbox.on_restart(run_dir, state)
+    got = hook.wait(1)[0]
+    assert (got["event"], got["reason"], got["step"], got["attempt"]) == (kind, why, 57, 1)
+    assert got["text"].startswith(f"tfconsole run run-1 {words} at step 57 (attempt 1): {why}; "
+                                  "restarted as attempt 2."), got["text"]
+    state.attempts[0].lost = None   # the same attempts without a host lost for good
+    assert outbox.on_restart(run_dir, state) and hook.wait(2)[1]["event"] == "restarted"
 
 
 def _queue(run_dir, count=1):
