@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.paired_timing import measure  # noqa: E402
 
 WORKER = r"""
 import os, sys, time
@@ -84,38 +81,6 @@ os._exit(0)   # collective teardown at exit can hang (harness/train.py)
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run(a, run_dir: str) -> dict:
-    """{(pair, use): (wall ms/step of the slower worker, CPU ms/step summed over workers)}."""
-    ports = [free_port(), free_port()]
-    procs = []
-    for i in range(2):
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
-               "TF_CONFIG": json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-                                        "task": {"type": "worker", "index": i}}),
-               "PYTHONPATH": str(Path(run_dir) / "lib"),
-               "TFCONSOLE_RUN_DIR": run_dir, "TFCONSOLE_RUN_ID": "bench", "TFCONSOLE_ATTEMPT": "1",
-               "TFCONSOLE_TASK": f"worker-{i}", "TFCONSOLE_IS_CHIEF": "1" if i == 0 else "0"}
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, str(a.steps), str(a.every),
-                                       str(a.pairs)],
-                                      env=env, text=True, stdout=subprocess.PIPE))
-    segs: dict = {}
-    for p in procs:
-        out, _ = p.communicate(timeout=1800)
-        assert p.returncode == 0, f"a worker failed (exit {p.returncode})"
-        for line in out.splitlines():
-            if line.startswith("SEG"):
-                _, i, use, ms, cpu = line.split()
-                old = segs.get((int(i), int(use)), (0.0, 0.0))
-                segs[(int(i), int(use))] = (max(old[0], float(ms)), old[1] + float(cpu))
-    return segs
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=300, help="steps per timed segment")
@@ -123,24 +88,10 @@ def main() -> None:
     p.add_argument("--every", type=int, default=0,
                    help="Loop(every=K); 0 (default): the loop's default schedule")
     a = p.parse_args()
-    load = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "lib").mkdir()
-        (Path(tmp) / "lib" / "tfconsole").symlink_to(ROOT / "backend" / "client")
-        (Path(tmp) / "harness").symlink_to(ROOT / "backend" / "harness")
-        segs = run(a, tmp)
-    pairs = range(a.pairs)
-    wall = [100 * (segs[(i, 1)][0] / segs[(i, 0)][0] - 1) for i in pairs]
-    cpu = [100 * (segs[(i, 1)][1] / segs[(i, 0)][1] - 1) for i in pairs]
     print(json.dumps({
         "every": a.every, "steps": a.steps, "pairs": a.pairs,
-        "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in os.getloadavg()],
-        "ms_per_step_none": [round(segs[(i, 0)][0], 2) for i in pairs],
-        "ms_per_step_loop": [round(segs[(i, 1)][0], 2) for i in pairs],
-        "median_ms_none": round(statistics.median(segs[(i, 0)][0] for i in pairs), 2),
-        "cost_pct_wall_median": round(statistics.median(wall), 1),
-        "cost_pct_wall_per_pair": [round(x, 1) for x in wall],
-        "cost_pct_cpu_median": round(statistics.median(cpu), 1)}))
+        **measure(WORKER, [str(a.steps), str(a.every), str(a.pairs)], pairs=a.pairs,
+                  variant="loop")}))
 
 
 if __name__ == "__main__":

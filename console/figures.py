@@ -23,24 +23,30 @@ GLOBAL_COLOR = "#111111"
 # How a line is cut to at most about n points: MinMaxLTTB by default; Monitor's live charts use
 # chart_feed.stable_thin, whose points stay put as a line grows (only new points travel).
 Thin = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+# Task -> the step spans ``(after, up to]`` of attempts that task was not in (a host gone for good,
+# a run that shrank: monitor_view.absent_spans). Its line has no point there and is broken across
+# them: a line joining its last step before the gap to its first after would be drawn training
+# that never happened.
+Gaps = dict[str, list[tuple[float, float]]]
 
 
 def loss_figure(store: MetricsStore, smoothing: float = 0.0, max_points: int = 2000, *,
-                thin: Thin = downsample, show: list[str] | None = None) -> go.Figure:
+                thin: Thin = downsample, show: list[str] | None = None, gaps: Gaps | None = None) -> go.Figure:
     """Each worker's own loss, thin, plus the global mean loss, thick, on top (and the
     validation loss, dashed, where the run validates)."""
-    return metric_figure(store, "loss", smoothing, max_points, thin=thin, show=show)
+    return metric_figure(store, "loss", smoothing, max_points, thin=thin, show=show, gaps=gaps)
 
 
 def metric_figure(store: MetricsStore, name: str, smoothing: float = 0.0, max_points: int = 2000,
-                  *, thin: Thin = downsample, show: list[str] | None = None) -> go.Figure:
+                  *, thin: Thin = downsample, show: list[str] | None = None,
+                  gaps: Gaps | None = None) -> go.Figure:
     """One metric: each worker's own value, thin, the global value thick on top; its validation
     counterpart (``val_<name>``) on the same axes, dashed with markers (a point per validation).
     Past ``crowd.MANY`` workers: the band across workers, the odd ones out and the workers in
     ``show`` instead of every line. Names come from the job's lines: escaped, since plotly
-    reads a few HTML tags in names."""
+    reads a few HTML tags in names. ``gaps``: where a worker was not in the run (``Gaps``)."""
     tasks = store.metric_tasks(name)
-    traces = _worker_traces(store, name, tasks, smoothing, max_points, thin, show)
+    traces = _worker_traces(store, name, tasks, smoothing, max_points, thin, show, gaps=gaps)
     gx, gy = store.metric(name)
     if len(gx):
         label = "global (mean of workers)" if name == "loss" else "global"
@@ -52,7 +58,8 @@ def metric_figure(store: MetricsStore, name: str, smoothing: float = 0.0, max_po
         if len(val_tasks) <= crowd.MANY:   # a crowd's validation: its global value speaks for it
             for i, task in enumerate(val_tasks):
                 x, y = store.metric(val, task)
-                traces.append(_line(f"{task} (validation)", *thin(x, y, max_points), _color(i),
+                traces.append(_line(f"{task} (validation)", *_task_line(x, y, (gaps or {}).get(task),
+                                                                        0.0, max_points, thin), _color(i),
                                     width=1.2, dash="dash", markers=True, group="validation"))
         vx, vy = store.metric(val)
         if len(vx):
@@ -64,17 +71,20 @@ def metric_figure(store: MetricsStore, name: str, smoothing: float = 0.0, max_po
 
 def _worker_traces(store: MetricsStore, name: str, tasks: list[str], smoothing: float,
                    max_points: int, thin: Thin, show: list[str] | None,
-                   field: str | None = None) -> list[dict]:
-    """A line per worker; past crowd.MANY, the band plus the odd ones out and ``show``."""
+                   field: str | None = None, gaps: Gaps | None = None) -> list[dict]:
+    """A line per worker; past crowd.MANY, the band plus the odd ones out and ``show``. A
+    worker's ``gaps`` hold no point of it, and its line breaks there."""
+    gaps = gaps or {}
+
     def values(task):
         if field is None:
             return store.metric(name, task)
         s = store.series(task)
         return s.step, getattr(s, field)
     if len(tasks) <= crowd.MANY:
-        return [_line(task, *_smooth_thin(*values(task), smoothing, max_points, thin), _color(i),
+        return [_line(task, *_task_line(*values(task), gaps.get(task), smoothing, max_points, thin), _color(i),
                       width=1.2, group="workers") for i, task in enumerate(tasks)]
-    series = {t: values(t) for t in tasks}
+    series = {t: _outside(*values(t), gaps.get(t)) for t in tasks}
     spread = crowd.band(series)
     last = {t: crowd.level(v) for t, (_, v) in series.items() if len(v)}
     picked = list(dict.fromkeys([*crowd.odd_ones(last), *(t for t in show or () if t in series)]))
@@ -88,8 +98,8 @@ def _worker_traces(store: MetricsStore, name: str, tasks: list[str], smoothing: 
          "fillcolor": crowd.BAND_COLOR, "hoverinfo": "skip"}]
     for task in picked:
         i = tasks.index(task)
-        traces.append(_line(task, *_smooth_thin(*series[task], smoothing, max_points, thin),
-                            _color(i), width=1.5, group="workers"))
+        traces.append(_line(task, *_broken(*_smooth_thin(*series[task], smoothing, max_points, thin),
+                                           gaps.get(task)), _color(i), width=1.5, group="workers"))
     return traces
 
 
@@ -121,8 +131,43 @@ def _smooth_thin(x, y, smoothing: float, max_points: int, thin: Thin):
     return thin(x, y, max_points)
 
 
+def _task_line(x, y, spans, smoothing: float, max_points: int, thin: Thin):
+    """One worker's points for its line: none in ``spans``, thinned, broken across each span."""
+    return _broken(*_smooth_thin(*_outside(x, y, spans), smoothing, max_points, thin), spans)
+
+
+def _outside(x, y, spans):
+    """The points whose step lies in none of ``spans`` (``(after, up to]``)."""
+    if not spans or not len(x):
+        return x, y
+    x, y = np.asarray(x), np.asarray(y)
+    inside = np.zeros(len(x), bool)
+    for after, upto in spans:
+        inside |= (x > after) & (x <= upto)
+    return (x, y) if not inside.any() else (x[~inside], y[~inside])
+
+
+def _broken(x, y, spans):
+    """A NaN point (a gap: plotly joins no line across it) between two points with a span between
+    them, just past the span's start, so the line stays in step order."""
+    if not spans or len(x) < 2:
+        return x, y
+    x, y = np.asarray(x), np.asarray(y, dtype=np.float64)
+    starts: dict[int, float] = {}
+    for after, _ in sorted(spans):
+        cut = int(np.searchsorted(x, after, side="right"))   # the first point past the span
+        if 0 < cut < len(x):
+            starts.setdefault(cut, after)
+    if not starts:
+        return x, y
+    cuts = sorted(starts)
+    step = 1 if x.dtype.kind in "iu" else 0
+    return np.insert(x, cuts, [starts[c] + step for c in cuts]), np.insert(y, cuts, np.nan)
+
+
 def step_time_figure(store: MetricsStore, max_points: int = 2000, *,
-                     thin: Thin = downsample, show: list[str] | None = None) -> go.Figure:
+                     thin: Thin = downsample, show: list[str] | None = None,
+                     gaps: Gaps | None = None) -> go.Figure:
     """Seconds per step for each worker; the slowest (by median) is drawn thick and named.
     Past crowd.MANY workers: the band, the odd ones out, the slowest and ``show``."""
     ratios = store.stragglers()
@@ -130,11 +175,13 @@ def step_time_figure(store: MetricsStore, max_points: int = 2000, *,
     tasks = store.tasks()
     if len(tasks) > crowd.MANY:
         traces = _worker_traces(store, "step_time", tasks, 0.0, max_points, thin,
-                                [*(show or ()), *([slowest] if slowest else [])], field="step_time")
+                                [*(show or ()), *([slowest] if slowest else [])], field="step_time",
+                                gaps=gaps)
     else:
         traces = []
         for i, task in enumerate(tasks):
-            x, y = store.downsampled(task, "step_time", max_points, thin=thin)
+            s = store.series(task)
+            x, y = _task_line(s.step, s.step_time, (gaps or {}).get(task), 0.0, max_points, thin)
             name, width, opacity = task, 1.2, 0.6
             if task == slowest:
                 name, width, opacity = f"{task} (slowest, x{ratios[task]:.2f} median)", 3.0, 1.0
@@ -147,16 +194,18 @@ def step_time_figure(store: MetricsStore, max_points: int = 2000, *,
 
 
 def throughput_figure(store: MetricsStore, max_points: int = 2000, *,
-                      thin: Thin = downsample, show: list[str] | None = None) -> go.Figure:
+                      thin: Thin = downsample, show: list[str] | None = None,
+                      gaps: Gaps | None = None) -> go.Figure:
     """Examples per second for each worker (past crowd.MANY: the band and the odd ones out)."""
     tasks = store.tasks()
     if len(tasks) > crowd.MANY:
         traces = _worker_traces(store, "examples_per_sec", tasks, 0.0, max_points, thin, show,
-                                field="examples_per_sec")
+                                field="examples_per_sec", gaps=gaps)
     else:
         traces = []
         for i, task in enumerate(tasks):
-            x, y = store.downsampled(task, "examples_per_sec", max_points, thin=thin)
+            s = store.series(task)
+            x, y = _task_line(s.step, s.examples_per_sec, (gaps or {}).get(task), 0.0, max_points, thin)
             traces.append(_line(task, x, y, _color(i), width=1.2))
     return _figure(traces, title="Throughput", y_title="examples per second")
 

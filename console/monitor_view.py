@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -50,20 +51,85 @@ def snapshot(live: LiveRun, smoothing: float = 0.0, hidden: frozenset = frozense
     names = [n for n in figures.chart_metrics(store) if n != "loss" and n not in hidden]
     show = list(show)
     crowded = len(store.tasks()) > crowd.MANY
+    gaps = absent_spans(live.run.state)   # a worker gone from an attempt: no line across its gap
     return Snapshot(progress=progress(steps, times, live.train_info() if len(steps) else None),
-                    metrics={n: figures.metric_figure(store, n, smoothing, thin=stable_thin, show=show)
+                    metrics={n: figures.metric_figure(store, n, smoothing, thin=stable_thin, show=show,
+                                                      gaps=gaps)
                              for n in names},
                     outliers=crowd.outlier_lines(store, names=["loss", *names]) if crowded else [],
                     learning_rate=(figures.learning_rate_figure(store, thin=stable_thin)
                                    if "learning_rate" in store.metric_names()
                                    and "learning_rate" not in hidden else None),
                     last_values=last_value_rows(store),
-                    loss=figures.loss_figure(store, smoothing=smoothing, thin=stable_thin, show=show),
-                    step_time=figures.step_time_figure(store, thin=stable_thin, show=show),
-                    throughput=figures.throughput_figure(store, thin=stable_thin, show=show),
+                    loss=figures.loss_figure(store, smoothing=smoothing, thin=stable_thin, show=show, gaps=gaps),
+                    step_time=figures.step_time_figure(store, thin=stable_thin, show=show, gaps=gaps),
+                    throughput=figures.throughput_figure(store, thin=stable_thin, show=show, gaps=gaps),
                     monitor=(dict(live.monitor.status(), store_warning=store.warning())
                              if live.monitor else {}),
                     tasks=[t.name for t in live.run.state.tasks])
+
+
+def _membership(attempt) -> dict | None:
+    """Task -> host of an attempt, as its record keeps it (None: a record from before issue 39)."""
+    hosts = getattr(attempt, "hosts", None)
+    return hosts if isinstance(hosts, dict) and hosts else None
+
+
+def absent_spans(state) -> dict[str, list[tuple[float, float]]]:
+    """Task -> the step spans ``(after, up to]`` of the attempts it was not in (its host gone for
+    good and the run shrunk without it; backend/runs/membership.py). An attempt owns the steps
+    from its resume step up to the next attempt's (a later attempt's steps replace an earlier
+    one's: backend/watch/metrics.py), the last one every step past its own."""
+    attempts = list(state.attempts)
+    members = [_membership(a) for a in attempts]
+    if not any(members):
+        return {}
+    named = set().union(*(m for m in members if m))
+    starts = [a.resume_step or 0 for a in attempts] + [math.inf]
+    out: dict[str, list[tuple[float, float]]] = {}
+    for i, hosts in enumerate(members):
+        after, upto = starts[i], starts[i + 1]
+        if hosts is None or upto <= after:
+            continue
+        for task in sorted(named - set(hosts)):
+            out.setdefault(task, []).append((after, upto))
+    return out
+
+
+def membership_notes(state) -> tuple[str, str]:
+    """(why the current attempt runs on other hosts than the one before it changed: that earlier
+    attempt's reason, which names the lost host and the spare or the shrink; where each task runs
+    now and which are gone, their curves ending), or ("", "") while the hosts never changed."""
+    attempts = list(state.attempts)
+    members = [_membership(a) for a in attempts]
+    changed = [i for i in range(1, len(attempts))
+               if members[i] and (attempts[i - 1].lost or members[i - 1] and members[i] != members[i - 1])]
+    if not changed:
+        return "", ""
+    i = changed[-1]
+    before, now = attempts[i - 1], attempts[i]
+    why = before.reason or ", ".join(f"host {h} lost" for h in (before.lost or {}))
+    info = f"Attempt {now.number} runs on other hosts than attempt {before.number}: {why}"
+    hosts = _membership(attempts[-1])
+    gone = sorted(set().union(*(m for m in members if m)) - set(hosts), key=task_order)
+    caption = (f"Attempt {attempts[-1].number} runs on {len(hosts)} task(s): "
+               + ", ".join(f"{t} on {h}" for t, h in sorted(hosts.items(), key=lambda kv: task_order(kv[0]))))
+    if gone:
+        ends = {t: _gone_since(spans) for t, spans in absent_spans(state).items() if spans}
+        caption += ("; not in it: " + ", ".join(f"{t} (its curves end at step {ends[t]:g})" if t in ends else t
+                                                for t in gone)
+                    + ". Tasks are numbered as TF_CONFIG numbers the tasks of each attempt.")
+    return md_escape(info), md_escape(caption)
+
+
+def _gone_since(spans: list[tuple[float, float]]) -> float:
+    """The step a task's curve ends at: where its last unbroken run of absent spans begins."""
+    since = spans[-1][0]
+    for after, upto in reversed(spans[:-1]):
+        if upto != since:
+            break
+        since = after
+    return since
 
 
 def last_value_rows(store) -> list[dict]:

@@ -74,6 +74,10 @@ def main() -> None:
             return
         st.progress(p.fraction, text=p.text())
         st.caption(monitor_view.watch_line(snap.monitor, now=time.time()))
+        moved, members = monitor_view.membership_notes(live.run.state)
+        if moved:   # a host gone for good: its task moved to a spare, or the run shrank without it
+            st.info(moved)
+            st.caption(members)
         nan = monitor_view.health_error(live)
         if nan:
             st.error(md_escape(nan))       # task names come from the job's metric lines
