@@ -79,3 +79,23 @@ def test_workers_that_differ_only_by_noise_are_not_singled_out():
     assert crowd.outlier_lines(store, names=["loss"]) == []
     broken = crowd.odd_ones({"worker-1": 1.0, "worker-2": float("nan"), "worker-3": 1.1})
     assert broken == ["worker-2"]
+
+
+def test_the_band_is_the_same_whether_workers_share_their_steps_or_not():
+    """The band's two ways (workers at the very same steps: stacked; otherwise aligned on the
+    union of steps) draw the same spread, a worker's NaN or missing step left out."""
+    steps = np.arange(1, 201)
+    rng = np.random.default_rng(0)
+    same = {f"worker-{i}": (steps, rng.random(200)) for i in range(12)}
+    same["worker-3"][1][50] = np.nan
+    together = crowd.band(same)
+    # worker-5 missed step 100 (and its step 99 is its last before it): the union path
+    apart = dict(same, **{"worker-5": (np.delete(steps, 99), np.delete(same["worker-5"][1], 99))})
+    aligned = crowd.band(apart)
+    assert np.array_equal(together.step, steps) and np.array_equal(aligned.step, steps)
+    values = np.array([v for _, v in same.values()])
+    assert np.array_equal(together.low, np.nanmin(values, axis=0))
+    assert np.array_equal(together.high, np.nanmax(values, axis=0))
+    others = np.delete(values, 5, axis=0)[:, 99]
+    assert aligned.high[99] == np.nanmax(others) and aligned.low[99] == np.nanmin(others)
+    assert np.array_equal(np.delete(aligned.high, 99), np.delete(together.high, 99))
