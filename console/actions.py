@@ -2,11 +2,13 @@
 returns a result or raises ConsoleError, whose text the page shows as it is."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
 from backend import checkpoints
 from backend.errors import ArtifactError, ConsoleError, SpecError
+from backend.harness import layout
 from backend.runs import restore as run_restore
 from backend.runs.launcher import Preflight, launch
 from backend.runs.store import new_run_id
@@ -35,7 +37,7 @@ def begin_start(rows: list[dict], job: JobSpec, registry: Registry) -> str:
 
     def work(action) -> StartResult:
         action.say("preflight: checking every host")
-        result = start(rows, job, registry, run_id=run_id)
+        result = start(rows, job, registry, run_id=run_id, say=action.say)
         if result.errors:
             action.result = result
             raise ConsoleError(" ".join(result.errors))
@@ -46,12 +48,14 @@ def begin_start(rows: list[dict], job: JobSpec, registry: Registry) -> str:
     return run_id
 
 
-def start(rows: list[dict], job: JobSpec, registry: Registry, *, run_id: str | None = None) -> StartResult:
+def start(rows: list[dict], job: JobSpec, registry: Registry, *, run_id: str | None = None,
+          say: Callable[[str], None] = lambda _: None) -> StartResult:
     """Check the cluster, run the preflight, launch on every host and start watching.
+    ``say`` hears each stage of the start as the hosts record it (``_follow_start``).
 
     On Slurm, ``sbatch`` makes the checks and refuses with Slurm's message: no preflight."""
     if isinstance(rows, SlurmSpec):
-        return _launch(rows, job, registry, run_id, report=None)
+        return _launch(rows, job, registry, run_id, report=None, say=say)
     cluster, problems = forms.check_rows(rows)
     if cluster is None or forms.blocking(problems):
         return StartResult(errors=["The cluster has errors; fix them on the Cluster page. "
@@ -64,18 +68,56 @@ def start(rows: list[dict], job: JobSpec, registry: Registry, *, run_id: str | N
     if report["error"] or report["failures"]:
         return StartResult(errors=[report["error"] or "Preflight failed, nothing was started. "
                                    "Fix each host in the table, then start again."], preflight=report)
-    return _launch(cluster, job, registry, run_id, report=report)
+    return _launch(cluster, job, registry, run_id, report=report, say=say)
 
 
-def _launch(cluster, job: JobSpec, registry: Registry, run_id: str | None, *, report: dict | None) -> StartResult:
+def _launch(cluster, job: JobSpec, registry: Registry, run_id: str | None, *, report: dict | None,
+            say: Callable[[str], None]) -> StartResult:
+    run_id = run_id or new_run_id()
+    launched = threading.Event()
+    say("starting the tasks on every host")
+    threading.Thread(target=_follow_start, args=(registry, run_id, launched, say),
+                     name=f"follow-start-{run_id}", daemon=True).start()
     try:
         run = launch(cluster, job, store=registry.store, options=registry.options,
                      preflight=Preflight.SKIP, run_id=run_id)
     except ConsoleError as err:
         return StartResult(errors=[str(err)], preflight=report)
+    finally:
+        launched.set()
     live = registry.put(run)
     live.ensure_monitor()
     return StartResult(live=live, preflight=report)
+
+
+# While a launch runs (it returns once every task is past its imports, plus launch's start check):
+# how often its record and task states are read. Until the watch agent runs: often, since the
+# first metrics come soon after the harness is on the chief; then as the pages would.
+FOLLOW_FIRST_S = 0.2
+FOLLOW_EVERY_S = 1.0
+
+
+def _follow_start(registry: Registry, run_id: str, launched: threading.Event, say: Callable[[str], None]) -> None:
+    """Beside the launch: hold the run once its record is written, so every page shows it;
+    start its watch agent as soon as a status answer says the harness is on the chief (the
+    first metrics then reach the store the moment they are written, not after launch's start
+    check); say each stage the hosts record. Ends with the launch; never raises."""
+    live, said = None, ""
+    try:
+        while not launched.wait(FOLLOW_FIRST_S if live is None or live.monitor is None else FOLLOW_EVERY_S):
+            if live is None:
+                if not (registry.store.path(run_id) / layout.STATE).exists():
+                    continue
+                live = registry.get(run_id)
+            live.refresh(force=True)
+            if live.statuses and live.monitor is None:
+                live.ensure_monitor()
+            stage = live.stage()
+            if stage and stage != said:
+                said = stage
+                say(stage)
+    except Exception:  # noqa: BLE001 - the launch itself reports failures; this only follows it
+        pass
 
 
 def save_now(live: LiveRun, wait_s: float = 120) -> int | None:

@@ -19,10 +19,10 @@ from console.background import Actions
 from backend.hosts.ssh import SSHOptions
 from backend.runs.launcher import attach
 from backend.watch.logcopy import LogCopier, local_copy
-from backend.runs.outcome import TaskStatus
+from backend.runs.outcome import TaskPhase, TaskStatus
 from backend.runs.handle import SAVE_GRACE_S, Run
 from backend.watch.metrics import MetricsStore
-from backend.runs.store import RunStore
+from backend.runs.store import Phase, RunStore
 from backend.watch.agent import cut_line
 
 CAUGHT_UP_S = 3.0     # the agent's heartbeat comes every 2 s: this long with no event = caught up
@@ -68,8 +68,12 @@ class LiveRun:
         return self.run.run_id
 
     def ensure_monitor(self):
-        """Start the watch agent once; a new store replays the local mirror from offset 0."""
+        """Start the watch agent once; a new store replays the local mirror from offset 0. Not
+        while a launch has yet to put the harness (and the agent with it) on the chief: a status
+        answer says it is there (the console's start waits for that, ``actions._follow_start``)."""
         with self._watch_lock:
+            if self.run.state.phase == Phase.LAUNCHING and not self.statuses:
+                return self.monitor
             if self.monitor is None or (not self.monitor.running and self.run.state.live):
                 self.monitor = self.run.monitor(self.metrics).start()   # replays the mirror first
                 if self.run.state.live:   # the logs the agent cannot see, copied as they grow
@@ -112,7 +116,12 @@ class LiveRun:
             if not self.run.state.live and self.statuses and not force:
                 return self.statuses
             try:
-                self.statuses = self.run.settle() or self.run.status()
+                found = self.run.settle() or self.run.status()
+                if self.run.state.phase == Phase.LAUNCHING:
+                    # A host not answering yet is the launch's to report (it fails if so); its
+                    # harness may simply not be unpacked there yet.
+                    found = [s for s in found if s.state != TaskPhase.UNREACHABLE]
+                self.statuses = found
                 self.status_error = ""
             except ConsoleError as err:
                 self.status_error = str(err)
@@ -137,6 +146,14 @@ class LiveRun:
             self.run.state = self.run.store.load(self.run_id)
         except ConsoleError as err:
             self.status_error = str(err)
+
+    def stage(self) -> str:
+        """Where a starting run is, from the task states last read (``refresh``), until its
+        first metrics arrive; "" after that."""
+        from backend.engines.direct import HostsEngine   # only our own hosts report READY, train.json
+        detailed = isinstance(self.run.engine, HostsEngine) and self.run.state.job.get("kind") == "harness"
+        return start_stage(self.run.state.phase, self.statuses, chief=self.run.state.chief.name,
+                           has_metrics=self.metrics.progress() is not None, detailed=detailed)
 
     def task_versions(self) -> dict[str, dict]:
         """Each task's TensorFlow and Keras versions, read once per attempt (when a NaN shows)."""
@@ -219,6 +236,33 @@ def _saved_words(save: bool, saved: int | None) -> str:
         return (f"no save within {SAVE_GRACE_S:.0f} s (the previous checkpoint stays usable: "
                 "Restore offers the newest); ")
     return f"saved step {saved} on every worker: Restore offers it first; "
+
+
+# ---- start progress -------------------------------------------------------------------------
+
+def start_stage(phase: str, statuses: list[TaskStatus], *, chief: str, has_metrics: bool,
+                detailed: bool = True) -> str:
+    """A starting run's stage in words, from what its hosts record (``spawn.status_one``: the
+    task's pid file, READY, train.json), "" once metrics come or when the run is not starting.
+    The stages: starting the tasks, importing TensorFlow, waiting for peers, first step.
+    ``detailed``: the hosts report READY and train.json (harness tasks our hosts engine started);
+    else every task running is as far as it goes."""
+    if has_metrics or phase not in (Phase.LAUNCHING, Phase.RUNNING):
+        return ""
+    if any(s.state not in (TaskPhase.STARTING, TaskPhase.RUNNING) for s in statuses):
+        return ""   # ended before step 1, queued, not answering: the task table says so
+    running = [s for s in statuses if s.state == TaskPhase.RUNNING]
+    if not statuses or len(running) < len(statuses):
+        waiting = [s.name for s in statuses if s.state != TaskPhase.RUNNING]
+        return "starting the tasks on every host" + (f" ({', '.join(waiting)})" if waiting else "")
+    if not detailed:
+        return "every task runs; waiting for the job's first metrics"
+    importing = [s.name for s in running if not s.ready]
+    if importing:
+        return f"importing TensorFlow ({', '.join(importing)})"
+    if not any(s.set_up for s in running if s.name == chief):
+        return "waiting for peers: every task has TensorFlow loaded, the workers are connecting"
+    return "first step: the workers are connected and set up, the first metrics come after step 1"
 
 
 # ---- progress -------------------------------------------------------------------------------
@@ -318,6 +362,9 @@ class Registry:
             self._start_tending()
             dropped = self._over_bound()
         _close_all(dropped)
+        if live.run is not run:   # held since its record appeared (a start's early watch): that
+            live.reload()         # handle stays, its watch uses it; this one's connections go
+            run.pool.close()
         return live
 
     def get(self, run_id: str) -> LiveRun:

@@ -93,6 +93,9 @@ def main() -> None:
         return
     live.reload()   # the saved phase: another page, the CLI or a keeper may have ended the run
     widgets.run_header(live)
+    stage = live.stage()   # from the task states last read: this page's own read is below
+    if stage:
+        st.caption(f"Start progress: {stage}")
     # Stop before the task states: those wait for every host to answer (seconds, more when a host is
     # slow or cut off), and Stop must not wait for them.
     if live.run.state.live:

@@ -72,7 +72,7 @@ def main() -> None:
             if CATCHING_UP and not watching():
                 st.rerun(scope="app")   # caught up: draw once more, then stop looking
             return
-        st.progress(p.fraction, text=p.text())
+        st.progress(p.fraction, text=p.text() if p.step is not None else (live.stage() or p.text()))
         st.caption(monitor_view.watch_line(snap.monitor, now=time.time()))
         moved, members = monitor_view.membership_notes(live.run.state)
         if moved:   # a host gone for good: its task moved to a spare, or the run shrank without it

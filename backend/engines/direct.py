@@ -163,7 +163,9 @@ class HostsEngine:
                 if isinstance(res, Exception):
                     out[name] = TaskStatus(name, host, TaskPhase.UNREACHABLE, diagnosis=str(res))
                 else:
-                    out[name] = TaskStatus(name, host, TaskPhase(res[name].state), res[name].exit_code)
+                    info = res[name]
+                    out[name] = TaskStatus(name, host, TaskPhase(info.state), info.exit_code,
+                                           ready=info.ready, set_up=info.set_up)
         for s in out.values():
             if s.failed and s.state == TaskPhase.EXITED:
                 try:

@@ -217,13 +217,25 @@ def status_one(run: str, task: str) -> dict:
     if code is None and not info:
         return {"state": "starting"}
     if code is None and ours(run, task, info):
-        return {**info, "state": "running"}
+        return {**info, "state": "running", **_got_past(run, task, info)}
     # The supervisor writes the exit code, then leaves the group: if it did so since the first
     # read, the code is there now (a task that ended well is not "lost").
     code = _exit_code(run, task) if code is None else code
     if code is None:
         return {**info, "state": "lost"}
     return {**info, "state": "exited", "exit_code": code}
+
+
+def _got_past(run: str, task: str, info: dict) -> dict:
+    """How far a running harness task has come, as its files say (the console shows it as the
+    run's start progress, read with the status it asks for anyway): ``ready``, past its imports
+    (READY); ``set_up``, the run folder's train.json is newer than this task's start (the chief
+    writes it once the strategy and model are made, just before step 1)."""
+    try:
+        set_up = os.stat(os.path.join(run, "train.json")).st_mtime >= float(info.get("started") or "inf")
+    except OSError:
+        set_up = False
+    return {"ready": os.path.exists(layout.task_file(run, task, READY)), "set_up": set_up}
 
 
 def cpu_seconds(pids: list[int]) -> float:

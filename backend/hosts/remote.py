@@ -61,11 +61,13 @@ class TaskInfo:
     pid: int | None = None
     pgid: int | None = None
     started: float | None = None
+    ready: bool = False             # a harness task past its imports (spawn.READY)
+    set_up: bool = False            # the run folder's train.json is this attempt's (just before step 1)
 
     @classmethod
     def of(cls, info: dict) -> "TaskInfo":
         return cls(str(info.get("state", "lost")), info.get("exit_code"), info.get("pid"),
-                   info.get("pgid"), info.get("started"))
+                   info.get("pgid"), info.get("started"), bool(info.get("ready")), bool(info.get("set_up")))
 
 
 @dataclass(frozen=True)

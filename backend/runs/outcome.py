@@ -40,6 +40,8 @@ class TaskStatus:
     exit_code: int | None = None
     diagnosis: str | None = None
     queue: str = ""              # while queued: the scheduler's reason and place (Resources, 1st of 2 waiting)
+    ready: bool = False          # running, past TensorFlow's import (a harness task; remote.TaskInfo)
+    set_up: bool = False         # running, and the run's train.json on its host is this attempt's
 
     @property
     def label(self) -> str:

@@ -20,6 +20,7 @@ import streamlit as st
 
 from backend.checkpoints import CHOICE_TTL_S, Hold
 from backend.errors import ArtifactError, ConsoleError
+from backend.harness import layout
 from backend.hosts.ssh import SSHOptions
 from backend.runs.store import RunStore, default_root
 from backend.config.spec import DEFAULT_PORTS, cluster_to_dict, default_cluster, default_job, job_to_dict
@@ -131,9 +132,10 @@ def current_run():
     init()
     run_id = st.session_state.run_id
     action = registry().actions.get(run_id)
-    if action is not None and not action.done and action.kind == "start":
-        return None   # its record is not written yet: pages show the action's progress
     states = run_store().list()
+    if action is not None and not action.done and action.kind == "start" \
+            and not any(s.run_id == run_id for s in states):
+        return None   # its record is not written yet: pages show the action's progress
     live = [s for s in states if s.live]
     mine = next((s for s in states if s.run_id == run_id), None)
     chosen = mine is not None and run_id == st.session_state.chosen_run_id
@@ -216,6 +218,11 @@ def release_pending_restore() -> None:
         actions.release_hold(registry().get(pending.run_id), pending.hold)
     except ConsoleError:
         pass   # the run is gone: its hold expires by itself (CHOICE_TTL_S)
+
+
+def recorded(run_id: str) -> bool:
+    """Whether the run's record is written (a start writes it before its tasks start)."""
+    return (run_store().path(run_id) / layout.STATE).exists()
 
 
 def current_action():

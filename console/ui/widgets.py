@@ -143,11 +143,15 @@ def action_panel(action, *, key: str) -> None:
     if action is None or (action.done and time.time() - action.ended > ACTION_SHOWN_S):
         return
     seen = f"{key}_seen_{action.kind}_{action.run_id}_{action.began}"
+    recorded = f"{key}_recorded_{action.run_id}_{action.began}"
 
     @auth.fragment(run_every=1.0)
     def panel() -> None:
         if not action.done:
             st.info(action.line())
+            if action.kind == "start" and not st.session_state.get(recorded) and state.recorded(action.run_id):
+                st.session_state[recorded] = True
+                st.rerun()   # the whole page once: the run shows (Monitor, the task table) as soon as it is recorded
             return
         if action.error:
             st.error(md_escape(f"{action.kind.capitalize()} of run {action.run_id} failed: {action.error}"))
