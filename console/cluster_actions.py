@@ -77,21 +77,31 @@ def export_script(cluster: ClusterSpec, options: SSHOptions) -> str:
 
 # ---- preflight and host keys ----------------------------------------------------------------
 
-def preflight(cluster: ClusterSpec, options: SSHOptions) -> dict:
-    """{"rows": table rows, "failures": ["task (host): problem; ..."], "error": text or ""}."""
+def preflight(cluster: ClusterSpec, options: SSHOptions, *, spares: bool = False) -> dict:
+    """{"rows": table rows, "failures": ["task (host): problem; ..."], "error": text or "",
+    "spare_failures": [...]}. ``spares``: check the spare hosts too, in the same round (so their
+    TensorFlow is compared with the tasks'); a spare that fails is a warning, not a failure: the
+    run can start without it, and the keeper would skip it (backend/runs/membership.py)."""
+    checked = ClusterSpec(cluster.tasks + cluster.spares) if spares and cluster.spares else cluster
     try:
         with Pool(options) as pool:
-            reports = run_preflight(cluster, pool)
+            reports = run_preflight(checked, pool)
     except ConsoleError as err:
-        return {"rows": [], "failures": [], "error": str(err)}
+        return {"rows": [], "failures": [], "error": str(err), "spare_failures": []}
+    tasks, spare_reports = reports[:len(cluster.tasks)], reports[len(cluster.tasks):]
+    for i, report in enumerate(spare_reports):   # named as the Cluster page's spare table numbers them
+        report.task = f"spare {i + 1}"
     return {"rows": [r.row() for r in reports], "error": "",
-            "failures": [f"{r.task} ({r.host}): " + "; ".join(r.problems()) for r in reports if not r.ok]}
+            "failures": [f"{r.task} ({r.host}): " + "; ".join(r.problems()) for r in tasks if not r.ok],
+            "spare_failures": [f"{r.task} ({r.host}): " + "; ".join(r.problems())
+                               + "; the keeper would skip this spare" for r in spare_reports if not r.ok]}
 
 
 def ssh_targets(cluster: ClusterSpec) -> list[str]:
-    """Distinct SSH hosts as the tasks name them: "alias" or "alias:port" when the task sets a port."""
+    """Distinct SSH hosts as the tasks and spares name them: "alias" or "alias:port" when the task
+    sets a port (a spare's key must be trusted before the keeper can move a task there)."""
     out = []
-    for task in cluster.tasks:
+    for task in cluster.tasks + cluster.spares:
         if task.transport is TransportKind.SSH:
             target = task.host if task.ssh_port is None else f"{task.host}:{task.ssh_port}"
             if target not in out:

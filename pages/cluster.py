@@ -52,7 +52,7 @@ def main() -> None:
         return f"Saved {ss.save_path}."
 
     def run_preflight(cluster) -> None:
-        ss.preflight = cluster_actions.preflight(cluster, state.registry().options)
+        ss.preflight = cluster_actions.preflight(cluster, state.registry().options, spares=True)
 
     def fetch_host_key() -> None:
         ss.host_key = cluster_actions.fetch_key(ss.hostkey_target, state.registry().options)

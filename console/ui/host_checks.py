@@ -29,8 +29,11 @@ def show_preflight(result: dict) -> None:
                  key="preflight_table")
     for line in result["failures"]:
         st.error(md_escape(line))
+    for line in result.get("spare_failures", ()):
+        st.warning(md_escape(line))
     if not result["failures"]:
-        st.success("Every host passed the preflight.")
+        st.success("Every host passed the preflight." if not result.get("spare_failures")
+                   else "Every task's host passed the preflight.")
 
 
 def show_host_key(info: dict | None, options: SSHOptions) -> None:

@@ -171,6 +171,8 @@ def test_a_spare_row_is_checked_like_a_task_row_and_its_problem_names_the_field(
     assert list(_spares(at)[PROBLEM]) == [""]
     assert any("2 task(s)" in s.value and "1 spare(s): spare1:23999" in s.value for s in at.success)
     assert len(at.json) == 2                                   # a spare gets no TF_CONFIG of its own
+    # Its host key must be trusted before the keeper can move a task there: it is offered.
+    assert at.selectbox(key="hostkey_target").options == ["spare1"]
 
 
 def test_a_cluster_file_with_spares_and_min_workers_saved_and_loaded_keeps_them(page, tmp_path):
@@ -205,3 +207,28 @@ def test_a_cluster_file_with_spares_and_min_workers_saved_and_loaded_keeps_them(
     from console.forms import check_rows
     cluster, _ = check_rows(fresh.session_state["cluster_current"])
     assert [t.host for t in cluster.spares] == ["spare1"] and cluster.min_workers == 1
+
+
+def test_preflight_checks_the_spares_too_and_a_bad_spare_is_a_warning_not_a_failure(page):
+    """A spare the keeper could not use is found before the run needs it: the preflight checks
+    it with the tasks, names it as the spare table numbers it, and still lets the run start."""
+    import sys
+    at = page("cluster")
+    at.session_state[f"spares_editor_{at.session_state['cluster_version']}"] = {
+        "edited_rows": {}, "deleted_rows": [], "added_rows": [
+            {"host": "127.0.0.9", "transport": "local", "tf_port": 23998, "python": sys.executable},
+            {"host": "127.0.0.10", "transport": "local", "tf_port": 23998, "python": "/no/such/python"}]}
+    at.run()
+    assert not at.exception and not errors(at), errors(at)
+    at.button(key="preflight_button").click().run()
+    assert not at.exception
+    assert not errors(at), errors(at)                          # the tasks passed: Start may go on
+    table = at.dataframe[-1].value                             # the preflight table
+    assert list(table["task"])[-2:] == ["spare 1", "spare 2"]
+    assert list(table["host"])[-2:] == ["127.0.0.9", "127.0.0.10"]
+    assert str(table["python"].iloc[-2]).startswith("ok") and str(table["python"].iloc[-1]).startswith("FAIL")
+    warned = [w.value.replace("\\", "") for w in at.warning]
+    assert any(w.startswith("spare 2 (127.0.0.10): ") and "/no/such/python" in w
+               and w.endswith("the keeper would skip this spare") for w in warned), warned
+    assert not any(w.startswith("spare 1") for w in warned)
+    assert any("Every task's host passed the preflight." in s.value for s in at.success)
