@@ -90,7 +90,7 @@ def main() -> None:
     spare_key = f"spares_editor_{ss.cluster_version}"
     spares = _editor(forms.spare_editor_rows(ss.cluster_rows), forms.SPARE_COLUMNS, spare_key)
     least = st.number_input(
-        "min_workers", min_value=1, value=forms.min_workers(ss.cluster_rows), step=1,
+        "min_workers", min_value=0, value=forms.min_workers(ss.cluster_rows), step=1,
         key=f"min_workers_{ss.cluster_version}", placeholder="never run on fewer tasks",
         help="With no spare left for a lost host's task, the next attempt runs without it if at "
              "least this many chief/worker tasks remain (the global batch stays the same). Empty: "

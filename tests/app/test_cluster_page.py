@@ -232,3 +232,13 @@ def test_preflight_checks_the_spares_too_and_a_bad_spare_is_a_warning_not_a_fail
                and w.endswith("the keeper would skip this spare") for w in warned), warned
     assert not any(w.startswith("spare 1") for w in warned)
     assert any("Every task's host passed the preflight." in s.value for s in at.success)
+
+
+def test_a_min_workers_of_0_from_a_file_is_shown_with_its_warning_not_an_exception(page):
+    from console.forms import cluster_rows
+    rows = cluster_rows({"tasks": [{"role": "worker", "host": "n1", "tf_port": 23990},
+                                   {"role": "worker", "host": "n2", "tf_port": 23990}], "min_workers": 0})
+    at = page("cluster", cluster_rows=rows)
+    assert not at.exception
+    assert at.number_input(key=f"min_workers_{at.session_state['cluster_version']}").value == 0
+    assert any("min_workers 0 leaves no room to shrink" in w.value for w in at.warning), [w.value for w in at.warning]
