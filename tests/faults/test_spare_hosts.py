@@ -35,11 +35,11 @@ def own_hosts(tmp_path_factory, client_key, operator_ssh):
         host.stop()
 
 
-def job(**params):
+def job(shrink: str = "keep_global_batch", **params):
     return job_from_dict({"kind": "harness", "module": SYNTHETIC, "params": {**PARAMS, "global_batch_size": 30, **params}, "env": TF_ENV,
                           "restart": {"mode": "on_failure", "max_restarts": 2, "backoff_s": 1.0,
                                       "stall_timeout_s": 120.0, "unreachable_grace_s": 30.0,
-                                      "host_gone_s": GONE_S}})
+                                      "host_gone_s": GONE_S, "shrink": shrink}})
 
 
 def lose_host(run, host, task: str) -> None:
@@ -112,10 +112,17 @@ def test_host_lost_with_no_spare_fails_saying_what_would_have_saved_it(own_hosts
     wait_for(lambda: processes_of(launcher.attach(run.run_id, store=store)) == [], 30, "no process of the run")
 
 
-def test_with_no_spare_and_min_workers_met_the_run_goes_on_with_fewer_tasks(own_hosts, ssh_hosts, client_key,
+# The job's restart.shrink: what the run keeps, as its reason ends (a harness job applies both).
+KEPT = {"keep_global_batch": "global batch 30 kept (15 per task)",
+        "keep_replica_batch": "per-replica batch 10 kept: global batch 30 -> 20, learning rate x0.6667 "
+                              "(2 of 3 replicas; restart.shrink keep_replica_batch)"}
+
+
+@pytest.mark.parametrize("shrink", list(KEPT))
+def test_with_no_spare_and_min_workers_met_the_run_goes_on_with_fewer_tasks(shrink, own_hosts, ssh_hosts, client_key,
                                                                             python_path, tmp_path, store):
     doomed, _ = own_hosts
-    run = launcher.launch(cluster(ssh_hosts, doomed, client_key, python_path, tmp_path, min_workers=2), job(),
+    run = launcher.launch(cluster(ssh_hosts, doomed, client_key, python_path, tmp_path, min_workers=2), job(shrink),
                           store=store, preflight=launcher.Preflight.SKIP)
     wait_for(lambda: any(r["step"] >= 50 for r in metrics(run)), 180, "training past the first checkpoint")
     lose_host(run, doomed, "worker-1")
@@ -124,9 +131,12 @@ def test_with_no_spare_and_min_workers_met_the_run_goes_on_with_fewer_tasks(own_
     first, second = state.attempts
     assert first.reason.startswith(f"worker-1: host {doomed.address} unreachable for "), first.reason
     assert first.reason.endswith("no spare left: runs on 2 task(s) without worker-1 (min_workers 2); "
-                                 "global batch 30 kept (15 per task)"), first.reason
+                                 + KEPT[shrink]), first.reason
     assert set(second.hosts) == {"chief-0", "worker-0"} and [t.name for t in state.tasks] == ["chief-0", "worker-0"]
     rows = [r for r in metrics(run) if r["attempt"] == second.number]
     assert {r["task"] for r in rows} == {"chief-0", "worker-0"}
+    # The synthetic job's learning rate is 0.01: scaled by 2/3 only when the job chose so.
+    rate = 0.01 * (2 / 3 if shrink == "keep_replica_batch" else 1)
+    assert {round(r["global"]["learning_rate"], 6) for r in rows} == {round(rate, 6)}, rows[-1]
     assert max(r["step"] for r in rows) == PARAMS["steps_per_epoch"] and second.resume_step >= 40
     wait_for(lambda: processes_of(launcher.attach(run.run_id, store=store)) == [], 30, "no process of the run")
