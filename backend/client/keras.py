@@ -24,7 +24,7 @@ by ``best_metric`` can use val_loss). The learning rate rides on every line as a
 The chief writes every worker's line and, when a Save now is waiting, raises the flag so every
 worker saves at that same step. A preemption's signal (SIGTERM, or SIGUSR2 from Slurm's
 ``--signal``) raises the same flag to 2: every worker saves that step, fit stops, and the process
-exits 75 (harness/preempt.py).
+exits 75 (save_on_signal.py, harness/preempt.py).
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ import time
 import tensorflow as tf
 
 from . import _harness, checkpoints, keras_metrics, model_desc, reporting
+from .save_on_signal import SaveOnSignal
 
 MIN_SYNC_S = 0.25   # by default, workers meet no more often than this (a gather costs ~3 ms)
 
@@ -137,7 +138,8 @@ class _Hooks:
         self.next_sync = self.step + self.every
         if self.ctx.is_chief:
             self._write_train_json()
-        self._preempt_begin()
+        self.save_on_signal = SaveOnSignal(self.ctx, grace_s=self.preempt_grace_s,
+                                           exit_on_preempt=self.exit_on_preempt)
 
     def _restore(self, step: int) -> None:
         opt = self.model.optimizer
@@ -262,7 +264,7 @@ class _Hooks:
         steps = max(1, self.step - self.sync_step)
         step_time = math.nan if first or again else (now - self.t_sync) / steps
         self.t_sync, self.sync_step = now, self.step
-        flag = self._preempt_flag(1.0 if reporting.should_save() else 0.0)
+        flag = self.save_on_signal.flag(1.0 if reporting.should_save() else 0.0)
         row = cols.make(task_index=self.ctx.task_index, step_time=step_time, save_flag=flag,
                         next_sync=self._propose_next(step_time), train=window, val=val)
         rows = cols.read(self.gather(row) if self.gather else [row])
@@ -322,7 +324,8 @@ class _Hooks:
         if save_now:
             reporting.saved(self.step)
         if preempting:
-            self._preempt_saved()
+            self.save_on_signal.saved(self.step)
+            self.model.stop_training = True
 
     def _propose_next(self, step_time: float) -> int:
         """The step of the next sync, from this worker's step time since the last one."""
@@ -347,48 +350,9 @@ class _Hooks:
         if getattr(self, "resumed_epoch", False):
             self.model._initial_epoch = None   # a later fit() of the same model starts at 0
         reporting.close()
-        self._preempt_end()
-
-    # ---- preemption: save on the signal (harness/preempt.py) ----------------------------------
-    def _preempt_begin(self) -> None:
-        """Take SIGTERM and SIGUSR2 from TensorFlow's notifier, which only logs them
-        (docs/facts.md #10): the strategy exists by now, so this handler replaces its own."""
-        preempt = _harness.load("preempt", self.ctx.run_dir)
-        self.watch, self.preempted = preempt.Watch(), None
-        self.watch.configure(task=self.ctx.task, run=self.ctx.run_dir, attempt=self.ctx.attempt,
-                             grace_s=self.preempt_grace_s or preempt.DEFAULT_GRACE_S)
-        self.watch.install()
-
-    def _preempt_flag(self, flag: float) -> float:
-        # stop --save leaves a save-stop-* request: the chief takes it as a signal
-        if flag and _harness.load("requests_dir").stop_requested(reporting._state["seen"]):
-            self.watch.request("stop --save")
-        return _harness.load("preempt").FLAG if self.watch.pending else flag
-
-    def _preempt_saved(self) -> None:
-        self.watch.peer_flag()       # a worker that did not get the signal learnt it here
-        record = self.watch.saved(self.step, 0.0)
-        self.preempted = record
-        self.model.stop_training = True
-
-    def _preempt_end(self) -> None:
-        """Give the signals back; after a preemption, exit 75 instead of running the rest of the
-        script as if training had finished (its final save would hold an unfinished model)."""
-        watch = getattr(self, "watch", None)
-        if watch is None:
-            return
-        watch.uninstall()
-        record = self.preempted
-        if record is None:
-            return
-        print(f"[{self.ctx.task}] tfconsole PREEMPTED: saved at step {record['step']} "
-              f"({record['seconds']:.1f} s after the signal, grace {record['grace_s']:g} s)",
-              flush=True)
-        if self.exit_on_preempt:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            # os._exit: TensorFlow's collective teardown at exit can hang (harness/train.py).
-            os._exit(_harness.load("preempt").EXIT_CODE)
+        on_signal = getattr(self, "save_on_signal", None)
+        if on_signal is not None:
+            on_signal.end()   # gives the signals back; after a preemption, exits 75
 
 
 _classes: dict = {}
