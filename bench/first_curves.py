@@ -67,6 +67,8 @@ def two_curves(page, t0: float, runs: Path, timeout_s: float = 600) -> dict[str,
             raise PortBusy()   # or another failure: the Launch page's table says (one_round)
         if "shown" not in seen and re.search(r"Run \S+ — ", body):
             seen["shown"] = time.perf_counter() - t0
+        if "step" not in seen and re.search(r"\bstep \d+", body):   # the live panel's progress line
+            seen["step"] = time.perf_counter() - t0
         charts = page.evaluate(CHARTS_JS)
         drawn = [t for t in (charts[0] if charts else []) if t["name"] and not t["name"].startswith("global") and t["y"]]
         if drawn and "first" not in seen:
@@ -108,7 +110,8 @@ def one_round(page, url: str, runs: Path) -> tuple[float, float]:
     recorded, first_row = _milestones(newest, wall0)
     print(f"  where the time went: page answered {answered:.1f} s; Monitor showed the run "
           f"{seen.get('shown', float('nan')):.1f} s; run recorded {recorded:.1f} s; first metrics row "
-          f"written {first_row:.1f} s; the console held it {seen.get('held', float('nan')):.1f} s; first point drawn {seen['first']:.1f} s; two curves drawn "
+          f"written {first_row:.1f} s; the console held it {seen.get('held', float('nan')):.1f} s; the page said its step "
+          f"{seen.get('step', float('nan')):.1f} s; first point drawn {seen['first']:.1f} s; two curves drawn "
           f"{seen['two']:.1f} s (console's share after the row {seen['two'] - first_row:.1f} s)", flush=True)
     return seen["two"], seen["two"] - first_row
 
