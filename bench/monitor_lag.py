@@ -146,8 +146,10 @@ def switch(page) -> tuple[float, float]:
     return t1 - t0, time.perf_counter() - t1
 
 
-def one_size(page, url: str, store, workers: int, args, workdir: Path) -> dict:
-    from bench.console_cpu import goto
+def one_size(page, url: str, pid: int, store, workers: int, args, workdir: Path) -> dict:
+    """One size's round. Beside the wall times (which a loaded machine stretches), the console
+    process's own CPU: % of a core over the lag window and seconds per page switch."""
+    from bench.console_cpu import cpu_s, goto
     run = launch(store, workers, args.interval, workdir)
     try:
         goto(page, url, "Monitor")            # a fresh session: the newest run is the current one
@@ -155,16 +157,16 @@ def one_size(page, url: str, store, workers: int, args, workdir: Path) -> dict:
         page.evaluate("() => { window.__lag = null; }")
         page.evaluate(OBSERVE_JS)
         time.sleep(10)                        # past the first whole figure: the steady state
-        load0, t0 = os.getloadavg()[0], time.time()
+        load0, t0, c0 = os.getloadavg()[0], time.time(), cpu_s(pid)
         time.sleep(args.seconds)
-        t1, load1 = time.time(), os.getloadavg()[0]
+        t1, load1, c1 = time.time(), os.getloadavg()[0], cpu_s(pid)
         seen = page.evaluate("() => window.__lag")
         to_runs, to_monitor = [], []
         for _ in range(args.switches):
             a, b = switch(page)
             to_runs.append(a)
             to_monitor.append(b)
-        load2 = os.getloadavg()[0]
+        load2, c2 = os.getloadavg()[0], cpu_s(pid)
     finally:
         stop(store, run)
     lag, missing = lags(written(store, run.run_id), seen, t0, t1)
@@ -173,6 +175,7 @@ def one_size(page, url: str, store, workers: int, args, workdir: Path) -> dict:
             "to_monitor": statistics.median(to_monitor),
             "switch": statistics.median(a + b for a, b in zip(to_runs, to_monitor)),
             "switches": [round(a + b, 2) for a, b in zip(to_runs, to_monitor)],
+            "cpu": 100 * (c1 - c0) / (t1 - t0), "switch_cpu": (c2 - c1) / args.switches,
             "load": f"{min(load0, load1, load2):.1f}-{max(load0, load1, load2):.1f}"}
 
 
@@ -184,7 +187,8 @@ def show(r: dict) -> str:
     return (f"{r['workers']:>3} workers: lag median {r['lag']:.2f} s (p90 {r['p90']:.2f}, max "
             f"{r['max']:.2f}; {r['steps']} steps, {r['missing']} never shown); page switch "
             f"{r['switch']:.2f} s (-> Runs {r['to_runs']:.2f} + -> Monitor {r['to_monitor']:.2f}; "
-            f"each {r['switches']}); load average {r['load']}")
+            f"each {r['switches']}); console CPU {r['cpu']:.0f} % of a core in the lag window, "
+            f"{r['switch_cpu']:.2f} s a switch; load average {r['load']}")
 
 
 def main() -> None:
@@ -217,7 +221,7 @@ def main() -> None:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             for i in range(args.rounds):
                 for workers in (sizes if i % 2 == 0 else sizes[::-1]):
-                    results[workers].append(one_size(page, url, store, workers, args, tmp / "host"))
+                    results[workers].append(one_size(page, url, proc.pid, store, workers, args, tmp / "host"))
                     print(f"round {i + 1}: " + show(results[workers][-1]), flush=True)
             browser.close()
     finally:
@@ -226,11 +230,12 @@ def main() -> None:
                 stop(store, store.load(state.run_id))
         proc.terminate()
         proc.wait(10)
-    few, many = ({k: statistics.median(r[k] for r in results[n]) for k in ("lag", "switch")}
+    few, many = ({k: statistics.median(r[k] for r in results[n]) for k in ("lag", "switch", "cpu", "switch_cpu")}
                  for n in (sizes[0], sizes[-1]))
     print(f"medians over rounds: lag {few['lag']:.2f} s at {sizes[0]} workers vs {many['lag']:.2f} s at {sizes[-1]} "
           f"({many['lag'] / few['lag']:.2f}x); page switch {few['switch']:.2f} vs {many['switch']:.2f} s "
-          f"({many['switch'] / few['switch']:.2f}x)")
+          f"({many['switch'] / few['switch']:.2f}x); console CPU {few['cpu']:.0f} vs {many['cpu']:.0f} % of a core, "
+          f"{few['switch_cpu']:.2f} vs {many['switch_cpu']:.2f} s a switch")
 
 
 if __name__ == "__main__":
