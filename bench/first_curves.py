@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.console_cpu import free_port, goto, serve  # noqa: E402
-from tests.e2e.browser import ARGS, CHARTS_JS, CHROMIUM, click  # noqa: E402
+from tests.e2e.browser import ARGS, CHARTS_JS, CHROMIUM, FEED_JS, click  # noqa: E402
 
 
 def floor() -> float:
@@ -50,7 +50,7 @@ def floor() -> float:
 
 
 class PortBusy(Exception):
-    """The preflight failed: most often a default port still held by the floor's processes."""
+    """The start failed: most often a default port still held (the floor's processes, others')."""
 
 
 def two_curves(page, t0: float, runs: Path, timeout_s: float = 600) -> dict[str, float]:
@@ -63,16 +63,18 @@ def two_curves(page, t0: float, runs: Path, timeout_s: float = 600) -> dict[str,
         if "held" not in seen and set(runs.glob("*/watch_mirror/metrics.jsonl")) - before:
             seen["held"] = time.perf_counter() - t0
         body = page.inner_text("body")
-        if "Preflight failed" in body:
-            raise PortBusy()   # or another failure: the Launch page's table says (one_round)
+        if "Preflight failed" in body or re.search(r"Start of run \S+ failed", body):
+            raise PortBusy(body)   # or another failure: one_round reads which
         if "shown" not in seen and re.search(r"Run \S+ — ", body):
             seen["shown"] = time.perf_counter() - t0
-        if "step" not in seen and re.search(r"\bstep \d+", body):   # the live panel's progress line
+        if "step" not in seen and re.search(r"\bstep \d+ / \d+", body):   # the live panel's progress line
             seen["step"] = time.perf_counter() - t0
         charts = page.evaluate(CHARTS_JS)
         drawn = [t for t in (charts[0] if charts else []) if t["name"] and not t["name"].startswith("global") and t["y"]]
         if drawn and "first" not in seen:
             seen["first"] = time.perf_counter() - t0
+            feed = page.evaluate(FEED_JS)   # whole figures the loss chart got: 2+ means it resynced
+            seen["whole"] = feed[0]["whole"] if feed else float("nan")
         if len(drawn) >= 2:
             seen["two"] = time.perf_counter() - t0
             return seen
@@ -96,10 +98,13 @@ def one_round(page, url: str, runs: Path) -> tuple[float, float]:
         try:
             seen = two_curves(page, t0, runs)
             break
-        except PortBusy:
+        except PortBusy as failed:
             goto(page, url, "Launch")   # it shows the failed preflight's table
-            if "is in use" not in page.inner_text("body"):
-                raise SystemExit("preflight failed:\n" + page.inner_text("body")[-3000:])
+            said = str(failed) + page.inner_text("body")
+            # A default port taken between the preflight and the start (another program's
+            # TensorFlow) fails the start itself: "Could not start gRPC server".
+            if "is in use" not in said and "Could not start gRPC server" not in said:
+                raise SystemExit("the start failed:\n" + said[-3000:])
             page.wait_for_timeout(10_000)
     else:
         raise SystemExit("the default ports stayed in use")
@@ -112,7 +117,8 @@ def one_round(page, url: str, runs: Path) -> tuple[float, float]:
           f"{seen.get('shown', float('nan')):.1f} s; run recorded {recorded:.1f} s; first metrics row "
           f"written {first_row:.1f} s; the console held it {seen.get('held', float('nan')):.1f} s; the page said its step "
           f"{seen.get('step', float('nan')):.1f} s; first point drawn {seen['first']:.1f} s; two curves drawn "
-          f"{seen['two']:.1f} s (console's share after the row {seen['two'] - first_row:.1f} s)", flush=True)
+          f"{seen['two']:.1f} s (console's share after the row {seen['two'] - first_row:.1f} s; whole "
+          f"figures sent to the loss chart by then: {seen['whole']:g})", flush=True)
     return seen["two"], seen["two"] - first_row
 
 
