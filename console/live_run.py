@@ -251,10 +251,11 @@ def start_stage(phase: str, statuses: list[TaskStatus], *, chief: str, has_metri
         return ""
     if any(s.state not in (TaskPhase.STARTING, TaskPhase.RUNNING) for s in statuses):
         return ""   # ended before step 1, queued, not answering: the task table says so
+    if not statuses:   # none read yet: only a launch is known to be starting
+        return "starting the tasks on every host" if phase == Phase.LAUNCHING else ""
     running = [s for s in statuses if s.state == TaskPhase.RUNNING]
-    if not statuses or len(running) < len(statuses):
-        waiting = [s.name for s in statuses if s.state != TaskPhase.RUNNING]
-        return "starting the tasks on every host" + (f" ({', '.join(waiting)})" if waiting else "")
+    if len(running) < len(statuses):
+        return f"starting the tasks on every host ({', '.join(s.name for s in statuses if s not in running)})"
     if not detailed:
         return "every task runs; waiting for the job's first metrics"
     importing = [s.name for s in running if not s.ready]
