@@ -134,17 +134,59 @@ def test_a_non_finite_metric_is_flagged_with_its_name():
     assert store.nonfinite_metrics["worker-1"][:2] == ("accuracy", 7)
 
 
-def test_the_mirror_is_parsed_once_per_version_of_the_file(tmp_path):
-    path = summary.mirror_path(tmp_path)
-    path.parent.mkdir(parents=True)
-    path.write_bytes(lines(range(1, 101)))
-    first = summary.from_mirror(tmp_path)
-    assert summary.from_mirror(tmp_path) is first           # a second click parses nothing
+def _mirror(run_dir, data: bytes):
+    path = summary.mirror_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def _parsed(run_dir) -> tuple[dict, int]:
+    """(the run's summary, bytes of metric lines parsed to make it)."""
+    before = summary.bytes_parsed
+    found = summary.of_mirror(run_dir)
+    return found, summary.bytes_parsed - before
+
+
+def test_a_live_mirror_is_parsed_only_where_it_grew(tmp_path):
+    """Issue 37 item 5: a click on a live run's Runs row reads only the lines added since."""
+    old, new = lines(range(1, 101)), lines(range(101, 111))
+    path = _mirror(tmp_path, old)
+    first, parsed = _parsed(tmp_path)
+    assert first["step"] == 100 and parsed == len(old)
+    assert _parsed(tmp_path) == (first, 0)                  # a second click parses nothing
     with open(path, "ab") as fh:
-        fh.write(lines(range(101, 111)))
-    os.utime(path, ns=(1, 2))
-    again = summary.from_mirror(tmp_path)
-    assert again is not first and again.progress() == 110
+        fh.write(new)
+    again, parsed = _parsed(tmp_path)
+    assert again["step"] == 110 and again["global"]["loss"]["last_step"] == 110
+    assert parsed == len(new)
+
+
+def test_a_mirror_that_shrank_or_was_replaced_is_parsed_from_its_start(tmp_path):
+    path = _mirror(tmp_path, lines(range(1, 101)))
+    assert _parsed(tmp_path)[0]["step"] == 100
+    shorter = lines(range(1, 21))                           # the run was reset: fewer lines
+    path.write_bytes(shorter)
+    found, parsed = _parsed(tmp_path)
+    assert found["step"] == 20 and parsed == len(shorter)
+    longer = lines(range(1, 51))                            # another file moved into its place
+    tmp = path.with_suffix(".new")
+    tmp.write_bytes(longer)
+    os.replace(tmp, path)
+    found, parsed = _parsed(tmp_path)
+    assert found["step"] == 50 and parsed == len(longer)
+
+
+def test_a_half_written_last_line_waits_for_its_newline(tmp_path):
+    whole, tail = lines(range(1, 11)), lines(range(11, 12))
+    path = _mirror(tmp_path, whole + tail[:40])             # the console is mid-write
+    found, parsed = _parsed(tmp_path)
+    assert found["step"] == 10 and parsed == len(whole)
+    with open(path, "ab") as fh:
+        fh.write(tail[40:])
+    found, parsed = _parsed(tmp_path)
+    assert found["step"] == 11 and parsed == len(tail)
+    assert summary.from_mirror(tmp_path).rejected == 0      # no torn line was parsed as bad
 
 
 def test_the_first_nonfinite_value_of_a_line_is_named():
