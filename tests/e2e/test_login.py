@@ -152,7 +152,7 @@ def test_a_session_whose_token_is_revoked_stops_at_once(tmp_path):
         listing.goto(f"{served.url}/checkpoints?token={token}")
         _heading(listing, "Checkpoints")
         listing.get_by_text(re.compile(r"complete checkpoint")).first.wait_for(timeout=240_000)
-        assert monitor.locator(".js-plotly-plot").count() >= 1
+        monitor.locator(".js-plotly-plot").first.wait_for(timeout=120_000)   # the chart follows the log line
 
         tokens.token_path(served.runs).unlink()   # the owner revokes every URL handed out so far
         for page in (monitor, listing):         # no click, no reload: the fragments' next run
