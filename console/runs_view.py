@@ -28,7 +28,7 @@ def damaged_note(store: RunStore) -> str | None:
 def run_rows(states: list[RunState], root: RunStore | None = None) -> list[dict]:
     """A row per run: what it ran (job, parameters), how it went (phase, duration), and with
     ``root`` each metric's last and best global value from its local copy of the metrics
-    (``summary.from_mirror``: parsed once per version of the file, so a click re-reads nothing).
+    (``summary.from_mirror``: parsed once, then only the lines added since the last click).
     Sorting the table by a column answers "which run is best by val_accuracy"."""
     rows = []
     for s in states:
