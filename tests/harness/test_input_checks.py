@@ -6,6 +6,7 @@ the control: it shards by input_context and its input keeps up.
 """
 import json
 import os
+import statistics
 import textwrap
 from types import SimpleNamespace
 
@@ -98,7 +99,16 @@ def test_the_example_job_reads_its_own_data_and_is_not_input_bound(trained_run):
     metrics = trained_run.metrics
     first = {m["task"]: m["first_batch"] for m in metrics if m["step"] == 1}
     assert len(first) == 2 and first["worker-0"] != first["worker-1"]
-    assert all(0.0 <= m["input_wait"] < 0.3 for m in metrics if m["step"] > 1)
+    # Per worker, the typical window (the median) waits well under a third of its step. One
+    # window may not: a loaded CI machine once held one window's data thread past 0.3 (the slow
+    # job above waits over 0.5 in every window, so the median still tells the two apart).
+    waits: dict = {}
+    for m in metrics:
+        if m["step"] > 1:
+            assert 0.0 <= m["input_wait"] <= 1.0, m
+            waits.setdefault(m["task"], []).append(m["input_wait"])
+    assert sorted(waits) == ["worker-0", "worker-1"], waits
+    assert all(statistics.median(w) < 0.3 for w in waits.values()), waits
     caption, warnings = _notes(metrics)
     assert caption.startswith("waiting for data: ") and warnings == []
     assert not os.path.exists(os.path.join(trained_run.run_dir, "data_check.json"))
