@@ -73,9 +73,9 @@ def parse_args(argv):
 def choose_checkpoint(run_dir: str, step: int | None) -> tuple[dict, str]:
     """The checkpoint (``None``: the newest) and the id of the hold that keeps it until we end."""
     folder = os.path.join(run_dir, layout.CHECKPOINTS)
-    complete = ckpt_index.list_complete(folder)
-    if not complete:
-        raise Refused(f"no complete checkpoint in {folder}")
+    # No look before the lock: a listing taken while retention deletes the previous checkpoint
+    # can see none complete (the newest one's meta not yet read, the old one gone); pin lists
+    # under the lock that retention holds while it deletes.
     try:
         hold = retention.pin(folder, step, purpose="export", ttl_s=HOLD_TTL_S)
     except retention.HoldError as exc:
