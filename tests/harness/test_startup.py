@@ -34,8 +34,12 @@ def tf_config(*addresses: str) -> str:
 
 
 def run_worker(config: str, timeout_s: float, mode: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", WORKER, HARNESS, str(timeout_s), mode],
-                          env={**os.environ, "TF_CONFIG": config}, capture_output=True, text=True, timeout=120)
+    """The worker's outcome; ``args`` holds its pid (its watcher names it as ``--parent``)."""
+    with subprocess.Popen([sys.executable, "-c", WORKER, HARNESS, str(timeout_s), mode],
+                          env={**os.environ, "TF_CONFIG": config}, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.pid, proc.returncode, out, err)
 
 
 def test_peers_and_reach():
@@ -82,5 +86,7 @@ def test_a_start_up_that_finishes_leaves_no_watcher_and_no_failure():
         proc = run_worker(tf_config(f"127.0.0.1:{me}", f"127.0.0.1:{other}"), 3, "done")
     assert proc.returncode == 0 and "strategy created" in proc.stdout
     assert "HARNESS FAILED" not in proc.stdout
-    left = subprocess.run(["pgrep", "-f", "startup.py --me worker-0"], capture_output=True, text=True).stdout
+    # This worker's watcher only: real runs of other tests beside this one have watchers too.
+    left = subprocess.run(["pgrep", "-f", f"startup.py --me worker-0 .*--parent {proc.args} "],
+                          capture_output=True, text=True).stdout
     assert not left.strip()
