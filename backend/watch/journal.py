@@ -51,16 +51,8 @@ class Journal:
         """A file of lines in blocks of about ``size`` bytes, each ending in a newline."""
         if not os.path.exists(path):
             return
-        rest = b""
         with open(path, "rb") as fh:
-            while data := fh.read(size):
-                data = rest + data
-                cut = data.rfind(b"\n") + 1
-                if cut:
-                    yield data[:cut]
-                rest = data[cut:]
-        if rest:
-            yield rest + b"\n"
+            yield from line_blocks(fh, size)
 
     def recent_logs(self, n: int) -> dict[str, list[str]]:
         """The last ``n`` lines of each task's mirrored log (read from the end: logs get big)."""
@@ -112,3 +104,18 @@ def _load(path: str) -> dict:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def line_blocks(fh: IO[bytes], size: int = 32 << 20, *, torn_tail: bool = True) -> Iterator[bytes]:
+    """``fh``'s lines from where it stands, in blocks of about ``size`` bytes, each ending in a
+    newline. A last line without its newline is given one (``torn_tail``: a crash's torn line,
+    quarantined by the parser) or left unread (a line the console is still writing)."""
+    rest = b""
+    while data := fh.read(size):
+        data = rest + data
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            yield data[:cut]
+        rest = data[cut:]
+    if rest and torn_tail:
+        yield rest + b"\n"

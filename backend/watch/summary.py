@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from backend.harness import metric_line
-from backend.watch.journal import METRICS, MIRROR_DIR
+from backend.watch.journal import METRICS, MIRROR_DIR, line_blocks
 from backend.watch.lines import parse_metric_block
 from backend.watch.metrics import MetricsStore
 
@@ -113,7 +113,8 @@ def from_mirror(run_dir: str | Path) -> MetricsStore:
                 _cache.popitem(last=False)
         with entry.lock:     # one reader feeds a store: two clicks at once must not add rows twice
             if st.st_size > entry.offset:
-                for block in _complete_lines(fh, entry.offset):
+                fh.seek(entry.offset)
+                for block in line_blocks(fh, torn_tail=False):   # a half-written line waits
                     cols, _ = parse_metric_block(block)
                     entry.store.add_columns(cols)
                     entry.offset += len(block)
@@ -129,16 +130,3 @@ class _Parsed:
         self.ident, self.offset = ident, 0
         self.store = MetricsStore()
         self.lock = threading.Lock()
-
-
-def _complete_lines(fh, start: int, size: int = 32 << 20):
-    """Blocks of the file's complete lines from ``start`` on, each ending in a newline; a last
-    line without its newline yet (the console is still writing it) is left for the next read."""
-    fh.seek(start)
-    rest = b""
-    while data := fh.read(size):
-        data = rest + data
-        cut = data.rfind(b"\n") + 1
-        if cut:
-            yield data[:cut]
-        rest = data[cut:]
