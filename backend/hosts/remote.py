@@ -21,7 +21,10 @@ Every ``HostError`` names the host (a ``Result`` carries it).
 from __future__ import annotations
 
 import base64
+import io
 import json
+import posixpath
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -152,8 +155,14 @@ def _answer(result: Result) -> dict:
 def install(h: Host, bundle: bytes, *, timeout: float = 120) -> None:
     """Unpack ``bundle`` (a tar of harness/ and job/) into the run directory: mkdir, then tar."""
     fix = "Check that the working directory is writable and that tar is installed (preflight)."
-    # 0700: the run's logs, checkpoints, exports and their metadata are the owner's alone.
-    h.transport.run(["mkdir", "-p", "-m", "700", "--", h.run_dir],
+    # The bundle's folders are made here, before tar: hosts sharing a filesystem (an NFS home)
+    # unpack into one run folder at once, and two GNU tars racing to make a missing folder fail.
+    with tarfile.open(fileobj=io.BytesIO(bundle)) as tar:
+        inside = sorted({posixpath.dirname(name) for name in tar.getnames()} - {""})
+    # 0700 (the run folder first, so -p does not make it with the umask's mode): the run's logs,
+    # checkpoints, exports and their metadata are the owner's alone.
+    h.transport.run(["mkdir", "-p", "-m", "700", "--", h.run_dir,
+                     *(posixpath.join(h.run_dir, folder) for folder in inside)],
                     timeout=timeout).check(f"cannot create {h.run_dir}", fix)
     h.transport.run(["tar", "-x", "--no-same-owner", "-f", "-", "-C", h.run_dir], stdin=bundle,
                     timeout=timeout).check(f"cannot unpack the harness into {h.run_dir}", fix)
