@@ -21,10 +21,7 @@ Every ``HostError`` names the host (a ``Result`` carries it).
 from __future__ import annotations
 
 import base64
-import io
 import json
-import posixpath
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -35,6 +32,7 @@ from backend.hosts.base import Result, Stream, Transport
 
 CHUNK = 8 << 20        # bytes per read or write call: a slow link still answers within TIMEOUT_S
 TIMEOUT_S = 60.0
+UNPACK = (Path(__file__).parent / "unpack.py").read_text()   # run on the host by install
 FAILED = 3             # hostctl's exit code for a failure it reports as JSON
 NOT_INSTALLED = 2      # Python's exit code for "can't open file": no harness in that run directory
 NO_PYTHON = 127        # the shell's "command not found"
@@ -153,18 +151,13 @@ def _answer(result: Result) -> dict:
 
 # -- installing and tasks ---------------------------------------------------------------------
 def install(h: Host, bundle: bytes, *, timeout: float = 120) -> None:
-    """Unpack ``bundle`` (a tar of harness/ and job/) into the run directory: mkdir, then tar."""
-    fix = "Check that the working directory is writable and that tar is installed (preflight)."
-    # The bundle's folders are made here, before tar: hosts sharing a filesystem (an NFS home)
-    # unpack into one run folder at once, and two GNU tars racing to make a missing folder fail.
-    with tarfile.open(fileobj=io.BytesIO(bundle)) as tar:
-        inside = sorted({posixpath.dirname(name) for name in tar.getnames()} - {""})
-    # 0700 (the run folder first, so -p does not make it with the umask's mode): the run's logs,
-    # checkpoints, exports and their metadata are the owner's alone.
-    h.transport.run(["mkdir", "-p", "-m", "700", "--", h.run_dir,
-                     *(posixpath.join(h.run_dir, folder) for folder in inside)],
+    """Unpack ``bundle`` (a tar of harness/ and job/) into the run directory: mkdir, then
+    ``unpack.py`` with the host's Python (each file replaced atomically: see there why not tar)."""
+    fix = "Check that the working directory is writable and that the host's Python runs (preflight)."
+    # 0700: the run's logs, checkpoints, exports and their metadata are the owner's alone.
+    h.transport.run(["mkdir", "-p", "-m", "700", "--", h.run_dir],
                     timeout=timeout).check(f"cannot create {h.run_dir}", fix)
-    h.transport.run(["tar", "-x", "--no-same-owner", "-f", "-", "-C", h.run_dir], stdin=bundle,
+    h.transport.run([h.python, "-S", "-c", UNPACK, h.run_dir], stdin=bundle,
                     timeout=timeout).check(f"cannot unpack the harness into {h.run_dir}", fix)
 
 

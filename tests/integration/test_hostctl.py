@@ -220,6 +220,29 @@ def _install_together(run_dir: Path, bundle: bytes) -> list[str]:
         return list(pool.map(install, ["host-a", "host-b"]))
 
 
+def test_a_status_read_while_a_restart_installs_again_sees_a_whole_harness(local_host):
+    """A restart installs the harness again while the console and the CLI run hostctl from it.
+    Rewritten in place (tar), a status started meanwhile read half of hostctl.py (CI: an
+    IndentationError, the run's tasks shown unreachable). 150 installs beside a status loop."""
+    bundle, done, errors = harness_bundle(), threading.Event(), []
+
+    def read_status() -> None:
+        while not done.is_set():
+            try:
+                remote.status(local_host, ["worker-0"])
+            except HostError as err:
+                errors.append(str(err))
+    reader = threading.Thread(target=read_status)
+    reader.start()
+    try:
+        for _ in range(150):
+            remote.install(local_host, bundle)
+    finally:
+        done.set()
+        reader.join()
+    assert errors == [], errors[:2]
+
+
 def test_a_host_without_the_harness_says_so(tmp_path):
     h = remote.Host(LocalTransport(), sys.executable, str(tmp_path / "never-installed"))
     with pytest.raises(remote.NotInstalled, match="no harness"):
