@@ -173,8 +173,11 @@ def test_a_keeper_started_by_a_restore_waits_for_the_old_one_then_keeps_the_run(
                 os.kill(pid, signal.SIGKILL)
             raise
     wait_for(lambda: detached.keeper_pid(folder) is None, 60, "the new keeper to keep the run and exit")
-    log = (folder / detached.KEEPER_LOG).read_text()
-    assert f"keeping run restored (pid {pid})" in log and "run restored: finished" in log, log
+    # keeper.pid goes before the process prints its last line ("run restored: finished", from
+    # `keep` once the keeper returns): wait for that line, do not read the log once.
+    log = wait_for(lambda: "run restored: finished" in (text := (folder / detached.KEEPER_LOG).read_text())
+                   and text, 30, "the keeper's last line")
+    assert f"keeping run restored (pid {pid})" in log, log
     assert "already has a keeper" not in log and "Traceback" not in log, log
     assert not (folder / KEEPER_PID).exists()
 
