@@ -308,7 +308,11 @@ def _close(chan: paramiko.Channel) -> None:
 
 
 def _drain(chan: paramiko.Channel, timeout: float | None) -> tuple[bytes, bytes]:
-    """Read stdout and stderr together until the command ends (either can fill the window)."""
+    """Read stdout and stderr together until the command ends (either can fill the window).
+
+    Ended means EOF (or the channel closed), not the exit status: sshd may send the status
+    before the last of the output (a 75 kB output came back as 32 kB, tests/integration/
+    test_hostctl.py)."""
     out, err = bytearray(), bytearray()
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
@@ -317,9 +321,8 @@ def _drain(chan: paramiko.Channel, timeout: float | None) -> tuple[bytes, bytes]
             out += chan.recv(65536); busy = True
         while chan.recv_stderr_ready():
             err += chan.recv_stderr(65536); busy = True
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-            if chan.eof_received or not busy:
-                return bytes(out), bytes(err)
+        if (chan.eof_received or chan.closed) and not chan.recv_ready() and not chan.recv_stderr_ready():
+            return bytes(out), bytes(err)
         if deadline and time.monotonic() > deadline:
             raise TimeoutError()
         if not busy:

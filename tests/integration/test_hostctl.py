@@ -252,6 +252,21 @@ def test_a_host_without_the_harness_says_so(tmp_path):
         remote.stop(remote.Host(LocalTransport(), "/no/such/python", h.run_dir), ["w"], grace_s=1)
 
 
+def test_a_command_over_ssh_returns_all_it_printed(ssh_hosts, client_key, ssh_options):
+    """sshd may send a command's exit status before the last of its output (CI: a metrics file
+    read with cat came back cut mid-line); the output is whole only at EOF. 100 commands whose
+    output ends as they exit, at sizes around the SSH window (the old read failed 3 runs of 4)."""
+    t = SSHTransport(ssh_hosts[0].address, port=ssh_hosts[0].port, identity_file=str(client_key),
+                     options=ssh_options)
+    try:
+        for n in range(100):
+            size = 1000 + 37_000 * n
+            got = len(t.run(["head", "-c", str(size), "/dev/zero"], timeout=60).stdout)
+            assert got == size, f"command {n}: {got} of {size} bytes"
+    finally:
+        t.close()
+
+
 def test_over_ssh(ssh_hosts, client_key, ssh_options, tmp_path):
     t = SSHTransport(ssh_hosts[0].address, port=ssh_hosts[0].port, identity_file=str(client_key),
                      options=ssh_options)
