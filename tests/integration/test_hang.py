@@ -9,13 +9,14 @@ import textwrap
 
 import pytest
 
+from backend.engines.direct import HARNESS_DIR
 from backend.runs import launcher
 from backend.hosts import remote
 from backend.diagnosis import stacks
 from backend.watch.metrics import MetricsStore
 from tests.conftest import wait_for
 from tests.faults.conftest import assert_nothing_left, harness_job, metrics, store, wait_phase  # noqa: F401
-from tests.integration.test_hostctl import HARNESS_DIR, alive, local_host  # noqa: F401
+from tests.integration.test_hostctl import alive, local_host  # noqa: F401
 
 # A task that installs the harness's handler, then blocks in a function we can look for.
 WITH_HANDLER = [sys.executable, "-c", textwrap.dedent(f"""
