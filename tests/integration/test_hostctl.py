@@ -1,6 +1,6 @@
 """The host-side command line (harness/hostctl.py) through its client (backend.hosts.remote), for real:
-installed with mkdir + tar, tasks started and stopped as real processes, files read and written,
-over the local transport and over real sshd."""
+installed with mkdir and the host's Python (backend/hosts/unpack.py), tasks started and stopped as
+real processes, files read and written, over the local transport and over real sshd."""
 from __future__ import annotations
 
 import json
@@ -23,8 +23,6 @@ from backend.hosts.ssh import SSHTransport
 from tests.conftest import ps, wait_for
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"]
-
-
 
 
 @pytest.fixture
@@ -197,7 +195,7 @@ def test_hosts_sharing_a_filesystem_unpack_one_run_folder_at_the_same_moment(tmp
     """Hosts with one home (an NFS home; the loopback test hosts) install a run's harness into
     the same folder at once. GNU tar makes a member's missing folder itself, and two tars racing
     to make it fail ("harness/__init__.py: Cannot open: No such file or directory", seen in CI;
-    before the fix about one pair in four failed here). 40 runs, two hosts each, on real tar."""
+    with tar about one pair in four failed here). 40 runs, two hosts each, started together."""
     bundle = harness_bundle()
     failed = [err for n in range(40) for err in _install_together(tmp_path / f"run{n}", bundle) if err]
     assert failed == [], failed[:2]
