@@ -187,6 +187,19 @@ def log_html(lines: list[str]) -> str:
             f'padding:8px;border-radius:6px;white-space:pre-wrap">{body or "(no lines)"}</pre>')
 
 
+FIRST_POINTS_FOR_S = 120.0   # an attempt with no point after this long may be a job that writes none
+
+
+def waiting_for_first_points(live: LiveRun, *, now: float) -> bool:
+    """Whether the live panel should look often (0.5 s) for a run's first points: a live run
+    with none yet, still in preflight (no attempt recorded: Monitor is often opened right after
+    Start) or in an attempt younger than FIRST_POINTS_FOR_S."""
+    state = live.run.state
+    if not state.live or live.metrics.progress() is not None:
+        return False
+    return not state.attempts or now - state.attempts[-1].started < FIRST_POINTS_FOR_S
+
+
 WARN_AFTER_S = 60.0   # no step for this long is worth a line, whatever the stall timeout
 
 

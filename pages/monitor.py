@@ -30,8 +30,8 @@ def main() -> None:
 
     # An ended run changes no more: its charts and logs are drawn once, not redrawn every 2 s, once
     # its watch agent has brought what the hosts hold (it rests then). Until a live run's first
-    # points arrive the live panel looks every 0.5 s (the first curves show sooner), for the first
-    # 2 minutes of an attempt (a job that writes no metrics waits forever).
+    # points arrive the live panel looks every 0.5 s (the first curves show sooner), from Start's
+    # preflight through the first 2 minutes of an attempt (a job that writes no metrics waits forever).
     def watching() -> bool:
         """The watch agent still brings what the hosts hold (it rests once it has caught up)."""
         monitor = live.monitor
@@ -39,9 +39,7 @@ def main() -> None:
 
     CATCHING_UP = not live.run.state.live and watching()
     EVERY = 2 if live.run.state.live or CATCHING_UP else None
-    attempts = live.run.state.attempts
-    WAITING = (live.run.state.live and live.metrics.progress() is None
-               and bool(attempts) and time.time() - attempts[-1].started < 120)
+    WAITING = monitor_view.waiting_for_first_points(live, now=time.time())
     s_col, h_col = st.columns([1, 2])
     smoothing = s_col.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="smoothing")
     # Hidden rather than shown: the default (nothing hidden) stays the same as new metrics appear.

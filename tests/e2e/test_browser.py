@@ -121,6 +121,11 @@ def test_console_over_ssh_aliases_survives_a_restart(ssh_console):
         run_id = _start_on_aliases(page, ssh_console)
         web.goto(page, "Monitor")
         _curves_reach(page, 0, 180)
+        # The chart notes when each line first drew (bench/first_curves.py times the first curves
+        # by it): both tasks' lines and the global one, none later than now.
+        drawn = page.evaluate("() => document.querySelector('.tfconsole-chart').__firstDrawn")
+        assert sorted(drawn) == ["chief-0", "global (mean of workers)", "worker-0"], drawn
+        assert all(ms <= time.time() * 1000 for ms in drawn.values()), drawn
         web.shot(page, "monitor")
         # Only new points travel: the chart grows by exactly what it receives, never sent whole again.
         before, after = web.loss_feed_grows(page)

@@ -42,3 +42,27 @@ def test_restart_never_announces_no_timeout():
     assert "stopped at step 7" in note
     assert "due" not in note and "acts in" not in note
     assert "restart: never, so no stall timeout acts: nothing will stop it" in note
+
+
+def _starting(attempt_started: list[float], *, live: bool = True, rows: int = 0):
+    """A run with attempts begun at ``attempt_started`` and ``rows`` metrics rows so far."""
+    store = MetricsStore()
+    store.add_many([{"task": "worker-0", "attempt": 1, "step": s, "time": 100.0 + s, "loss": 1.0}
+                    for s in range(1, rows + 1)])
+    attempts = [SimpleNamespace(started=t) for t in attempt_started]
+    return SimpleNamespace(run=SimpleNamespace(state=SimpleNamespace(live=live, attempts=attempts)),
+                           metrics=store)
+
+
+def test_monitor_opened_during_starts_preflight_looks_often_for_the_first_points():
+    """Monitor opened right after Start finds the run in preflight, before its first attempt is
+    recorded: it must look every 0.5 s then too (it once drew at the 2 s pace until the page was
+    reloaded, 1.5-2 s later than the first points existed)."""
+    assert monitor_view.waiting_for_first_points(_starting([]), now=100.0)
+    assert monitor_view.waiting_for_first_points(_starting([100.0]), now=150.0)
+
+
+def test_the_quick_look_ends_with_the_first_points_an_old_attempt_or_the_run():
+    assert not monitor_view.waiting_for_first_points(_starting([100.0], rows=1), now=101.0)
+    assert not monitor_view.waiting_for_first_points(_starting([100.0]), now=100.0 + 121)   # writes none
+    assert not monitor_view.waiting_for_first_points(_starting([100.0], live=False), now=101.0)
