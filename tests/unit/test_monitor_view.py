@@ -56,8 +56,8 @@ def _starting(attempt_started: list[float], *, live: bool = True, rows: int = 0)
 
 def test_monitor_opened_during_starts_preflight_looks_often_for_the_first_points():
     """Monitor opened right after Start finds the run in preflight, before its first attempt is
-    recorded: it must look every 0.5 s then too (it once drew at the 2 s pace until the page was
-    reloaded, 1.5-2 s later than the first points existed)."""
+    recorded: it must look every 0.5 s then too (it looked every 2 s, and the page said the
+    run's first step 1.5-2.1 s after the console held it, bench/first_curves.py)."""
     assert monitor_view.waiting_for_first_points(_starting([]), now=100.0)
     assert monitor_view.waiting_for_first_points(_starting([100.0]), now=150.0)
 
