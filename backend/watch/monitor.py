@@ -119,7 +119,8 @@ class RunMonitor:
             self._thread.join(timeout)
         for t in self._gpu_threads:
             t.join(timeout)
-        self._journal.close()
+        with self._lock:   # a reader thread that did not end in time may still commit
+            self._journal.close()
         self._set(state="stopped")
 
     @property
