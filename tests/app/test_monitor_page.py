@@ -87,6 +87,8 @@ def test_log_filter_and_highlight():
     assert monitor_view.filter_log(lines) == lines[1:]
     assert monitor_view.filter_log(lines, "loss") == ["step 10 loss 0.5"]
     assert monitor_view.filter_log(lines, errors_only=True) == lines[2:]
+    many = [f"step {i}" if i % 2 else f"I0000 noise {i}" for i in range(1000)]
+    assert monitor_view.filter_log(many, last=3) == ["step 995", "step 997", "step 999"]
     html = monitor_view.log_html(lines[1:])
     assert "&lt;input&gt;" in html and html.count("color:#b00020") == 2
 
