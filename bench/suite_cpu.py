@@ -101,8 +101,9 @@ def main() -> int:
     by_kind, count = collections.Counter(), collections.Counter()
     done = [(cmd, cpu) for cmd, cpu in done if cpu > 0]
     for cmd, cpu in done:
-        by_kind[kind(cmd)] += cpu
-        count[kind(cmd)] += 1
+        name = kind(cmd)
+        by_kind[name] += cpu
+        count[name] += 1
     if args.out:
         with open(args.out, "w") as fh:
             fh.writelines(json.dumps({"cmd": cmd, "cpu_s": cpu}) + "\n" for cmd, cpu in done)
