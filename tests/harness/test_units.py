@@ -162,7 +162,7 @@ def test_units_do_not_import_tensorflow():
 
 def test_tensorflow_loads_without_kerass_sklearn_and_pandas_and_jobs_still_use_both():
     """tfload: a worker's TensorFlow import skips Keras's optional sklearn wrappers and pandas
-    (1.1 of 4.1 CPU-s here); a job that imports sklearn itself (examples/digits.py) still gets
+    (about 0.9 of 3.8 CPU-s here); a job that imports sklearn itself (examples/digits.py) still gets
     it, and Keras still takes a pandas DataFrame."""
     code = ("import sys; sys.path.insert(0, %r); import tfload; tfload.load(); "
             "print(sorted(m for m in ('tensorflow', 'keras', 'sklearn', 'scipy.stats', 'pandas') "
