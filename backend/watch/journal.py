@@ -79,7 +79,9 @@ class Journal:
 
     def commit(self, metric_blocks: list[bytes], logs: dict[str, list[str]],
                skipped: dict[str, int], offsets: dict) -> None:
-        """Mirror first, then the offsets that say those lines are consumed (atomic rename)."""
+        """Mirror first, then the offsets that say those lines are consumed: in memory now, on
+        disk (``write_state``) if the last write is ``state_every_s`` old, else at a later commit
+        or at close."""
         if metric_blocks:
             self._append(METRICS, b"".join(metric_blocks))
         for task, lines in logs.items():
