@@ -163,10 +163,13 @@ def test_units_do_not_import_tensorflow():
 def test_tensorflow_loads_without_kerass_sklearn_and_pandas_and_jobs_still_use_both():
     """tfload: a worker's TensorFlow import skips Keras's optional sklearn wrappers and pandas
     (about 0.9 of 3.8 CPU-s here); a job that imports sklearn itself (examples/digits.py) still gets
-    it, and Keras still takes a pandas DataFrame."""
-    code = ("import sys; sys.path.insert(0, %r); import tfload; tfload.load(); "
+    it, and Keras still takes a pandas DataFrame. The import runs without garbage collection and
+    its objects are frozen; collection is on again after it and still frees the job's cycles."""
+    code = ("import sys, gc, weakref; sys.path.insert(0, %r); import tfload; tfload.load(); "
             "print(sorted(m for m in ('tensorflow', 'keras', 'sklearn', 'scipy.stats', 'pandas') "
             "if m in sys.modules)); "
+            "f = lambda: None; f.me = f; ref = weakref.ref(f); del f; gc.collect(); "
+            "print(gc.isenabled(), gc.get_freeze_count() > 100000, ref() is None); "
             "import sklearn.datasets; print(sklearn.datasets.load_digits().data.shape); "
             "import keras, pandas; model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]); "
             "frame = pandas.DataFrame({'a': [1.0, 2.0, 3.0], 'b': [0, 1, 2]}); "
@@ -175,7 +178,8 @@ def test_tensorflow_loads_without_kerass_sklearn_and_pandas_and_jobs_still_use_b
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.splitlines() == ["['keras', 'tensorflow']", "(1797, 64)", "(3, 1) True"], out.stdout
+    assert out.stdout.splitlines() == ["['keras', 'tensorflow']", "True True True", "(1797, 64)",
+                                       "(3, 1) True"], out.stdout
 
 
 def test_a_task_that_ends_between_two_reads_is_exited_not_lost(tmp_path, monkeypatch):
