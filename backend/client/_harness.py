@@ -11,7 +11,7 @@ import os
 import sys
 
 _DEPS = {"layout": (), "ckpt_index": (), "metric_line": (), "report": ("layout", "metric_line"), "retention": ("ckpt_index",),
-         "requests_dir": ("ckpt_index", "layout"), "preempt": ("layout",)}
+         "requests_dir": ("ckpt_index", "layout"), "preempt": ("layout",), "taskenv": ()}
 _loaded: dict = {}
 
 

@@ -1,4 +1,5 @@
-"""Where this process stands in a console run, read from the environment the launcher sets.
+"""Where this process stands in a console run, read from the environment the launcher sets
+(the names: harness/taskenv.py).
 
 Outside a run (no TFCONSOLE_RUN_DIR) every field says so and the library does nothing.
 """
@@ -7,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+
+from . import _harness
 
 
 @dataclass(frozen=True)
@@ -56,22 +59,23 @@ def _cluster(tf_config: str | None) -> tuple[str, tuple, bool]:
 def from_env(environ=None) -> Context:
     env = os.environ if environ is None else environ
     task, tasks, is_chief = _cluster(env.get("TF_CONFIG"))
-    run_dir = env.get("TFCONSOLE_RUN_DIR") or None
-    flag = env.get("TFCONSOLE_IS_CHIEF")
-    resume = (env.get("TFCONSOLE_RESUME_STEP") or "").strip()
+    names = _harness.load("taskenv")
+    run_dir = env.get(names.RUN_DIR) or None
+    flag = env.get(names.IS_CHIEF)
+    resume = (env.get(names.RESUME_STEP) or "").strip()
     return Context(
         run_dir=os.path.abspath(run_dir) if run_dir else None,
-        run_id=env.get("TFCONSOLE_RUN_ID") or None,
-        attempt=int(env.get("TFCONSOLE_ATTEMPT") or 0),
-        task=env.get("TFCONSOLE_TASK") or task,
+        run_id=env.get(names.RUN_ID) or None,
+        attempt=int(env.get(names.ATTEMPT) or 0),
+        task=env.get(names.TASK) or task,
         tasks=tasks,
         is_chief=is_chief if flag in (None, "") else flag == "1",
         resume_step=int(resume) if resume else None,
-        shrink=env.get("TFCONSOLE_SHRINK") or None,
-        lr_scale=float(env.get("TFCONSOLE_LR_SCALE") or 1.0),
-        replicas=_number(env.get("TFCONSOLE_REPLICAS")),
-        launch_replicas=_number(env.get("TFCONSOLE_LAUNCH_REPLICAS")),
-        global_batch_size=_number(env.get("TFCONSOLE_GLOBAL_BATCH_SIZE")))
+        shrink=env.get(names.SHRINK) or None,
+        lr_scale=float(env.get(names.LR_SCALE) or 1.0),
+        replicas=_number(env.get(names.REPLICAS)),
+        launch_replicas=_number(env.get(names.LAUNCH_REPLICAS)),
+        global_batch_size=_number(env.get(names.GLOBAL_BATCH_SIZE)))
 
 
 def _number(text: str | None) -> int | None:

@@ -16,7 +16,7 @@ from backend.hosts import remote
 from backend.config import tfconfig
 from backend.engines.base import RunView, Started, StopReport
 from backend.errors import HostError, MultiHostError
-from backend.harness import layout
+from backend.harness import layout, taskenv
 from backend.hosts.resolve import tf_addresses
 from backend.hosts.pool import Pool, failures, parallel
 from backend.hosts.tasks import by_host, task_host
@@ -87,8 +87,8 @@ def task_env(cluster: ClusterSpec, position: int, job: JobSpec, run_dir: str, ru
             # An empty list hides every GPU: a CPU task must not grab one by accident.
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in spec.gpus),
             "PYTHONUNBUFFERED": "1",
-            "TFCONSOLE_RUN_DIR": run_dir, "TFCONSOLE_RUN_ID": run_id,
-            "TFCONSOLE_ATTEMPT": str(attempt), "TFCONSOLE_TASK": name}
+            taskenv.RUN_DIR: run_dir, taskenv.RUN_ID: run_id,
+            taskenv.ATTEMPT: str(attempt), taskenv.TASK: name}
 
 
 def client_env(run_dir: str, is_chief: bool, resume_step: int | None,
@@ -96,8 +96,8 @@ def client_env(run_dir: str, is_chief: bool, resume_step: int | None,
     """What ``import tfconsole`` in a command job needs: the library on the path, the resume step
     and the chief's name (spawn.py keeps the host's own PYTHONPATH after ours)."""
     return {"PYTHONPATH": ":".join(p for p in (f"{run_dir}/{layout.LIB}", pythonpath) if p),
-            "TFCONSOLE_IS_CHIEF": "1" if is_chief else "0",
-            "TFCONSOLE_RESUME_STEP": "" if resume_step is None else str(resume_step)}
+            taskenv.IS_CHIEF: "1" if is_chief else "0",
+            taskenv.RESUME_STEP: taskenv.resume_value(resume_step)}
 
 
 class HostsEngine:

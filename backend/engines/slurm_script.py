@@ -24,7 +24,7 @@ import shlex
 
 from backend.engines.direct import task_argv, task_cwd   # the same harness command line as on SSH hosts
 from backend.errors import SpecError
-from backend.harness import layout, preempt
+from backend.harness import layout, preempt, taskenv
 from backend.config.slurm_spec import FLAG_OPTIONS, SlurmSpec
 from backend.config.spec import JobKind, JobSpec
 
@@ -74,9 +74,9 @@ def batch_script(spec: SlurmSpec, job: JobSpec, *, run_dir: str, run_id: str, at
                  resume_step: int | None) -> str:
     """The whole script. ``run_dir`` is relative to home (sbatch runs there) or absolute."""
     run_dir = layout.path_arg(run_dir)   # never an option of python, srun or mkdir
-    env = {**job.env, "TFCONSOLE_RUN_DIR": run_dir, "TFCONSOLE_RUN_ID": run_id,
-           "TFCONSOLE_ATTEMPT": str(attempt), "PYTHONUNBUFFERED": "1",
-           "TFCONSOLE_RESUME_STEP": "" if resume_step is None else str(resume_step)}
+    env = {**job.env, taskenv.RUN_DIR: run_dir, taskenv.RUN_ID: run_id,
+           taskenv.ATTEMPT: str(attempt), "PYTHONUNBUFFERED": "1",
+           taskenv.RESUME_STEP: taskenv.resume_value(resume_step)}
     if not spec.gpus_per_task:   # CPU only: no task may grab a GPU by accident
         env["CUDA_VISIBLE_DEVICES"] = ""
     resumed = "from scratch" if resume_step is None else f"resuming from step {resume_step}"

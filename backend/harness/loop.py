@@ -16,6 +16,7 @@ import jobs
 import layout
 import rows
 import step_probe
+import taskenv
 
 @dataclass(frozen=True)
 class Cluster:
@@ -104,12 +105,9 @@ def _metric_states(metrics_fn, names, labels, predictions) -> list:
     return out
 
 
-LR_SCALE_ENV = "TFCONSOLE_LR_SCALE"   # set on a run shrunk with restart.shrink keep_replica_batch
-
-
 def lr_scale(environ=None) -> float:
     """The factor the console asks the learning rate to be multiplied by (1.0: none)."""
-    text = ((os.environ if environ is None else environ).get(LR_SCALE_ENV) or "").strip()
+    text = ((os.environ if environ is None else environ).get(taskenv.LR_SCALE) or "").strip()
     return float(text) if text else 1.0
 
 

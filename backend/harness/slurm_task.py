@@ -33,6 +33,7 @@ import ckpt_index  # noqa: E402
 import layout  # noqa: E402
 import preempt  # noqa: E402
 import slurm_env  # noqa: E402
+import taskenv  # noqa: E402
 from spawn import _read, _write_atomic, run_paths_absolute  # noqa: E402  (as spawn.py does)
 
 
@@ -106,7 +107,7 @@ def requeued_record(run_dir: str) -> dict | None:
 
 def resumed_argv(argv: list[str], attempt: int, resume_step: int | None) -> list[str]:
     """The harness command line as this attempt's (``--attempt``, ``--resume-step``); any other
-    command is unchanged: a command job reads TFCONSOLE_ATTEMPT and TFCONSOLE_RESUME_STEP."""
+    command is unchanged: a command job reads them from its environment (taskenv)."""
     if len(argv) < 2 or not argv[1].endswith(f"{layout.HARNESS}/train.py"):
         return argv
     out, i = [], 0
@@ -125,8 +126,8 @@ def resumed_argv(argv: list[str], attempt: int, resume_step: int | None) -> list
 def run(run_dir: str, tf_port: int, argv: list[str], cwd: str | None = None) -> int:
     record = requeued_record(run_dir)
     if record is not None:   # a re-run after Slurm requeued the job: a new attempt, resumed
-        os.environ["TFCONSOLE_ATTEMPT"] = str(record["attempt"])
-        os.environ["TFCONSOLE_RESUME_STEP"] = "" if record["resume_step"] is None else str(record["resume_step"])
+        os.environ[taskenv.ATTEMPT] = str(record["attempt"])
+        os.environ[taskenv.RESUME_STEP] = taskenv.resume_value(record["resume_step"])
         argv = resumed_argv(argv, record["attempt"], record["resume_step"])
     name, config = slurm_env.tf_config_for(dict(os.environ), tf_port)
     rank = int(os.environ["SLURM_PROCID"])
@@ -137,7 +138,7 @@ def run(run_dir: str, tf_port: int, argv: list[str], cwd: str | None = None) -> 
         os.remove(exit_file)
     _link_log(run_dir, name, rank)
     # Diagnosis reads the log from the last such line on (backend.diagnosis.diagnose.ATTEMPT_MARK).
-    print(f"=== tfconsole attempt {os.environ.get('TFCONSOLE_ATTEMPT', '?')} "
+    print(f"=== tfconsole attempt {os.environ.get(taskenv.ATTEMPT, '?')} "
           f"{time.strftime('%Y-%m-%d %H:%M:%S')} === {name} on {socket.gethostname()} "
           f"TF_CONFIG={json.dumps(config)}", flush=True)
     # This wrapper outlives TERM and USR2 so it can record the harness's exit code (KILL, after
@@ -145,8 +146,8 @@ def run(run_dir: str, tf_port: int, argv: list[str], cwd: str | None = None) -> 
     for sig in _OUTLIVED:
         signal.signal(sig, signal.SIG_IGN)
     lib = os.path.abspath(os.path.join(run_dir, layout.LIB))   # `import tfconsole` in the job
-    env = {**os.environ, "TF_CONFIG": json.dumps(config), "TFCONSOLE_TASK": name,
-           "TFCONSOLE_IS_CHIEF": "1" if rank == 0 else "0",
+    env = {**os.environ, "TF_CONFIG": json.dumps(config), taskenv.TASK: name,
+           taskenv.IS_CHIEF: "1" if rank == 0 else "0",
            "PYTHONPATH": os.pathsep.join(p for p in (lib, os.environ.get("PYTHONPATH")) if p)}
     if cwd:   # a job's shipped files (RUN/job): the run's paths must not depend on where it starts
         env = run_paths_absolute(env)

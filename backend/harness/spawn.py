@@ -7,7 +7,7 @@ Why a supervisor: every task runs under a small supervisor process that is the l
 session and process group. The task inherits that group, so stopping the group stops the task
 and anything it spawned, and no wrapper can leave an orphan behind (docs/facts.md #7). The
 supervisor ignores SIGTERM so it can record the task's exit code after the task has stopped.
-What leaves the group (a ``setsid`` daemon) still carries the task's mark (``MARK``): the stop
+What leaves the group (a ``setsid`` daemon) still carries the task's mark (``taskenv.GROUP``): the stop
 (``sweep.py``) finds it by that.
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ import sys
 import time
 
 import layout
+import taskenv
 
 HOSTCTL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostctl.py")  # runs each supervisor
-MARK = "TFCONSOLE_GROUP"   # env of every process of a task: "<abs run dir>:<task>" (see ours())
 # INT and TERM, then this long before KILL for a group still alive. TensorFlow workers catch TERM
 # (docs/facts.md #10) and a peer's end leaves the other waiting on its coordination service for
 # about nine seconds: waiting longer than this only delays the stop.
@@ -72,7 +72,7 @@ def _mark(run: str, task: str) -> str:
 def _marked(pid: int, mark: str) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return f"{MARK}={mark}".encode() in f.read().split(b"\0")
+            return f"{taskenv.GROUP}={mark}".encode() in f.read().split(b"\0")
     except OSError:
         return False
 
@@ -99,7 +99,7 @@ def supervise(run: str, task: str, argv: list[str], cwd: str) -> int:
         signal.signal(sig, signal.SIG_IGN)
     log = open(layout.log_file(run, task), "ab", buffering=0)
     # Diagnosis reads the log from the last such line on (backend.diagnosis.diagnose.ATTEMPT_MARK).
-    log.write(f"=== tfconsole attempt {os.environ.get('TFCONSOLE_ATTEMPT', '?')} "
+    log.write(f"=== tfconsole attempt {os.environ.get(taskenv.ATTEMPT, '?')} "
               f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
@@ -121,8 +121,8 @@ def run_paths_absolute(env: dict) -> dict:
     """The run folder and PYTHONPATH entries, given relative to where we are (the host's home),
     made absolute: a task started in another folder must still find its run and ``tfconsole``."""
     out = dict(env)
-    if out.get("TFCONSOLE_RUN_DIR"):
-        out["TFCONSOLE_RUN_DIR"] = os.path.abspath(out["TFCONSOLE_RUN_DIR"])
+    if out.get(taskenv.RUN_DIR):
+        out[taskenv.RUN_DIR] = os.path.abspath(out[taskenv.RUN_DIR])
     if out.get("PYTHONPATH"):
         out["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in out["PYTHONPATH"].split(os.pathsep) if p)
     return out
@@ -142,7 +142,7 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
         env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     # The supervisor and everything the task starts inherit it, even what leaves the group
     # (setsid): how a stop finds them all (sweep.py). Set last: a job's env cannot change it.
-    env[MARK] = _mark(run, task)
+    env[taskenv.GROUP] = _mark(run, task)
     # The environment goes to the supervisor directly, never on a command line `ps` would show.
     return subprocess.Popen(
         [sys.executable, "-S", HOSTCTL, "supervise", "--run", run, "--task", task, "--cwd", cwd, "--", *argv],

@@ -3,7 +3,7 @@ library only; Linux.
 
 A task's processes are found two ways. Its process group: the supervisor records it, or the
 console passes it from the run's record when the run folder (and so that record) is gone. And its
-mark: the supervisor starts with ``spawn.MARK`` in its environment and every descendant inherits
+mark: the supervisor starts with ``taskenv.GROUP`` in its environment and every descendant inherits
 it, ``setsid`` or not, so a daemon that left the group, a child that outlived its main process and
 a task whose records were removed are all found by reading ``/proc/*/environ``. Only this user's
 processes can be read, which are the only ones a stop may signal anyway. This command and its
@@ -19,6 +19,7 @@ import time
 
 import layout
 import spawn
+import taskenv
 
 GONE_WAIT_S = 5.0   # after a KILL: how long processes get to disappear from /proc
 SWEEPS = 3          # looks again (each KILLs what it finds): one forking as it dies is caught too
@@ -172,8 +173,8 @@ def _sweep(run: str, tasks: list[str], spare: set[int]) -> tuple[set[str], dict]
 
 def marked(run: str, tasks: list[str], spare: set[int]) -> dict[int, tuple[str, int]]:
     """This user's live processes that carry one of the tasks' marks: pid -> (task, start ticks)."""
-    wanted = {f"{spawn.MARK}={spawn._mark(run, task)}".encode(): task for task in tasks}
-    prefix = f"{spawn.MARK}=".encode()
+    wanted = {f"{taskenv.GROUP}={spawn._mark(run, task)}".encode(): task for task in tasks}
+    prefix = f"{taskenv.GROUP}=".encode()
     out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in spare:

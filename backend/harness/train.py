@@ -20,6 +20,7 @@ import jobs  # noqa: E402  (stdlib only)
 import layout  # noqa: E402  (stdlib only)
 import preempt  # noqa: E402  (stdlib only)
 import stackdump  # noqa: E402  (stdlib only)
+import taskenv  # noqa: E402  (stdlib only)
 import tfload  # noqa: E402  (stdlib only)
 
 
@@ -38,7 +39,7 @@ def parse_args(argv):
 
 def _say_ready(run_dir: str) -> None:
     """Past the imports: the start check (spawn.start_many) stops waiting for this task."""
-    task = os.environ.get("TFCONSOLE_TASK")
+    task = os.environ.get(taskenv.TASK)
     if task:
         with open(os.path.join(run_dir, layout.TASKS, f"{task}.ready"), "w"):
             pass
@@ -48,12 +49,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     task = "?"
     # From the start: a signal during start-up is kept and saved at the first step.
-    preempt.WATCH.configure(task=os.environ.get("TFCONSOLE_TASK") or "worker-0",
+    preempt.WATCH.configure(task=os.environ.get(taskenv.TASK) or "worker-0",
                             run=os.path.abspath(args.run_dir), attempt=args.attempt,
                             grace_s=preempt.DEFAULT_GRACE_S)
     preempt.WATCH.install()
     # First thing: a worker hung anywhere (even in cluster start-up) can show its stack.
-    stackdump.install(args.run_dir, os.environ.get("TFCONSOLE_TASK") or "worker-0")
+    stackdump.install(args.run_dir, os.environ.get(taskenv.TASK) or "worker-0")
     try:
         tfload.load()   # TensorFlow loads here, before the job's own `import keras` would
         job = jobs.load_job(args.job)

@@ -8,7 +8,7 @@ log reads in flight), and gives up after ``DEADLINE_S``. Until its copies land,
 ``Run.log_tail`` reads the hosts, as it does for a live run.
 
 The process's argv names no run (the run comes on stdin): after "no process left", ``ps`` shows
-nothing that names the run. It drops the task mark (``harness/spawn.MARK``) that a stop run from
+nothing that names the run. It drops the task mark (``harness/taskenv.GROUP``) that a stop run from
 inside a task would hand on, so a later stop never takes it for one of the job's processes.
 
     python -m backend.runs.aftercare_process   (stdin: {"runs": ROOT, "run": RUN_ID, "ssh_options": {...}})
@@ -26,17 +26,17 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
+from backend.harness import taskenv
 from backend.hosts.ssh import SSHOptions
 
 DEADLINE_S = 300.0   # each host command has its own timeout; this bounds the whole process
 LOG = "aftercare.log"
-MARK = "TFCONSOLE_GROUP"   # harness/spawn.MARK (the harness is not imported on this side)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def start(run_id: str, runs_root: Path, options: SSHOptions) -> subprocess.Popen:
     """Start the copy detached (own session, output to ``runs/<id>/aftercare.log``)."""
-    env = {k: v for k, v in os.environ.items() if k != MARK}
+    env = {k: v for k, v in os.environ.items() if k != taskenv.GROUP}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     order = json.dumps({"runs": str(Path(runs_root).resolve()), "run": run_id, "ssh_options": asdict(options)})
     with open(Path(runs_root) / run_id / LOG, "ab") as log:

@@ -23,7 +23,7 @@ from pathlib import Path
 from backend import checkpoints
 from backend.config import jobfit
 from backend.config.spec import JobKind, ShrinkMode, cluster_from_dict
-from backend.harness import layout
+from backend.harness import layout, taskenv
 from backend.hosts import remote
 from backend.hosts.preflight import run_preflight
 from backend.runs.handle import Run
@@ -128,15 +128,6 @@ def _batch_refusal(run: Run, found: Plan) -> str:
     return bad[0].problem if bad else ""
 
 
-# What a shrunk attempt's tasks find in their environment (docs/job-contract.md): the run's job
-# carries them from the shrink on, so every later attempt (a restart, a Restore) gets them too.
-SHRINK_ENV = "TFCONSOLE_SHRINK"                    # restart.shrink's value
-LAUNCH_REPLICAS_ENV = "TFCONSOLE_LAUNCH_REPLICAS"  # replicas the run was launched with
-REPLICAS_ENV = "TFCONSOLE_REPLICAS"                # replicas this attempt runs on
-LR_SCALE_ENV = "TFCONSOLE_LR_SCALE"                # multiply the learning rate by this
-BATCH_ENV = "TFCONSOLE_GLOBAL_BATCH_SIZE"          # the global batch this attempt uses (harness jobs)
-
-
 @dataclass(frozen=True)
 class Shrink:
     """The numbers of a shrunk run, relative to its launch (several shrinks compound)."""
@@ -149,9 +140,10 @@ class Shrink:
     lr_scale: float
 
     def env(self) -> dict[str, str]:
-        found = {SHRINK_ENV: self.mode.value, LAUNCH_REPLICAS_ENV: str(self.launch_replicas),
-                 REPLICAS_ENV: str(self.replicas), LR_SCALE_ENV: repr(self.lr_scale)}
-        return {**found, BATCH_ENV: str(self.global_batch_size)} if self.global_batch_size else found
+        found = {taskenv.SHRINK: self.mode.value, taskenv.LAUNCH_REPLICAS: str(self.launch_replicas),
+                 taskenv.REPLICAS: str(self.replicas), taskenv.LR_SCALE: repr(self.lr_scale)}
+        return ({**found, taskenv.GLOBAL_BATCH_SIZE: str(self.global_batch_size)}
+                if self.global_batch_size else found)
 
     def text(self) -> str:
         """What the attempt's reason says of the batch and learning rate."""
@@ -169,7 +161,7 @@ def shrink_of(run: Run, found: Plan) -> Shrink:
     mode, env = run.job.restart.shrink, run.job.env
     before = jobfit.replicas(run.cluster)
     after = jobfit.replicas(cluster_from_dict({"tasks": found.tasks}))
-    launched = int(env.get(LAUNCH_REPLICAS_ENV) or before)
+    launched = int(env.get(taskenv.LAUNCH_REPLICAS) or before)
     batch = jobfit.effective_params(run.job).get("global_batch_size") if run.job.kind == JobKind.HARNESS else None
     batch = batch if isinstance(batch, int) and not isinstance(batch, bool) else None
     if mode is ShrinkMode.KEEP_GLOBAL_BATCH:
@@ -190,11 +182,11 @@ def shrunk_job(job: dict, shrink: Shrink) -> dict:
 def shrink_shown(job) -> dict | None:
     """The run's shrink as its job's env records it (status, Monitor), or None when it never shrank."""
     env = job.env
-    if SHRINK_ENV not in env:
+    if taskenv.SHRINK not in env:
         return None
-    batch = env.get(BATCH_ENV)
-    return {"mode": env[SHRINK_ENV], "launch_replicas": int(env[LAUNCH_REPLICAS_ENV]),
-            "replicas": int(env[REPLICAS_ENV]), "lr_scale": float(env[LR_SCALE_ENV]),
+    batch = env.get(taskenv.GLOBAL_BATCH_SIZE)
+    return {"mode": env[taskenv.SHRINK], "launch_replicas": int(env[taskenv.LAUNCH_REPLICAS]),
+            "replicas": int(env[taskenv.REPLICAS]), "lr_scale": float(env[taskenv.LR_SCALE]),
             "global_batch_size": int(batch) if batch else None}
 
 
