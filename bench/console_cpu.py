@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,15 +28,10 @@ sys.path.insert(0, str(ROOT))
 from backend.runs import launcher  # noqa: E402
 from backend.runs.store import RunStore  # noqa: E402
 from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
+from tests.sshd import free_port  # noqa: E402  (below the ephemeral range: no client takes it)
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_s(pid: int) -> float:

@@ -12,7 +12,6 @@ steps/s is read from the chief's metrics.jsonl (its step at the window's start a
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -20,24 +19,17 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tests.sshd import free_port  # noqa: E402  (below the ephemeral range)
 HARNESS = os.path.join(ROOT, "backend", "harness")
 JOB = os.path.join(ROOT, "examples", "synthetic.py")
 VARIANTS = {"small pools, nice 10 (default)": ["--threads", "1", "--nice", "10"],
             "TensorFlow defaults": ["--threads", "0", "--nice", "0"]}
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def start_workers(run: str) -> list[subprocess.Popen]:
-    ports = free_ports(2)
+    ports = [free_port(), free_port()]
     os.makedirs(os.path.join(run, "logs"), exist_ok=True)
     procs = []
     for i in range(2):

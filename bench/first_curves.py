@@ -26,8 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.console_cpu import free_port, goto, serve  # noqa: E402
+from bench.console_cpu import goto, serve  # noqa: E402
 from tests.e2e.browser import ARGS, CHROMIUM, FEED_JS, click  # noqa: E402
+from tests.sshd import free_port  # noqa: E402
 
 
 def floor() -> float:

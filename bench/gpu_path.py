@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from backend.watch.metrics import MetricsStore  # noqa: E402
 from backend.runs.store import RunStore  # noqa: E402
 from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
 from console import figures  # noqa: E402
+from tests.sshd import free_port  # noqa: E402
 
 TASK_CODE = """\
 import json, os, sys, time
@@ -59,12 +59,6 @@ else:
     time.sleep(seconds)
 print("done", flush=True)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def first_json_line(text: str) -> dict:

@@ -18,13 +18,15 @@ import argparse
 import ast
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tests.sshd import free_port  # noqa: E402  (below the ephemeral range)
 TRAIN = os.path.join(ROOT, "backend", "harness", "train.py")
 JOB = os.path.join(ROOT, "examples", "synthetic.py")
 VARIANTS = {
@@ -34,21 +36,11 @@ VARIANTS = {
 }
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def run_once(steps: int, params: list, workdir: str, threads: int) -> tuple[float, float]:
     """Start two workers, wait; return the slower worker's steps/s (synchronous training
     makes them equal) and the two workers' CPU ms per step, summed."""
     run = tempfile.mkdtemp(dir=workdir)
-    ports = free_ports(2)
+    ports = [free_port(), free_port()]
     procs = []
     for i in range(2):
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",

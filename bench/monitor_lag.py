@@ -80,7 +80,7 @@ def launch(store, workers: int, interval: float, workdir: Path):
     Launch page would start it (preflight left out: it is the same at both sizes)."""
     from backend.config.spec import cluster_from_dict, job_from_dict
     from backend.runs import launcher
-    from bench.console_cpu import free_port
+    from tests.sshd import free_port
     ports: set[int] = set()
     while len(ports) < workers:
         ports.add(free_port())

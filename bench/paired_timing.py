@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -20,12 +19,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.sshd import free_port  # noqa: E402  (the workers' ports, below the ephemeral range)
 
 
 def run(worker: str, argv: list[str], run_dir: str) -> dict:

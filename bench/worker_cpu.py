@@ -21,7 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from paired_timing import ROOT, free_port
+from paired_timing import ROOT
+from tests.sshd import free_port
 
 
 def two_workers(tree: Path, steps: int, workdir: str) -> float:
