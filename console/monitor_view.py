@@ -75,6 +75,19 @@ def _membership(attempt) -> dict | None:
     return hosts if isinstance(hosts, dict) and hosts else None
 
 
+def attempt_rows(state) -> list[dict]:
+    """The attempts table: when each attempt started, the step it resumed from, the hosts its
+    tasks ran on (in task order; empty for a record from before issue 39) and how it ended."""
+    rows = []
+    for a in state.attempts:
+        hosts = _membership(a) or {}
+        ordered = [hosts[t] for t in sorted(hosts, key=task_order)]
+        rows.append({"attempt": a.number, "started": time.strftime("%H:%M:%S", time.localtime(a.started)),
+                     "resumed from step": a.resume_step, "hosts": ", ".join(dict.fromkeys(ordered)),
+                     "ended": a.reason or ("running" if a.ended is None else "")})
+    return rows
+
+
 def absent_spans(state) -> dict[str, list[tuple[float, float]]]:
     """Task -> the step spans ``(after, up to]`` of the attempts it was not in (its host gone for
     good and the run shrunk without it; backend/runs/membership.py). An attempt owns the steps

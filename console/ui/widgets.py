@@ -8,7 +8,7 @@ from typing import Callable
 import pandas as pd
 import streamlit as st
 
-from console import live_run as live_mod
+from console import live_run as live_mod, monitor_view
 from console.errors import ConsoleError, messages
 from console.ui import auth, state
 from console.plain import md_escape
@@ -107,9 +107,7 @@ def status_table(live, *, key: str) -> None:
 
 
 def attempts_table(live) -> None:
-    rows = [{"attempt": a.number, "started": time.strftime("%H:%M:%S", time.localtime(a.started)),
-             "resumed from step": a.resume_step, "ended": a.reason or ("running" if a.ended is None else "")}
-            for a in live.run.state.attempts]
+    rows = monitor_view.attempt_rows(live.run.state)
     if len(rows) > 1:
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 

@@ -99,7 +99,9 @@ def test_a_shrunk_run_names_why_and_the_gone_workers_curve_ends_where_it_left(pa
     for chart in ("step_time_chart", "throughput_chart"):   # every per-worker chart alike
         lines = {t["name"]: t["x"] for t in _chart_messages(at)[chart]["data"]}
         assert lines["worker-1"] == list(range(EVERY, RESUMED + 1, EVERY)), (chart, lines)
-    assert [r["attempt"] for r in at.dataframe[-1].value.to_dict("records")] == [1, 2]   # attempts table
+    table = at.dataframe[-1].value.to_dict("records")   # the attempts table, with each one's hosts
+    assert [(r["attempt"], r["hosts"]) for r in table] == [(1, "127.0.0.1, 127.0.0.2, 127.0.0.3"),
+                                                           (2, "127.0.0.1, 127.0.0.3")], table
 
 
 def test_a_task_moved_to_a_spare_keeps_one_curve_and_the_page_names_the_swap(page, runs_dir, tmp_path):
@@ -126,6 +128,9 @@ def test_a_run_whose_hosts_never_changed_shows_no_membership_note():
     assert monitor_view.absent_spans(plain) == {}
     old = RunState("r", 0.0, {"tasks": []}, {}, [], [Attempt(1, 0.0), Attempt(2, 1.0, 10)])
     assert monitor_view.membership_notes(old) == ("", "") and monitor_view.absent_spans(old) == {}
+    # The attempts table names each attempt's hosts once each; an old record has none to name.
+    assert [r["hosts"] for r in monitor_view.attempt_rows(plain)] == ["h1", "h1"]
+    assert [r["hosts"] for r in monitor_view.attempt_rows(old)] == ["", ""]
 
 
 def test_a_worker_absent_from_a_middle_attempt_has_a_gap_not_a_joining_line():
