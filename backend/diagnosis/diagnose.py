@@ -1,4 +1,4 @@
-"""Explain a failed worker's log in plain words. Standard library only.
+"""Explain a failed worker's log in plain words. Standard library only (and the harness's layout).
 
 ``diagnose(log_text)`` looks for failures we know (checked on TF 2.21 / Keras 3.15) and returns
 one explanation ending with what to do, or for any other traceback its last exception line, or
@@ -7,6 +7,8 @@ None when the log shows no failure.
 from __future__ import annotations
 
 import re
+
+from backend.harness import layout
 
 _KERAS_FIT = re.compile(r"Attempt to convert a value \(PerReplica")
 _PEER_DIED = re.compile(r"Collective ops is aborted|UnavailableError|"
@@ -89,14 +91,9 @@ def _startup(log_text: str) -> str | None:
             f"to start. If it runs, check the network between them. {_ADDRESS_FIX}")
 
 
-# The supervisor writes this line before each attempt's output (harness/spawn.py), so the log of
-# a restarted run can be read one attempt at a time.
-ATTEMPT_MARK = "=== tfconsole attempt "
-
-
 def current_attempt(log_text: str) -> str:
     """The part of a task's log written by its latest attempt (all of it when unmarked)."""
-    at = log_text.rfind(ATTEMPT_MARK)
+    at = log_text.rfind(layout.ATTEMPT_BANNER)
     return log_text[at:] if at >= 0 else log_text
 
 

@@ -7,6 +7,7 @@ Every path that one task writes carries the task's name, so hosts that share a f
 from __future__ import annotations
 
 import os
+import time
 
 HARNESS = "harness"            # copied harness code
 LIB = "lib"                    # on job scripts' PYTHONPATH: lib/tfconsole/ is the client library
@@ -46,6 +47,17 @@ def task_file(run: str, task: str, suffix: str) -> str:
 
 def log_file(run: str, task: str) -> str:
     return os.path.join(run, LOGS, f"{task}.log")
+
+
+# What the supervisor (spawn.py, slurm_task.py on Slurm) writes first in a task's log for each
+# attempt, so diagnosis (backend/diagnosis/diagnose.py) reads a restarted run's log one attempt at
+# a time.
+ATTEMPT_BANNER = "=== tfconsole attempt "
+
+
+def attempt_banner(attempt: str) -> str:
+    """``=== tfconsole attempt 2 2026-11-27 10:00:00 ===``: an attempt's first line in its log."""
+    return f"{ATTEMPT_BANNER}{attempt} {time.strftime('%Y-%m-%d %H:%M:%S')} ==="
 
 
 def stacks_file(run: str, task: str) -> str:

@@ -137,9 +137,7 @@ def run(run_dir: str, tf_port: int, argv: list[str], cwd: str | None = None) -> 
     if os.path.exists(exit_file):
         os.remove(exit_file)
     _link_log(run_dir, name, rank)
-    # Diagnosis reads the log from the last such line on (backend.diagnosis.diagnose.ATTEMPT_MARK).
-    print(f"=== tfconsole attempt {os.environ.get(taskenv.ATTEMPT, '?')} "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S')} === {name} on {socket.gethostname()} "
+    print(f"{layout.attempt_banner(os.environ.get(taskenv.ATTEMPT, '?'))} {name} on {socket.gethostname()} "
           f"TF_CONFIG={json.dumps(config)}", flush=True)
     # This wrapper outlives TERM and USR2 so it can record the harness's exit code (KILL, after
     # KillWait, ends both); USR2's default would end it and srun would kill the saving harness.

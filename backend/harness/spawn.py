@@ -98,9 +98,7 @@ def supervise(run: str, task: str, argv: list[str], cwd: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     log = open(layout.log_file(run, task), "ab", buffering=0)
-    # Diagnosis reads the log from the last such line on (backend.diagnosis.diagnose.ATTEMPT_MARK).
-    log.write(f"=== tfconsole attempt {os.environ.get(taskenv.ATTEMPT, '?')} "
-              f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
+    log.write(f"{layout.attempt_banner(os.environ.get(taskenv.ATTEMPT, '?'))}\n".encode())
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, preexec_fn=_default_signals)

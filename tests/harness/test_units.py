@@ -205,3 +205,22 @@ def test_a_task_that_ends_between_two_reads_is_exited_not_lost(tmp_path, monkeyp
     os.remove(layout.task_file(run, "worker-0", "exit"))
     monkeypatch.setattr(spawn, "group_members", lambda pgid: [])
     assert spawn.status_one(run, "worker-0")["state"] == "lost"   # gone with no code: lost
+
+
+def test_a_restarted_tasks_log_is_diagnosed_from_its_latest_attempt(tmp_path):
+    """The supervisor writes the attempt banner before each attempt's output; diagnosis reads the
+    log from the last banner on, so the first attempt's traceback does not explain the second."""
+    from backend.harness import layout
+    run = str(tmp_path)
+    for sub in (layout.TASKS, layout.LOGS):   # as spawn.start makes them before the supervisor
+        os.makedirs(os.path.join(run, sub))
+    for attempt, code in (("0", "raise ValueError('the first attempt failed')"), ("1", "print('step 5')")):
+        subprocess.run([sys.executable, os.path.join(HARNESS, "hostctl.py"), "supervise", "--run", run,
+                        "--task", "worker-0", "--cwd", run, "--", sys.executable, "-c", code],
+                       env={**os.environ, "TFCONSOLE_ATTEMPT": attempt}, check=True, timeout=60)
+    log = open(layout.log_file(run, "worker-0")).read()
+    assert log.count(layout.ATTEMPT_BANNER) == 2, log
+    assert "ValueError: the first attempt failed" in dg.diagnose(log), log
+    latest = dg.current_attempt(log)
+    assert latest.startswith(f"{layout.ATTEMPT_BANNER}1 ") and "step 5" in latest, log
+    assert dg.diagnose(latest) is None, latest
