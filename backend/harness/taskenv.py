@@ -9,7 +9,7 @@ from __future__ import annotations
 
 RUN_DIR = "TFCONSOLE_RUN_DIR"          # the run folder on this host
 RUN_ID = "TFCONSOLE_RUN_ID"
-ATTEMPT = "TFCONSOLE_ATTEMPT"          # the launch is 0; every restart, resume or Restore adds 1
+ATTEMPT = "TFCONSOLE_ATTEMPT"          # the launch is attempt 1; every restart, resume or Restore adds 1
 TASK = "TFCONSOLE_TASK"                # chief-0, worker-1: the name this task's files carry
 IS_CHIEF = "TFCONSOLE_IS_CHIEF"        # "1" or "0"
 RESUME_STEP = "TFCONSOLE_RESUME_STEP"  # the checkpoint step to restore; empty: start afresh
