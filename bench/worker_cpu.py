@@ -21,8 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from paired_timing import ROOT
-from tests.sshd import free_port
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.sshd import free_port  # noqa: E402  (below the ephemeral range)
 
 
 def two_workers(tree: Path, steps: int, workdir: str) -> float:
