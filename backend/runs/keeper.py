@@ -22,10 +22,13 @@ checkpoint any task holds; with no spare left the run fails saying what would ha
 After ``max_restarts`` restarts, or a failure that no restart can cure, the run ends ``failed``
 with the failing task's traceback in ``failure.log``. A user's Stop wins: every phase change is
 a compare-and-set under the run's lock, and the keeper leaves as soon as it sees ``stopping``.
-No error ends the keeper, but one: a run it cannot load (its job module gone, a damaged record)
-LOAD_TRIES polls in a row ends it ``failed`` ("keeper cannot load the run: ..."), instead of a
-keeper that polls forever over a run that says ``running``. Every other error is logged, and
-the next poll tries again.
+No error ends the keeper, but two, each instead of a keeper that polls forever over a run that
+says ``running`` or ``restarting``: a run it cannot load (its job module gone, a damaged record)
+LOAD_TRIES polls in a row ends it ``failed`` ("keeper cannot load the run: ..."); a next attempt
+that cannot start (a host's run folder gone, as after a reboot that emptied /tmp, or a host that
+does not answer) for as long as a host has to answer (the longer of ``unreachable_grace_s`` and
+``host_gone_s``) ends it ``failed`` saying why. Every other error is logged, and the next poll
+tries again.
 """
 from __future__ import annotations
 
@@ -88,6 +91,7 @@ class Keeper:
         self.unreachable_since: float | None = None
         self.casualties_since: float | None = None
         self.silent: dict[str, float] = {}   # host -> since when it has not answered over SSH
+        self.restart_failing_since: float | None = None   # the next attempt has not started since
         self.delay = poll_s
 
     def run(self, *, take_over: bool = False) -> Phase:
@@ -391,13 +395,16 @@ class Keeper:
         elif restarts_used([a.reason for a in run.state.attempts]) >= policy.max_restarts:
             return self._give_up(run, reason, why=f"gave up after {policy.max_restarts} restart(s)")
         time.sleep(run.job.restart.backoff_s)
-        if run.state.attempts and run.state.attempts[-1].lost:
-            moved = self._replace_lost(run)   # a host that does not answer raises: next poll retries
-            if not isinstance(moved, tuple):
-                return moved
-            run, step = moved
-        else:
-            step = common_checkpoint(run)   # a host that does not answer raises: next poll retries
+        try:   # a host that does not answer, or its run folder gone, raises
+            if run.state.attempts and run.state.attempts[-1].lost:
+                moved = self._replace_lost(run)
+                if not isinstance(moved, tuple):
+                    return moved
+                run, step = moved
+            else:
+                step = common_checkpoint(run)
+        except ConsoleError as err:
+            return self._cannot_restart(run, err)
         self.log(f"starting attempt {run.state.attempt + 1} from "
                  f"{'step ' + str(step) if step is not None else 'scratch'}")
         try:
@@ -406,13 +413,28 @@ class Keeper:
             self.log(f"not restarting: {err}")
             return None if run.reload().live else run.state.phase
         except ConsoleError as err:
-            self.log(f"attempt {run.state.attempt} failed to start: {err}")
-            return None
+            return self._cannot_restart(run, err)
+        self.restart_failing_since = None
         outbox.on_restart(run.local_dir, run.state)   # the webhook hears why, once the new attempt runs
         self.progress = MetricsSeen()
         self.life = LifeWatch(changed=time.time())
         self.silent = {}
         return None
+
+    def _cannot_restart(self, run: Run, err: ConsoleError) -> Phase | None:
+        """The next attempt did not start: the next poll tries again, for as long as a host has to
+        answer (``_stop_all``'s bound); then the run fails saying why. A cause that does not heal
+        (the host's run folder gone) would otherwise keep the keeper, and the run's `restarting`,
+        forever."""
+        now = time.time()
+        self.restart_failing_since = self.restart_failing_since or now
+        waited = now - self.restart_failing_since
+        policy = run.job.restart
+        if waited < max(policy.unreachable_grace_s, policy.host_gone_s):
+            self.log(f"attempt {run.state.attempt + 1} did not start, trying again: {err}")
+            return None
+        return self._give_up(run, f"attempt {run.state.attempt + 1} could not start for {waited:.0f} s: {err}",
+                             why="gave up restarting")
 
     def _give_up(self, run: Run, reason: str, *, why: str) -> Phase | None:
         """End as failed, with the failing tasks' tracebacks kept beside the state file."""

@@ -247,3 +247,36 @@ def test_a_keeper_killed_while_it_starts_a_restart_is_resumed_not_failed(local_c
     assert detached.keeper_pid(run.local_dir) not in (None, old_keeper)
     launcher.attach(run.run_id, store=store).stop(grace_s=2)
     assert_nothing_left(run, store)
+
+
+@pytest.mark.slow
+@pytest.mark.waits   # no task runs: the keeper only fails to start one
+def test_a_restart_that_cannot_start_ends_the_run_failed_saying_why(store, python_path, tmp_path, capsys):
+    """The keeper died while the run was restarting, and the hosts' run folders are gone since (a
+    reboot emptied /tmp): `status` starts a new keeper, which must end the run failed saying why
+    once the hosts have had their time to answer, not try every few seconds for ever (a CI run
+    left two such keepers polling after the suite had ended)."""
+    import backend.cli.main as cli
+    from backend.runs.store import Phase, RunState, TaskState
+    from backend.config.spec import job_to_dict
+    from tests import sshd
+    job = command_job(HANG, python_path, max_restarts=3, backoff_s=0.2, unreachable_grace_s=2, host_gone_s=2)
+    tasks = [{"role": role, "host": "127.0.0.1", "transport": "local", "tf_port": sshd.free_port(),
+              "python": python_path, "workdir": str(tmp_path / "wiped" / role)} for role in ("chief", "worker")]
+    store.reserve("wiped")
+    store.save(RunState("wiped", 0.0, {"tasks": tasks}, job_to_dict(job),
+                        [TaskState(name, i, "127.0.0.1", str(tmp_path / "wiped" / name.split("-")[0] / "run"))
+                         for i, name in enumerate(("chief-0", "worker-0"))], phase=Phase.RESTARTING))
+    local_dir = store.path("wiped")
+    try:
+        assert cli.main(["--runs", str(store.root), "status", "wiped"]) == 0
+        assert "keeper not running: started a new one" in capsys.readouterr().out
+        wait_for(lambda: store.load("wiped").phase == "failed", 60, "the keeper to give up restarting")
+        wait_for(lambda: detached.keeper_pid(local_dir) is None, 30, "the keeper to exit")
+    finally:
+        detached.end_keeper(local_dir)
+    assert cli.main(["--runs", str(store.root), "status", "wiped"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("run wiped: failed"), shown
+    assert "gave up restarting: attempt 1 could not start for " in shown, shown
+    assert "no harness in" in shown and "Fix the cause shown below, then launch again" in shown, shown

@@ -15,7 +15,7 @@ from backend.config.spec import ShrinkMode, job_from_dict, job_to_dict
 from backend.engines.direct import task_argv, task_env
 from backend.errors import SpecErrors
 from backend.hosts.pool import Pool
-from backend.runs import membership
+from backend.runs import detached, membership
 from backend.runs.handle import Run
 from backend.runs.store import Phase, RunState, RunStore, TaskState
 from tests.faults.conftest import SYNTHETIC
@@ -53,7 +53,11 @@ def lost_run(tmp_path, python_path):
         store.save(state)
         return Run(state, store, Pool())
     make.store = store
-    return make
+    yield make
+    # `status` on a kept run that is restarting starts the keeper it lacks (detached.ensure_keeper):
+    # end it, or it outlives the test trying to restart tasks that have no run folder.
+    if store.path("shrink-run").exists():
+        detached.end_keeper(store.path("shrink-run"))
 
 
 def shrink(run: Run, host: str) -> tuple[Run, str]:
