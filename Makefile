@@ -9,11 +9,12 @@ PORT    ?= 8501
 # everything in this one process.
 TEST_WORKERS ?= 3
 
-.PHONY: run test system-deps bench clean help
+.PHONY: run test test-fast system-deps bench clean help
 
 help:
 	@echo "make run    - install and start the console on 127.0.0.1:$(PORT); prints the URL with its login token"
 	@echo "make test   - install everything tests need (sshd, chromium) and run all tests"
+	@echo "make test-fast - the same, without the tests that train TensorFlow (about 4 minutes)"
 	@echo "make bench  - run the benchmarks in bench/"
 
 # The pinned requirements, then this checkout itself, editable (pyproject.toml): that puts the
@@ -49,6 +50,11 @@ run: $(VENV)/.runtime
 
 test: $(VENV)/.dev system-deps
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
+
+# The developer's loop: every test but those that train TensorFlow (the `slow` marker), on the
+# same real sshd, Chromium and Slurm parts; `make test` stays the one that says a change is done.
+test-fast: $(VENV)/.dev system-deps
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" --durations=10 tests
 
 bench: $(VENV)/.dev system-deps
 	$(PY) bench/run_all.py
