@@ -245,6 +245,43 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
             terminalreporter.write_line(f"{name}: {json.dumps(figures)}")
 
 
+# How long the processes a session started may take to exit after its last test: a stopped
+# run's keeper leaves at its next poll (1 s), a task's supervisor within its stop's grace.
+LEFTOVER_GRACE_S = 20.0
+
+
+def leftovers(base: str) -> list[str]:
+    """Live processes whose command line names a path under ``base`` (this session's temporary
+    folder: every test's runs, workdirs, sshd and browser profiles are below it)."""
+    return [line for line in ps("pid=,stat=,args=")
+            if base in line and not line.split(None, 2)[1].startswith("Z") and "ps -ww" not in line]
+
+
+@pytest.hookimpl(trylast=True)   # after the session fixtures' teardown (sshd, Slurm, consoles)
+def pytest_sessionfinish(session) -> None:
+    """Nothing is left behind: a process a test started (a keeper, a task, a daemon) that outlives
+    the session fails the run, named, and is killed. A CI run left two keepers polling for ever,
+    and no test had noticed (tests/faults/test_keeper.py, the restart that cannot start)."""
+    if hasattr(session.config, "workerinput"):
+        return   # under pytest-xdist the controller looks, once every worker has finished
+    base = f"{session.config._tmp_path_factory.getbasetemp()}/"
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while (left := leftovers(base)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    reporter.ensure_newline()
+    reporter.section(f"processes left behind {LEFTOVER_GRACE_S:.0f} s after the last test (killed)", red=True)
+    for line in left:
+        reporter.write_line(line[:300])
+        try:
+            os.kill(int(line.split()[0]), 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_unconfigure(config) -> None:
     if HOME.name.startswith("tfconsole-test-home-"):
         shutil.rmtree(HOME, ignore_errors=True)
