@@ -21,6 +21,7 @@ import getpass
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -276,7 +277,7 @@ def pytest_sessionfinish(session) -> None:
     for line in left:
         reporter.write_line(line[:300])
         try:
-            os.kill(int(line.split()[0]), 9)
+            os.kill(int(line.split()[0]), signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
     session.exitstatus = pytest.ExitCode.TESTS_FAILED

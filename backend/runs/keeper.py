@@ -322,8 +322,7 @@ class Keeper:
         """Stop the failed attempt's tasks, retrying an unreachable host within its grace. A host
         judged gone (``_gone``) is not waited for: the attempt records it lost (its tasks move to
         a spare next), and the stop of the others is clean."""
-        policy = run.job.restart
-        deadline = time.time() + max(policy.unreachable_grace_s, policy.host_gone_s)
+        deadline = time.time() + answer_bound(run)
         delay = self.poll_s
         while True:
             report = run.stop_attempt(grace_s=STOP_GRACE_S)
@@ -423,14 +422,13 @@ class Keeper:
 
     def _cannot_restart(self, run: Run, err: ConsoleError) -> Phase | None:
         """The next attempt did not start: the next poll tries again, for as long as a host has to
-        answer (``_stop_all``'s bound); then the run fails saying why. A cause that does not heal
+        answer (``answer_bound``, as a stop does); then the run fails saying why. A cause that does not heal
         (the host's run folder gone) would otherwise keep the keeper, and the run's `restarting`,
         forever."""
         now = time.time()
         self.restart_failing_since = self.restart_failing_since or now
         waited = now - self.restart_failing_since
-        policy = run.job.restart
-        if waited < max(policy.unreachable_grace_s, policy.host_gone_s):
+        if waited < answer_bound(run):
             self.log(f"attempt {run.state.attempt + 1} did not start, trying again: {err}")
             return None
         return self._give_up(run, f"attempt {run.state.attempt + 1} could not start for {waited:.0f} s: {err}",
@@ -453,6 +451,12 @@ class Keeper:
         self.log(f"{why}: {reason}")
         run.move(Phase.FAILED, when=(Phase.RESTARTING,))
         return None if run.state.live else run.state.phase
+
+
+def answer_bound(run: Run) -> float:
+    """How long a host has to answer a stop or a restart before the keeper gives up on it."""
+    policy = run.job.restart
+    return max(policy.unreachable_grace_s, policy.host_gone_s)
 
 
 def traceback_tail(log: str, max_lines: int = 60) -> str:
