@@ -79,7 +79,9 @@ def _ssh_launch(files, python: str, script: str, token: str):
 
 
 def _sleeps(token: str) -> int:
-    return sum(argv.startswith("sleep") for argv in carrying(token).values())
+    """The job's daemons (each a `sleep 600`), and not the `sleep 0.1` of a job's own polling
+    loop, which is there most of the time: counted too, a full run once never saw just one."""
+    return sum(argv == "sleep 600" for argv in carrying(token).values())
 
 
 def test_a_setsid_daemon_does_not_outlive_the_stop(ssh_files, python_path, token):  # noqa: F811
