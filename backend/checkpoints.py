@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from backend.diagnosis import diagnose
 from backend.errors import ArtifactError, HostError, RunError
-from backend.harness import layout, metric_line
+from backend.client.harness import layout, metric_line
 from backend.hosts import remote
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")   # \Z: no trailing newline

@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tests.sshd import free_port  # noqa: E402  (below the ephemeral range)
-HARNESS = os.path.join(ROOT, "backend", "harness")
+HARNESS = [sys.executable, "-m", "backend.client.harness.{}"]   # this checkout's, as the venv imports it
 JOB = os.path.join(ROOT, "examples", "synthetic.py")
 VARIANTS = {"small pools, nice 10 (default)": ["--threads", "1", "--nice", "10"],
             "TensorFlow defaults": ["--threads", "0", "--nice", "0"]}
@@ -36,7 +36,7 @@ def start_workers(run: str) -> list[subprocess.Popen]:
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
                    TF_CONFIG=json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
                                          "task": {"type": "worker", "index": i}}))
-        argv = [sys.executable, os.path.join(HARNESS, "train.py"), "--run-dir", run, "--job", JOB,
+        argv = [*(a.format("train") for a in HARNESS), "--run-dir", run, "--job", JOB,
                 "--run-id", "bench", "--param", "epochs=1", "--param", "steps_per_epoch=10000000",
                 "--param", "checkpoint_every=50", "--param", "keep_checkpoints=3"]
         with open(os.path.join(run, "logs", f"worker-{i}.log"), "w") as log:
@@ -64,7 +64,7 @@ def rate(run: str, action) -> tuple[float, float]:
 
 
 def export(run: str, args: list[str], name: str) -> None:
-    out = subprocess.run([sys.executable, os.path.join(HARNESS, "export.py"), "--run-dir", run, "--job", JOB,
+    out = subprocess.run([*(a.format("export") for a in HARNESS), "--run-dir", run, "--job", JOB,
                           "--formats", "keras", "--name", name, *args],
                          capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     if out.returncode != 0:

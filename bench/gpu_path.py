@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend.harness.probe import check_gpus  # noqa: E402
+from backend.client.harness.probe import check_gpus  # noqa: E402
 from backend.runs.launcher import Preflight, launch  # noqa: E402
 from backend.watch.metrics import MetricsStore  # noqa: E402
 from backend.runs.store import RunStore  # noqa: E402

@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tests.sshd import free_port  # noqa: E402  (below the ephemeral range)
-TRAIN = os.path.join(ROOT, "backend", "harness", "train.py")
+TRAIN = ["-m", "backend.client.harness.train"]
 JOB = os.path.join(ROOT, "examples", "synthetic.py")
 VARIANTS = {
     "bare": ["bare=1"],
@@ -47,7 +47,7 @@ def run_once(steps: int, params: list, workdir: str, threads: int) -> tuple[floa
                    TF_NUM_INTRAOP_THREADS=str(threads), TF_NUM_INTEROP_THREADS="2",
                    TF_CONFIG=json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
                                          "task": {"type": "worker", "index": i}}))
-        argv = [sys.executable, TRAIN, "--run-dir", run, "--job", JOB, "--run-id", "bench",
+        argv = [sys.executable, *TRAIN, "--run-dir", run, "--job", JOB, "--run-id", "bench",
                 "--param", "epochs=1", "--param", f"steps_per_epoch={steps}"]
         for kv in params:
             argv += ["--param", kv]

@@ -83,7 +83,6 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "lib").mkdir()
             (Path(tmp) / "lib" / "tfconsole").symlink_to(ROOT / "backend" / "client")
-            (Path(tmp) / "harness").symlink_to(ROOT / "backend" / "harness")
             r = run(variant, a, tmp)
         report[variant] = {"sync_ms_median": ms(r["syncs"]), "syncs": len(r["syncs"]),
                            "epoch_end_ms_median": ms(r["epoch_end"]),

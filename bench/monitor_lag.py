@@ -4,7 +4,7 @@ A run is launched through the real launcher as a ``kind: command`` job over the 
 one task per worker, so the console watches it exactly as a real run (watch agent, journal
 mirror, store, Monitor). The chief runs this file with ``--report``: it writes, every
 ``--interval`` seconds, one metrics line per worker for the next step through the harness's own
-writer (``backend/harness/report.py``); the other tasks only sleep. No TensorFlow.
+writer (``backend/client/harness/report.py``); the other tasks only sleep. No TensorFlow.
 
 In each round, for 4 and then 64 workers (alternating which goes first), Monitor is opened and,
 over ``--seconds``, a script in the page notes when the loss chart first holds each step: the lag
@@ -54,7 +54,7 @@ def report(interval: float) -> None:
     if os.environ.get("TFCONSOLE_IS_CHIEF") != "1":
         os.execvp("sleep", ["sleep", "infinity"])
     sys.path.insert(0, str(ROOT))
-    from backend.harness.report import MetricsReporter
+    from backend.client.harness.report import MetricsReporter
     tasks = os.environ["BENCH_TASKS"].split(",")
     odd = tasks[len(tasks) // 3]                      # one worker stands out: crowd mode names it
     rng = random.Random(0)

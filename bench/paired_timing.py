@@ -1,7 +1,7 @@
 """Paired timing inside two local workers: what a tfconsole client part costs a training loop.
 
 Shared by bench/custom_loop.py and bench/keras_callback.py. Each starts two worker processes
-(TF_CONFIG by hand on localhost ports, a throwaway run folder holding lib/tfconsole and harness/
+(TF_CONFIG by hand on localhost ports, a throwaway run folder holding lib/tfconsole (client and harness)
 as a console run has them) running its own ``worker`` script, which times segments without and
 with the part under test, alternating in ABBA order inside the same processes, and prints one
 ``SEG <pair> <use 0|1> <wall ms/step> <CPU ms/step>`` line per segment. A load change on shared
@@ -57,7 +57,6 @@ def measure(worker: str, argv: list[str], *, pairs: int, variant: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "lib").mkdir()
         (Path(tmp) / "lib" / "tfconsole").symlink_to(ROOT / "backend" / "client")
-        (Path(tmp) / "harness").symlink_to(ROOT / "backend" / "harness")
         segs = run(worker, argv, tmp)
     each = range(pairs)
     wall = [100 * (segs[(i, 1)][0] / segs[(i, 0)][0] - 1) for i in each]

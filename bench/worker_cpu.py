@@ -1,7 +1,7 @@
 """A worker's start-up CPU: two harness workers of the default demo job, this tree against another.
 
 Each round starts two local workers (examples/synthetic.py, TF_CONFIG by hand on localhost ports)
-of this tree's backend/harness and, right after, two of ``--tree``'s, and counts the CPU seconds
+of this tree's backend/client/harness and, right after, two of ``--tree``'s, and counts the CPU seconds
 (user + system) the two processes spent from start to exit. Few steps, so the figure is what a
 worker spends before it trains (the import, the strategy, the model, tracing): what the suite's
 two hundred short runs pay (issue 38). Rounds alternate which tree goes first; the figure is the
@@ -27,6 +27,14 @@ sys.path.insert(0, str(ROOT))
 from tests.sshd import free_port  # noqa: E402  (below the ephemeral range)
 
 
+def _train(tree: Path) -> list[str]:
+    """The harness of ``tree``: a package (``-m``, run from the tree) or, in an older tree, a script."""
+    if (tree / "backend" / "client" / "harness" / "train.py").exists():
+        return [sys.executable, "-c", "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+                "runpy.run_module('backend.client.harness.train', run_name='__main__')", str(tree)]
+    return [sys.executable, str(tree / "backend" / "harness" / "train.py")]
+
+
 def two_workers(tree: Path, steps: int, workdir: str) -> float:
     """CPU seconds per worker of one two-worker run of ``tree``'s harness."""
     ports = [free_port(), free_port()]
@@ -38,7 +46,7 @@ def two_workers(tree: Path, steps: int, workdir: str) -> float:
                    TF_CONFIG=json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
                                          "task": {"type": "worker", "index": i}}))
         procs.append(subprocess.Popen(
-            [sys.executable, str(tree / "backend" / "harness" / "train.py"), "--run-dir", run,
+            [*_train(tree), "--run-dir", run,
              "--job", str(ROOT / "examples" / "synthetic.py"), "--run-id", "bench",
              "--param", "epochs=1", "--param", f"steps_per_epoch={steps}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))

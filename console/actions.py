@@ -8,7 +8,7 @@ from typing import Callable
 
 from backend import checkpoints
 from backend.errors import ArtifactError, ConsoleError, SpecError
-from backend.harness import layout
+from backend.client.harness import layout
 from backend.runs import restore as run_restore
 from backend.runs.launcher import Preflight, launch
 from backend.runs.store import new_run_id

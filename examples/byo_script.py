@@ -17,14 +17,14 @@ import time
 
 
 def find_reporter(run_dir):
-    # The run's copy first (what the launcher ships), then this repository's copy.
-    here = os.path.dirname(os.path.abspath(__file__))
-    for folder in (os.path.join(run_dir, "harness"),
-                   os.path.join(here, os.pardir, "backend", "harness")):
-        if os.path.exists(os.path.join(folder, "report.py")):
-            sys.path.insert(0, os.path.abspath(folder))
-            break
-    from report import MetricsReporter
+    # The run's copy first (what the launcher ships: RUN/lib/tfconsole/), then this checkout's.
+    lib = os.path.join(run_dir, "lib")
+    if os.path.exists(os.path.join(lib, "tfconsole", "harness", "report.py")):
+        sys.path.insert(0, os.path.abspath(lib))
+        from tfconsole.harness.report import MetricsReporter
+    else:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+        from backend.client.harness.report import MetricsReporter
     return MetricsReporter
 
 

@@ -3,7 +3,7 @@
 A fixed random "teacher" function makes the targets; a small MLP learns it, so the loss drops
 visibly within a few hundred steps on CPU. Run it with the harness:
 
-    python backend/harness/train.py --run-dir runs/demo --job examples/synthetic.py --run-id demo
+    python backend/client/harness/train.py --run-dir runs/demo --job examples/synthetic.py --run-id demo
 
 Sharding: the stream is cut into GLOBAL batches first and each worker takes its own slice of
 every global batch. The set of examples in a step is then the same whatever the number of

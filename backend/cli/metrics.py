@@ -7,7 +7,7 @@ those lines, and the output says so), so it is as fresh as the run, with no cons
 from __future__ import annotations
 
 from backend.cli.checkpoints import _attach, print_json, print_table
-from backend.harness import layout
+from backend.client.harness import layout
 from backend.hosts import remote
 from backend.watch import summary
 from backend.watch.lines import parse_metric_block

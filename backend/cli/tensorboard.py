@@ -20,7 +20,7 @@ from pathlib import Path
 
 from backend.cli.checkpoints import _attach
 from backend.errors import ConsoleError, RunError
-from backend.harness import layout
+from backend.client.harness import layout
 from backend.hosts import remote
 
 ADDRESS = "127.0.0.1"

@@ -1,6 +1,7 @@
 """tfconsole: report metrics, honour Save now and write listed checkpoints from a job script.
 
-Shipped with every run as RUN/lib/tfconsole/ (on the job's PYTHONPATH). Standard library only
+Shipped with every run as RUN/lib/tfconsole/ (on the job's PYTHONPATH), with harness/: the worker harness,
+hostctl and export, the rest of what runs on a host (one package, one name: __main__.py). Standard library only
 at import; the Keras callback loads TensorFlow when it is made. Outside a console run every
 call is a harmless no-op, so the same script still runs by hand.
 

@@ -10,13 +10,9 @@ from __future__ import annotations
 import os
 import time
 
-from . import _harness
+from .harness import ckpt_index, layout, retention
 from .reporting import checkpoint_dir, context
 
-
-def _modules():
-    run_dir = context().run_dir
-    return _harness.load("ckpt_index", run_dir), _harness.load("retention", run_dir)
 
 
 def save(checkpoint, step: int, *, epoch: int, losses: dict, keep: int = 5,
@@ -28,7 +24,6 @@ def save(checkpoint, step: int, *, epoch: int, losses: dict, keep: int = 5,
     directory = checkpoint_dir()
     if directory is None:
         return None
-    ckpt_index, retention = _modules()
     os.makedirs(directory, exist_ok=True)
     policy = retention.Policy(keep_last=int(keep), keep_best=int(keep_best), grace_s=30.0,
                               best_metric=best_metric, best_mode=best_mode)
@@ -47,7 +42,6 @@ def write_meta(directory: str, step: int, *, epoch: int, losses: dict,
                metrics: dict | None = None, versions: dict | None = None) -> None:
     """``ckpt-<step>.meta.json``, written after the save returned: it makes the step complete
     (listed). ``losses``: {task: loss}; ``metrics``: global values at this step."""
-    ckpt_index, _ = _modules()
     values = {k: float(v) for k, v in losses.items()}
     global_loss = sum(values.values()) / len(values) if values else None
     named = {k: float(v) for k, v in (metrics or {}).items()}
@@ -63,7 +57,6 @@ def restore(checkpoint, step: int) -> dict:
     """Restore ``step`` from this worker's own folder; say so in tasks/<task>.resumed (the
     console's Restore waits for it). Returns the checkpoint's metadata."""
     ctx = context()
-    ckpt_index, _ = _modules()
     directory = checkpoint_dir()
     complete = {c["step"]: c for c in ckpt_index.list_complete(directory)}
     if step not in complete:
@@ -71,7 +64,6 @@ def restore(checkpoint, step: int) -> dict:
                            f"(complete: {sorted(complete) or 'none'}); pick one of those in the "
                            "console's Checkpoints page")
     checkpoint.restore(complete[step]["prefix"]).expect_partial()
-    layout = _harness.load("layout", ctx.run_dir)
     os.makedirs(os.path.join(ctx.run_dir, layout.TASKS), exist_ok=True)
     ckpt_index.write_json_atomic(layout.task_file(ctx.run_dir, ctx.task, "resumed"), {
         "attempt": ctx.attempt, "step": int(step), "time": time.time()})

@@ -9,7 +9,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from . import _harness
+from .harness import taskenv
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def _cluster(tf_config: str | None) -> tuple[str, tuple, bool]:
 def from_env(environ=None) -> Context:
     env = os.environ if environ is None else environ
     task, tasks, is_chief = _cluster(env.get("TF_CONFIG"))
-    names = _harness.load("taskenv")
+    names = taskenv
     run_dir = env.get(names.RUN_DIR) or None
     flag = env.get(names.IS_CHIEF)
     resume = (env.get(names.RESUME_STEP) or "").strip()

@@ -35,7 +35,8 @@ import time
 
 import tensorflow as tf
 
-from . import _harness, checkpoints, keras_metrics, model_desc, reporting
+from .harness import ckpt_index, layout, metric_line, preempt
+from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
 
 MIN_SYNC_S = 0.25   # by default, workers meet no more often than this (a gather costs ~3 ms)
@@ -175,7 +176,6 @@ class _Hooks:
 
     def _write_train_json(self) -> None:
         spe, epochs = self.params.get("steps"), self.params.get("epochs")
-        ckpt_index = _harness.load("ckpt_index", self.ctx.run_dir)
         ckpt_index.write_json_atomic(os.path.join(self.ctx.run_dir, "train.json"), {
             "run_id": self.ctx.run_id, "attempt": self.ctx.attempt,
             "total_steps": spe * epochs if spe and epochs else None,
@@ -194,8 +194,7 @@ class _Hooks:
                  **model_desc.architecture(self.model)}
         directory = reporting.checkpoint_dir()
         os.makedirs(directory, exist_ok=True)
-        layout = _harness.load("layout", self.ctx.run_dir)
-        _harness.load("ckpt_index", self.ctx.run_dir).write_json_atomic(
+        ckpt_index.write_json_atomic(
             os.path.join(directory, layout.MODEL_CONFIG), entry)
 
     # ---- every batch --------------------------------------------------------------------------
@@ -271,7 +270,7 @@ class _Hooks:
         # Every worker takes the same (the largest) proposal: they meet again at one step.
         self.next_sync = int(max(r["next_sync"] for r in rows))
         save_now = any(r["save_flag"] > 0 for r in rows)
-        preempting = any(r["save_flag"] >= _harness.load("preempt").FLAG for r in rows)
+        preempting = any(r["save_flag"] >= preempt.FLAG for r in rows)
         values = self._values(rows, logs, repeat=again)
         if self.ctx.is_chief:
             reporting.report(self.step, epoch=self.epoch, losses=values["losses"],
@@ -295,7 +294,7 @@ class _Hooks:
             glob.update(km.from_logs(logs, self.global_only))
         rate = km.learning_rate(getattr(self.model, "optimizer", None))
         if rate is not None:
-            glob[_harness.load("metric_line").LEARNING_RATE] = rate
+            glob[metric_line.LEARNING_RATE] = rate
         return {**out, "global": glob,
                 "metrics": {t: {**m, **val_mine.get(t, {})} for t, m in out["metrics"].items()}}
 

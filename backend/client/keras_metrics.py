@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import _harness
+from .harness import metric_line
 
 BASE = ("task_index", "step_time", "save_flag", "next_sync")
 VAL = "val_"
@@ -33,7 +33,7 @@ BUDGET = 31   # 2 x 31 + 1 = 63 names, under metric_line.MAX_NAMES (64) per line
 
 
 def _line():
-    return _harness.load("metric_line")
+    return metric_line
 
 
 # ---- the gathered row ---------------------------------------------------------------------------

@@ -46,7 +46,8 @@ import time
 
 import tensorflow as tf
 
-from . import _harness, checkpoints, keras_metrics, model_desc, reporting
+from .harness import ckpt_index, layout, metric_line, preempt, requests_dir, retention
+from . import checkpoints, keras_metrics, model_desc, reporting
 from .keras import MIN_SYNC_S, _make_gather
 
 LOSS_IS = ("global_average", "replica_mean")
@@ -147,7 +148,7 @@ class Loop:
 
     def _watch_resets(self) -> None:
         """A metric the script resets (the tutorial does, every epoch) keeps the part of the
-        window before the reset: its state then is carried into the next line."""
+        window before the reset: its state then is carried into the next metric_line."""
         for name, metric in self.metrics.items():
             def reset(*a, _orig=metric.reset_state, _name=name, _metric=metric, **k):
                 t, c = keras_metrics.local_state(self.strategy, {_name: _metric})[_name]
@@ -179,7 +180,7 @@ class Loop:
             if first:
                 self._write_model_json()   # after a step: the model is built
         self.first = False
-        preempting = any(r["save_flag"] >= _harness.load("preempt").FLAG for r in rows)
+        preempting = any(r["save_flag"] >= preempt.FLAG for r in rows)
         return any(r["save_flag"] > 0 for r in rows), preempting
 
     def _values(self, rows) -> dict:
@@ -239,19 +240,17 @@ class Loop:
         if self.manager is None:
             return checkpoints.save(self.checkpoint, self.n, keep=self.keep, **common)
         directory = self.manager.directory
-        index = _harness.load("ckpt_index", self.ctx.run_dir)
-        meta = index.meta_path(directory, self.n)
+        meta = ckpt_index.meta_path(directory, self.n)
         if os.path.exists(meta):   # an older attempt's: a half-written save must not look complete
             os.unlink(meta)
-        retention = _harness.load("retention", self.ctx.run_dir)
         # Under retention's lock, as a pin takes it: a step the console holds (an export, a
         # chosen restore) is out of the manager's max_to_keep sweep until its hold ends.
         with retention.locked(directory):
             held = {int(h["step"]) for h in retention.live_holds(directory, time.time()).values()}
-            with _spared(self.manager, {index.prefix_path(directory, s) for s in held}):
+            with _spared(self.manager, {ckpt_index.prefix_path(directory, s) for s in held}):
                 path = self._orig_save(checkpoint_number=self.n)
             checkpoints.write_meta(directory, self.n, **common)
-            _drop_orphan_meta(directory, index)   # the manager's max_to_keep deleted older saves
+            _drop_orphan_meta(directory)   # the manager's max_to_keep deleted older saves
         return path
 
     def _check_manager(self) -> None:
@@ -291,8 +290,7 @@ class Loop:
 
     # ---- files the chief writes ---------------------------------------------------------------
     def _write_train_json(self) -> None:
-        index = _harness.load("ckpt_index", self.ctx.run_dir)
-        index.write_json_atomic(os.path.join(self.ctx.run_dir, "train.json"), {
+        ckpt_index.write_json_atomic(os.path.join(self.ctx.run_dir, "train.json"), {
             "run_id": self.ctx.run_id, "attempt": self.ctx.attempt,
             "total_steps": self.total_steps, "steps_per_epoch": None, "epochs": None,
             "start_step": self.n, "num_workers": len(self.ctx.tasks), "tasks": list(self.ctx.tasks),
@@ -307,15 +305,13 @@ class Loop:
         entry = model_desc.describe(model, key=key, build=self.build_model)
         directory = reporting.checkpoint_dir()
         os.makedirs(directory, exist_ok=True)
-        layout = _harness.load("layout", self.ctx.run_dir)
-        _harness.load("ckpt_index", self.ctx.run_dir).write_json_atomic(
+        ckpt_index.write_json_atomic(
             os.path.join(directory, layout.MODEL_CONFIG), entry)
 
     # ---- preemption (harness/preempt.py) ------------------------------------------------------
     def _preempt_begin(self) -> None:
         """Take SIGTERM/SIGUSR2 from TensorFlow's notifier (docs/facts.md #10): the strategy
         exists by now, so this handler replaces its own."""
-        preempt = _harness.load("preempt", self.ctx.run_dir)
         self.watch = preempt.Watch()
         self.watch.configure(task=self.ctx.task, run=self.ctx.run_dir, attempt=self.ctx.attempt,
                              grace_s=self.preempt_grace_s or preempt.DEFAULT_GRACE_S)
@@ -323,9 +319,9 @@ class Loop:
 
     def _flag(self) -> float:
         flag = 1.0 if reporting.should_save() else 0.0
-        if flag and _harness.load("requests_dir").stop_requested(reporting._state["seen"]):
+        if flag and requests_dir.stop_requested(reporting._state["seen"]):
             self.watch.request("stop --save")   # stop --save: the chief takes it as a signal
-        return _harness.load("preempt").FLAG if self.watch.pending else flag
+        return preempt.FLAG if self.watch.pending else flag
 
     def _preempted(self, save_s: float) -> None:
         self.watch.peer_flag()
@@ -338,7 +334,7 @@ class Loop:
             reporting.close()
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(_harness.load("preempt").EXIT_CODE)   # collective teardown can hang
+            os._exit(preempt.EXIT_CODE)   # collective teardown can hang
 
 
 # ---- helpers --------------------------------------------------------------------------------------
@@ -358,10 +354,9 @@ def _mean_metrics(metrics) -> dict:
     """{name: metric} of Keras metrics with a total and a count (per worker and global values
     need them); anything else is refused by name."""
     items = metrics.items() if isinstance(metrics, dict) else [(m.name, m) for m in metrics or []]
-    line = _harness.load("metric_line")
     out = {}
     for name, metric in items:
-        problem = line.name_problem(name) or ("the loss has its own column" if name == "loss" else None)
+        problem = metric_line.name_problem(name) or ("the loss has its own column" if name == "loss" else None)
         if problem:
             raise ValueError(f"tfconsole.Loop: metric name {name!r}: {problem}")
         if not keras_metrics.is_mean(metric):
@@ -412,11 +407,11 @@ def _spared(manager, paths: set):
             queue.update({**spared, **rest})
 
 
-def _drop_orphan_meta(directory: str, index) -> None:
-    for step in index.list_partial(directory):
-        if not os.path.exists(index.prefix_path(directory, step) + ".index"):
+def _drop_orphan_meta(directory: str) -> None:
+    for step in ckpt_index.list_partial(directory):
+        if not os.path.exists(ckpt_index.prefix_path(directory, step) + ".index"):
             try:
-                os.unlink(index.meta_path(directory, step))
+                os.unlink(ckpt_index.meta_path(directory, step))
             except FileNotFoundError:
                 pass
 

@@ -3,25 +3,34 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 
-from . import _harness
+from .harness import ckpt_index, layout, metric_line, requests_dir
+from .harness.report import MetricsReporter
 from .context import Context, from_env
 
 _state: dict = {"ctx": None, "reporter": None, "seen": []}
+# The same files under their other name: ``tfconsole`` on a host and in a job, ``backend.client``
+# in the console's own processes. Both in one run's process would keep two states (two Save-now
+# request lists, two preemption watches): refused at the first use in a run.
+_TWIN = ("backend.client." if __name__.startswith("tfconsole.") else "tfconsole.") + __name__.rpartition(".")[2]
 
 
 def context() -> Context:
     """This process's place in the run (cached: the environment does not change)."""
     if _state["ctx"] is None:
-        _state["ctx"] = from_env()
+        ctx = from_env()
+        if ctx.in_run and _TWIN in sys.modules:
+            raise ImportError(f"tfconsole is imported twice in this process, as {__name__} and {_TWIN}: "
+                              "import it only as `tfconsole` in a job script")
+        _state["ctx"] = ctx
     return _state["ctx"]
 
 
 def _reporter(ctx: Context):
     if _state["reporter"] is None:
-        report = _harness.load("report", ctx.run_dir)
-        _state["reporter"] = report.MetricsReporter(ctx.run_dir, ctx.run_id or "", ctx.attempt)
+        _state["reporter"] = MetricsReporter(ctx.run_dir, ctx.run_id or "", ctx.attempt)
     return _state["reporter"]
 
 
@@ -50,9 +59,8 @@ def report(step: int, loss: float | None = None, *, epoch: int = 1,
     if any(v is None for v in values.values()):
         raise ValueError("tfconsole.report: give loss= (this worker's) or losses={task: loss}")
     per_task = _per_task(metrics, values, single=not losses, task=ctx.task)
-    line = _harness.load("metric_line", ctx.run_dir)
-    glob = {**line.mean_of_workers(per_task), **(global_metrics or {})}
-    global_loss = line.mean_of_workers({t: {"loss": v} for t, v in values.items()})["loss"]
+    glob = {**metric_line.mean_of_workers(per_task), **(global_metrics or {})}
+    global_loss = metric_line.mean_of_workers({t: {"loss": v} for t, v in values.items()})["loss"]
     now = time.time()
     rep = _reporter(ctx)
     for task in [t for t in ctx.tasks if t in values] + [t for t in values if t not in ctx.tasks]:
@@ -89,14 +97,14 @@ def _nan(value) -> float:
 def should_save() -> bool:
     """True on the chief when the console's Save now is waiting (RUN/requests/save-*.json).
 
-    Only the chief sees requests. In a multi-worker job every worker must save at the same
+    Only the chief sees requests_dir. In a multi-worker job every worker must save at the same
     step (a save skipped by one worker can deadlock the others): carry this flag in a
     collective, as the Keras callback does, and call ``saved(step)`` on the chief afterwards.
     """
     ctx = context()
     if not ctx.in_run or not ctx.is_chief:
         return False
-    _state["seen"] = _harness.load("requests_dir", ctx.run_dir).pending(ctx.run_dir)
+    _state["seen"] = requests_dir.pending(ctx.run_dir)
     return bool(_state["seen"])
 
 
@@ -109,14 +117,13 @@ def saved(step: int) -> bool:
     if not (ctx.in_run and ctx.is_chief and _state["seen"]):
         _state["seen"] = []
         return False
-    requests = _harness.load("requests_dir", ctx.run_dir)
     problem = unlisted_reason(step)
     if problem is None:
-        requests.mark_done(_state["seen"], step)
+        requests_dir.mark_done(_state["seen"], step)
     else:
         print(f"[{ctx.task}] tfconsole: Save now NOT answered with step {step}: {problem}",
               flush=True)
-        requests.mark_failed(_state["seen"], step, problem)
+        requests_dir.mark_failed(_state["seen"], step, problem)
     _state["seen"] = []
     return problem is None
 
@@ -126,22 +133,21 @@ def unlisted_reason(step: int) -> str | None:
     directory = checkpoint_dir()
     if directory is None:
         return "not in a console run"
-    index = _harness.load("ckpt_index", context().run_dir)
-    if any(c["step"] == int(step) for c in index.list_complete(directory)):
+    if any(c["step"] == int(step) for c in ckpt_index.list_complete(directory)):
         return None
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
         names = []
-    stem = f"{index.PREFIX}-{int(step)}."
+    stem = f"{ckpt_index.PREFIX}-{int(step)}."
     if any(n == stem + "index" for n in names):
         return (f"{directory}/{stem}index has no {stem}meta.json, which the list needs (it proves "
                 "the save finished and holds the step's metrics): save through tfconsole.Loop "
                 "(its save(), or a CheckpointManager given to it) or tfconsole.checkpoints.save")
     others = [n for n in names if n.endswith(".index")]
-    return (f"no checkpoint {index.PREFIX}-{int(step)} in {directory} (there: "
+    return (f"no checkpoint {ckpt_index.PREFIX}-{int(step)} in {directory} (there: "
             f"{', '.join(others[-3:]) or 'no checkpoint at all'}); the list names checkpoints "
-            f"{index.PREFIX}-<step> in tfconsole.checkpoint_dir(): save there, numbered by the "
+            f"{ckpt_index.PREFIX}-<step> in tfconsole.checkpoint_dir(): save there, numbered by the "
             "step (CheckpointManager.save(checkpoint_number=step), or tfconsole.Loop's save())")
 
 
@@ -150,7 +156,6 @@ def checkpoint_dir() -> str | None:
     ctx = context()
     if not ctx.in_run:
         return None
-    layout = _harness.load("layout", ctx.run_dir)
     if ctx.is_chief:
         return os.path.join(ctx.run_dir, layout.CHECKPOINTS)
     return layout.worker_checkpoint_dir(ctx.run_dir, ctx.task)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
-from . import _harness, reporting
+from .harness import preempt, requests_dir
+from . import reporting
 
 
 class SaveOnSignal:
@@ -19,7 +20,6 @@ class SaveOnSignal:
     def __init__(self, ctx, *, grace_s: float | None, exit_on_preempt: bool) -> None:
         """Take SIGTERM and SIGUSR2 from TensorFlow's notifier, which only logs them
         (docs/facts.md #10): the strategy exists by now, so this handler replaces its own."""
-        preempt = _harness.load("preempt", ctx.run_dir)
         self.task, self.exit_on_preempt = ctx.task, exit_on_preempt
         self.watch, self.record = preempt.Watch(), None
         self.watch.configure(task=ctx.task, run=ctx.run_dir, attempt=ctx.attempt,
@@ -29,9 +29,9 @@ class SaveOnSignal:
     def flag(self, flag: float) -> float:
         """This worker's save flag for the gather: ``preempt.FLAG`` once a signal came, else ``flag``."""
         # stop --save leaves a save-stop-* request: the chief takes it as a signal
-        if flag and _harness.load("requests_dir").stop_requested(reporting._state["seen"]):
+        if flag and requests_dir.stop_requested(reporting._state["seen"]):
             self.watch.request("stop --save")
-        return _harness.load("preempt").FLAG if self.watch.pending else flag
+        return preempt.FLAG if self.watch.pending else flag
 
     def saved(self, step: int) -> None:
         """The signal's step is saved on this worker (the caller stops fit)."""
@@ -52,4 +52,4 @@ class SaveOnSignal:
             sys.stdout.flush()
             sys.stderr.flush()
             # os._exit: TensorFlow's collective teardown at exit can hang (harness/train.py).
-            os._exit(_harness.load("preempt").EXIT_CODE)
+            os._exit(preempt.EXIT_CODE)

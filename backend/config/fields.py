@@ -20,8 +20,8 @@ from typing import Mapping
 import yaml
 
 from backend.errors import SpecError, SpecErrors
-from backend.harness.jobs import BEST_MODES
-from backend.harness.metric_line import name_problem
+from backend.client.harness.jobs import BEST_MODES
+from backend.client.harness.metric_line import name_problem
 
 # ---- field parsers ----------------------------------------------------------------------------
 # Each parser takes (value, where) and returns the normalised value or raises SpecError(where, ...)

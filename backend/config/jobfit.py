@@ -5,14 +5,14 @@ GPU a chief or worker task lists, else one per task; on Slurm, one per GPU of ea
 tasks_per_node tasks), so ``global_batch_size`` must divide by the replica count; otherwise every
 worker would start, load TensorFlow and fail with the same error.
 The value the harness will use is the first of: the job's ``params``, the job module's
-``DEFAULTS`` dict, the harness default (``backend.harness.jobs.DEFAULTS``).
+``DEFAULTS`` dict, the harness default (``backend.client.harness.jobs.DEFAULTS``).
 """
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
+from backend.client.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from backend.config.slurm_spec import SlurmSpec
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, Role
 from backend.config.tfconfig import Finding, finding, raise_errors, require_valid as _require_cluster

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 
 from backend.alerts import settings as alert_settings
-from backend.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
+from backend.client.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from backend.errors import SpecError, SpecErrors
 
 

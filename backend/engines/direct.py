@@ -16,7 +16,7 @@ from backend.hosts import remote
 from backend.config import tfconfig
 from backend.engines.base import RunView, Started, StopReport
 from backend.errors import HostError, MultiHostError
-from backend.harness import layout, taskenv
+from backend.client.harness import layout, taskenv
 from backend.hosts.resolve import tf_addresses
 from backend.hosts.pool import Pool, failures, parallel
 from backend.hosts.tasks import by_host, task_host
@@ -24,8 +24,7 @@ from backend.runs.outcome import TaskPhase, TaskStatus
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
 
 
-HARNESS_DIR = Path(__file__).resolve().parents[1] / "harness"
-CLIENT_DIR = Path(__file__).resolve().parents[1] / "client"   # shipped as lib/tfconsole/
+PACKAGE_DIR = Path(__file__).resolve().parents[1] / "client"   # shipped as lib/tfconsole/
 AGENT = Path(__file__).resolve().parents[1] / "watch" / "agent.py"
 START_CHECK_S = 3.0   # a task that dies this soon after starting failed to start (checked on the host)
 
@@ -34,12 +33,7 @@ def bundle(job: JobSpec) -> bytes:
     """The files every host needs, as one tar unpacked by ``remote.install``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in sorted(HARNESS_DIR.glob("*.py")):
-            tar.add(path, arcname=f"{layout.HARNESS}/{path.name}")
-        for path in sorted(CLIENT_DIR.glob("*.py")):
-            tar.add(path, arcname=f"{layout.LIB}/tfconsole/{path.name}")
-        if AGENT.exists():
-            tar.add(AGENT, arcname=f"{layout.HARNESS}/watch_agent.py")
+        _add_package(tar)
         if job.kind == JobKind.HARNESS:
             tar.add(job.module, arcname=f"{layout.JOB}/{Path(job.module).name}")
         for path in job.files:   # a command job's own script(s), from the operator's machine
@@ -48,12 +42,21 @@ def bundle(job: JobSpec) -> bytes:
 
 
 def harness_bundle() -> bytes:
-    """harness/ alone, as ``bundle`` packs it: enough for hostctl where a run folder was removed."""
+    """The package alone, as ``bundle`` packs it: enough for hostctl where a run folder was removed."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in sorted(HARNESS_DIR.glob("*.py")):
-            tar.add(path, arcname=f"{layout.HARNESS}/{path.name}")
+        _add_package(tar)
     return buf.getvalue()
+
+
+def _add_package(tar: tarfile.TarFile) -> None:
+    """lib/tfconsole/ (the client and its harness/), lib/__main__.py (the entry every host command
+    goes through: ``layout.host_argv``) and lib/watch_agent.py."""
+    lib = f"{layout.LIB}/{layout.PACKAGE}"
+    for path in sorted(PACKAGE_DIR.glob("*.py")) + sorted(PACKAGE_DIR.glob("harness/*.py")):
+        tar.add(path, arcname=f"{lib}/{path.relative_to(PACKAGE_DIR).as_posix()}")
+    tar.add(PACKAGE_DIR / "__main__.py", arcname=f"{layout.LIB}/__main__.py")
+    tar.add(AGENT, arcname=layout.AGENT)
 
 
 def task_cwd(job: JobSpec, run_dir: str) -> str | None:
@@ -67,7 +70,7 @@ def task_argv(job: JobSpec, spec: TaskSpec, run_dir: str, run_id: str, attempt: 
     if job.kind == JobKind.COMMAND:
         command = list(job.command)
         return [spec.python, *command] if command[0].endswith(".py") else command
-    argv = [spec.python, f"{run_dir}/{layout.HARNESS}/train.py", "--run-dir", run_dir,
+    argv = [*layout.host_argv(spec.python, run_dir, "train", site=True), "--run-dir", run_dir,
             "--job", f"{run_dir}/{layout.JOB}/{Path(job.module).name}",
             "--run-id", run_id, "--attempt", str(attempt)]
     for key, value in job.params.items():

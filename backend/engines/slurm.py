@@ -22,7 +22,7 @@ from backend.hosts import remote
 from backend.engines.base import RunView, Started, StopReport
 from backend.engines.direct import bundle
 from backend.errors import ConsoleError, HostError
-from backend.harness import layout
+from backend.client.harness import layout
 from backend.hosts.pool import Pool
 from backend.runs.outcome import TaskPhase, TaskStatus
 from backend.runs.store import Attempt, Phase, RunState, TaskState, check_run_id, write_private
@@ -110,7 +110,7 @@ class SlurmEngine:
             job = parse_scontrol(text)
             return job, {t.name: {"info": {"node": job.nodes} if job else None} for t in run.state.tasks}
         run_dir = self._run_dir(run)
-        argv = [self.spec.python, "-S", f"{run_dir}/{layout.HARNESS}/slurm_task.py", "probe",
+        argv = [*layout.host_argv(self.spec.python, run_dir, "slurm_task"), "probe",
                 "--run-dir", run_dir, "--job", job_id] + [a for t in run.state.tasks for a in ("--task", t.name)]
         result = self._login().run(argv, timeout=60).check(
             "could not read the Slurm job's state", "Check the login host and that scontrol works there.")

@@ -24,7 +24,7 @@ import shlex
 
 from backend.engines.direct import task_argv, task_cwd   # the same harness command line as on SSH hosts
 from backend.errors import SpecError
-from backend.harness import layout, preempt, taskenv
+from backend.client.harness import layout, preempt, taskenv
 from backend.config.slurm_spec import FLAG_OPTIONS, SlurmSpec
 from backend.config.spec import JobKind, JobSpec
 
@@ -80,11 +80,11 @@ def batch_script(spec: SlurmSpec, job: JobSpec, *, run_dir: str, run_id: str, at
     if not spec.gpus_per_task:   # CPU only: no task may grab a GPU by accident
         env["CUDA_VISIBLE_DEVICES"] = ""
     resumed = "from scratch" if resume_step is None else f"resuming from step {resume_step}"
-    task = [spec.python, "-S", f"{run_dir}/{layout.HARNESS}/slurm_task.py", "run",
+    task = [*layout.host_argv(spec.python, run_dir, "slurm_task"), "run",
             "--run-dir", run_dir, "--tf-port", str(spec.tf_port),
             *(["--cwd", cwd] if (cwd := task_cwd(job, run_dir)) else []), "--",
             *task_argv(job, spec.login(), run_dir, run_id, attempt, resume_step)]
-    requeue = [spec.python, "-S", f"{run_dir}/{layout.HARNESS}/slurm_task.py", "requeue",
+    requeue = [*layout.host_argv(spec.python, run_dir, "slurm_task"), "requeue",
                "--run-dir", run_dir, "--attempt", str(attempt),
                *[a for name in spec.task_names() for a in ("--task", name)]]
     srun = ["srun", "--distribution=block", "--kill-on-bad-exit=1", "--open-mode=append",

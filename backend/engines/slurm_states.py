@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, replace
 
 from backend.diagnosis import diagnose
-from backend.harness import preempt
+from backend.client.harness import preempt
 from backend.runs.outcome import TaskPhase, TaskStatus
 
 _PAIR = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s[A-Za-z][\w/:]*=|\s*$)")

@@ -15,7 +15,7 @@ from backend.hosts.pool import Pool, connection_key, parallel
 from backend.hosts.resolve import tf_addresses
 from backend.config.spec import ClusterSpec, TaskSpec
 
-PROBE = (Path(__file__).resolve().parents[1] / "harness" / "probe.py").read_text()
+PROBE = (Path(__file__).resolve().parents[1] / "client" / "harness" / "probe.py").read_text()
 CHECKS = ("ssh", "python", "tensorflow", "gpus", "port", "workdir", "peers")
 
 

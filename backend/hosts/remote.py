@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from backend.errors import HostError
-from backend.harness import layout
+from backend.client.harness import layout
 from backend.hosts.base import Result, Stream, Transport
 
 CHUNK = 8 << 20        # bytes per read or write call: a slow link still answers within TIMEOUT_S
@@ -131,7 +131,7 @@ def _call(h: Host, sub: str, *args: str, stdin: bytes | None = None, timeout: fl
 def _argv(h: Host, sub: str, *args: str, harness_in: str | None = None) -> list[str]:
     """hostctl from the run folder's harness (or from ``harness_in``'s), acting on the run folder."""
     where = harness_in or h.run_dir
-    return [h.python, "-S", f"{where}/{layout.HARNESS}/hostctl.py", sub, "--run", h.run_dir, *args]
+    return layout.host_argv(h.python, where, "hostctl", sub, "--run", h.run_dir, *args)
 
 
 def _answer(result: Result) -> dict:

@@ -18,7 +18,7 @@ from backend.hosts import remote
 from backend.engines.base import Engine, StopReport
 from backend.engines import engine_for, tasks_view
 from backend.errors import ConsoleError, MultiHostError, RunError
-from backend.harness import layout, preempt
+from backend.client.harness import layout, preempt
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
 from backend.runs.outcome import (PREEMPTED, REQUEUED, Conclusion, TaskPhase, TaskStatus, Verdict, all_queued,
@@ -198,16 +198,16 @@ class Run:
         # Every other host's GPUs too, each read by an agent there (one per host, not per task).
         others = {g.spec.host: g for g in by_host(self.state.tasks, self.cluster) if g.spec.host != spec.host}
         gpu_hosts = tuple(GpuHost(name, (lambda s=g.spec: make_transport(s, self.pool.options)), g.spec.python,
-                                  f"{g.run_dir}/{layout.HARNESS}/watch_agent.py", g.run_dir)
+                                  f"{g.run_dir}/{layout.AGENT}", g.run_dir)
                           for name, g in others.items())
         fan_out = getattr(self.engine, "gpu_fan_out", None)
         if fan_out is not None:   # Slurm: the nodes' GPUs, reached from the login host by srun
             gpu_hosts = (GpuHost("nodes", lambda: make_transport(spec, self.pool.options), spec.python,
-                                 f"{chief.remote_run_dir}/{layout.HARNESS}/watch_agent.py", chief.remote_run_dir,
+                                 f"{chief.remote_run_dir}/{layout.AGENT}", chief.remote_run_dir,
                                  fan_out=fan_out(self)),)
         return RunMonitor(lambda: make_transport(spec, self.pool.options), chief.remote_run_dir,
                           str(self.local_dir), store, python=spec.python, poll=poll,
-                          agent_path=f"{chief.remote_run_dir}/{layout.HARNESS}/watch_agent.py",
+                          agent_path=f"{chief.remote_run_dir}/{layout.AGENT}",
                           host=spec.host, gpu_hosts=gpu_hosts)
 
     # -- settling -----------------------------------------------------------------------

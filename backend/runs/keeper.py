@@ -41,14 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.alerts import outbox
-from backend.harness import metric_line
+from backend.client.harness import metric_line
 from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.diagnosis import stacks
 from backend.runs.attempts import begin_attempt
 from backend.checkpoints import common_checkpoint
 from backend.errors import ConsoleError, RunError
-from backend.harness import layout
+from backend.client.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.engines.direct import harness_bundle

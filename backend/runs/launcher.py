@@ -18,7 +18,7 @@ from backend.config import jobfit
 from backend.alerts import outbox, settings as alert_settings
 from backend.runs import detached, record
 from backend.runs.attempts import begin_attempt
-from backend.harness import layout
+from backend.client.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.resolve import tf_hosts
 from backend.hosts.ssh import SSHOptions

@@ -9,7 +9,7 @@ import enum
 from dataclasses import dataclass, field
 
 from backend.diagnosis import diagnose
-from backend.harness import preempt
+from backend.client.harness import preempt
 
 PREEMPTED = "preempted"   # an attempt's reason starts so: every task saved and exited on a signal
 REQUEUED = "requeued"     # ... so: the cluster requeued the job itself, and it ran again (Slurm)

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator
 
 from backend.alerts import settings as alert_settings
 from backend.errors import RunError
-from backend.harness import layout
+from backend.client.harness import layout
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")   # \Z: no trailing newline
 LOCK = "state.lock"

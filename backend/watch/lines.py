@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from backend.harness import metric_line
+from backend.client.harness import metric_line
 from backend.watch.metrics import NAMED, records_to_columns
 
 ARROW_MIN_LINES = 5000   # below this, pyarrow's fixed cost outweighs its speed

@@ -34,7 +34,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from backend.harness import metric_line
+from backend.client.harness import metric_line
 from backend.watch.named_series import NAMED, NamedSeries, named_columns
 
 FIELDS = ("step", "time", "loss", "step_time", "examples_per_sec")

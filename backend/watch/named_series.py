@@ -1,4 +1,4 @@
-"""Named metrics' series (accuracy, val_loss, learning_rate ...: backend/harness/metric_line.py),
+"""Named metrics' series (accuracy, val_loss, learning_rate ...: backend/client/harness/metric_line.py),
 kept by the metrics store (metrics.py) beside its loss columns.
 
 Per (metric, task) and per metric for the global value, each a (step, time, value) series made
@@ -13,7 +13,7 @@ from typing import Mapping
 
 import numpy as np
 
-from backend.harness import metric_line
+from backend.client.harness import metric_line
 
 NAMED = ("metrics", "global")   # a line's named values: columns of dicts (or None) per row
 VALUE = ("step", "time", "value")

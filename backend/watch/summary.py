@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backend.harness import metric_line
+from backend.client.harness import metric_line
 from backend.watch.journal import METRICS, MIRROR_DIR, line_blocks
 from backend.watch.lines import parse_metric_block
 from backend.watch.metrics import MetricsStore

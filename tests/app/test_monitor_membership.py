@@ -13,7 +13,7 @@ import time
 
 from backend.config.spec import job_from_dict, job_to_dict
 from backend.engines.direct import bundle
-from backend.harness.report import MetricsReporter
+from backend.client.harness.report import MetricsReporter
 from backend.hosts.local import LocalTransport
 from backend.hosts.remote import Host, install
 from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState

@@ -27,7 +27,7 @@ def test_choosing_slurm_shows_its_form_and_the_batch_script(page):
     assert not at.data_editor                        # the form replaces the task table
     script = at.code[0].value
     assert "#SBATCH --ntasks-per-node=2" in script and "srun --distribution=block" in script
-    assert "slurm_task.py run" in script and "harness/train.py" in script
+    assert "lib slurm_task run" in script and "lib train" in script
     at.text_input(key="slurm_time_limit").input("soon").run()
     assert any(m.startswith("time_limit:") and "HH:MM:SS" in m for m in errors(at)), errors(at)
     assert not at.code                               # no preview of a cluster that cannot run

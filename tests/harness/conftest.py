@@ -5,11 +5,13 @@ so a failed test leaves no TensorFlow process behind.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 
 import pytest
@@ -18,7 +20,22 @@ from tests.sshd import free_port
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HARNESS = os.path.join(ROOT, "backend", "harness")
+def ship(run_dir: str) -> str:
+    """The package as the launcher ships it (``direct.harness_bundle``), unpacked into ``run_dir``:
+    ``run_dir/lib``, the folder every host command runs (``layout.host_argv``)."""
+    from backend.engines.direct import harness_bundle
+    os.makedirs(run_dir, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(harness_bundle())) as tar:
+        tar.extractall(run_dir, filter="data")
+    return os.path.join(run_dir, "lib")
+
+
+def host_argv(run_dir: str, command: str, *args: str, site: bool = True) -> list[str]:
+    """``python RUN/lib COMMAND ARGS`` from a copy shipped into ``run_dir`` (made once)."""
+    from backend.client.harness import layout
+    if not os.path.exists(os.path.join(run_dir, layout.LIB, "__main__.py")):
+        ship(run_dir)
+    return layout.host_argv(PYTHON, run_dir, command, *args, site=site)
 SYNTHETIC = os.path.join(ROOT, "examples", "synthetic.py")
 PYTHON = sys.executable
 # Generous: other people run TensorFlow on this 2-core machine at the same time.
@@ -70,7 +87,7 @@ class Launcher:
         self.started: list[subprocess.Popen] = []
 
     def start(self, run_dir: str, n: int = 2, job: str = SYNTHETIC, params=(), extra=(),
-              run_id: str = "r", attempt: int = 0, bare_harness: str = HARNESS) -> Cluster:
+              run_id: str = "r", attempt: int = 0) -> Cluster:
         os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
         ports = free_ports(n)
         procs, logs = [], []
@@ -78,7 +95,7 @@ class Launcher:
             cfg = None if n == 1 else {
                 "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
                 "task": {"type": "worker", "index": i}}
-            argv = [PYTHON, os.path.join(bare_harness, "train.py"), "--run-dir", run_dir,
+            argv = [*host_argv(run_dir, "train"), "--run-dir", run_dir,
                     "--job", job, "--run-id", run_id, "--attempt", str(attempt), *extra]
             for kv in params:
                 argv += ["--param", kv]

@@ -22,8 +22,8 @@ def test_digits_without_sklearn_says_so(tmp_path):
     (fake / "__init__.py").write_text("raise ImportError('no sklearn here')\n")
     env = worker_env(None)
     env["PYTHONPATH"] = str(tmp_path / "fake")
-    code = ("import sys; sys.path.insert(0, %r); import jobs; j = jobs.load_job(%r); "
-            "j.make_dataset(None, 8, 0)" % (os.path.join(ROOT, "backend", "harness"), DIGITS))
+    code = ("from backend.client.harness import jobs; j = jobs.load_job(%r); "
+            "j.make_dataset(None, 8, 0)" % DIGITS)
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env,
                          timeout=180)
     assert out.returncode != 0

@@ -5,14 +5,13 @@ import os
 import shutil
 import subprocess
 
-from .conftest import HARNESS, PYTHON, SYNTHETIC, worker_env
+from .conftest import SYNTHETIC, host_argv, worker_env
 
-EXPORT = os.path.join(HARNESS, "export.py")
 FAILED = 3   # hostctl's protocol: export.py answers in it
 
 
 def export(run_dir, *args):
-    return subprocess.run([PYTHON, EXPORT, "--run-dir", run_dir, "--job", SYNTHETIC, *args],
+    return subprocess.run([*host_argv(run_dir, "export"), "--run-dir", run_dir, "--job", SYNTHETIC, *args],
                           capture_output=True, text=True, timeout=300, env=worker_env(None))
 
 

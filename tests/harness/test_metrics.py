@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import pytest
 
-from backend.harness import ckpt_index, jobs, rows
+from backend.client.harness import ckpt_index, jobs, rows
 
 from .conftest import SYNTHETIC, Launcher, read_metrics
 

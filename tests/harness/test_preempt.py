@@ -5,7 +5,7 @@ import os
 import signal
 import time
 
-from backend.harness import ckpt_index, preempt
+from backend.client.harness import ckpt_index, preempt
 
 from .conftest import read_metrics
 from tests.conftest import wait_for

@@ -1,21 +1,18 @@
-"""Retention and holds on a checkpoint folder (backend/harness/retention.py, and hostctl.py's
+"""Retention and holds on a checkpoint folder (backend/client/harness/retention.py, and hostctl.py's
 checkpoint subcommands).
 No TensorFlow: checkpoints are the files the harness writes, made by hand."""
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from .conftest import HARNESS, PYTHON
+from .conftest import host_argv
 
-sys.path.append(HARNESS)   # harness modules import each other as siblings, as on a host; last, so
-# they never shadow a package of the same name for other tests in this process
-import retention  # noqa: E402
-from retention import Policy  # noqa: E402
+from backend.client.harness import retention
+from backend.client.harness.retention import Policy
 
 
 def make_ckpt(folder, step, *, t, loss=1.0):
@@ -30,7 +27,7 @@ def steps_on_disk(folder) -> list[int]:
 
 def tool(sub, folder, *args):
     """``hostctl.py SUB`` on the checkpoint folder ``folder`` (its run directory: the parent)."""
-    return subprocess.run([PYTHON, "-S", os.path.join(HARNESS, "hostctl.py"), sub, "--run", str(folder.parent),
+    return subprocess.run([*host_argv(str(folder.parent), "hostctl", sub, site=False), "--run", str(folder.parent),
                            "--dir", folder.name, *map(str, args)], capture_output=True, text=True, timeout=60)
 
 

@@ -4,7 +4,7 @@ import os
 import random
 import time
 
-from backend.harness import ckpt_index
+from backend.client.harness import ckpt_index
 
 from .conftest import read_metrics
 from tests.conftest import wait_for

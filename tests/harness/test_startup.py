@@ -12,15 +12,12 @@ import socket
 import subprocess
 import sys
 
-from tests.harness.conftest import HARNESS, free_ports
-
-sys.path.insert(0, HARNESS)
-import startup  # noqa: E402
+from backend.client.harness import startup
+from tests.harness.conftest import free_ports
 
 # Blocks in C without releasing the GIL, as TensorFlow's coordination service wait does.
 WORKER = """import os, sys, time
-sys.path.insert(0, sys.argv[1])
-import startup
+from backend.client.harness import startup
 with startup.bounded("worker-0", float(sys.argv[2])):
     if sys.argv[3] == "block":
         import ctypes
@@ -35,7 +32,7 @@ def tf_config(*addresses: str) -> str:
 
 def run_worker(config: str, timeout_s: float, mode: str) -> subprocess.CompletedProcess:
     """The worker's outcome; ``args`` holds its pid (its watcher names it as ``--parent``)."""
-    with subprocess.Popen([sys.executable, "-c", WORKER, HARNESS, str(timeout_s), mode],
+    with subprocess.Popen([sys.executable, "-c", WORKER, "-", str(timeout_s), mode],
                           env={**os.environ, "TF_CONFIG": config}, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as proc:
         out, err = proc.communicate(timeout=120)

@@ -3,7 +3,7 @@ import json
 import os
 from collections import defaultdict
 
-from backend.harness import ckpt_index
+from backend.client.harness import ckpt_index
 
 from .conftest import TrainedRun, read_metrics
 

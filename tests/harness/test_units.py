@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from backend.diagnosis import diagnose as dg
-from backend.harness import ckpt_index, jobs
+from backend.client.harness import ckpt_index, jobs
 
-from .conftest import HARNESS, PYTHON
+from .conftest import PYTHON, host_argv
 
 
 def touch(path, text=""):
@@ -52,7 +52,7 @@ def test_list_complete_sorts_numerically_and_handles_missing_dir(tmp_path):
 def test_ckpt_index_cli_prints_json(tmp_path):
     make_ckpt(tmp_path, 7)
     make_ckpt(tmp_path, 8, meta=False)
-    out = subprocess.run([PYTHON, os.path.join(HARNESS, "ckpt_index.py"), str(tmp_path)],
+    out = subprocess.run([*host_argv(str(tmp_path / "run"), "ckpt_index"), str(tmp_path)],
                          capture_output=True, text=True, check=True, timeout=60)
     assert [c["step"] for c in json.loads(out.stdout)] == [7]
 
@@ -141,7 +141,7 @@ def test_job_missing_functions_is_a_clear_error(tmp_path):
 
 
 def test_metrics_reporter_writes_contract_lines(tmp_path):
-    from backend.harness.report import MetricsReporter
+    from backend.client.harness.report import MetricsReporter
     with MetricsReporter(str(tmp_path), "r1", 2) as rep:
         rep.log("worker-1", 10, 1, 0.5, 0.4, 0.01, 6400.0)
     line = json.loads((tmp_path / "metrics.jsonl").read_text())
@@ -152,7 +152,7 @@ def test_metrics_reporter_writes_contract_lines(tmp_path):
 
 def test_units_do_not_import_tensorflow():
     """In a fresh interpreter: other tests in the same pytest process may import TensorFlow."""
-    code = ("import sys; from backend.diagnosis import diagnose; from backend.harness import ckpt_index, jobs; "
+    code = ("import sys; from backend.diagnosis import diagnose; from backend.client.harness import ckpt_index, jobs; "
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -166,7 +166,7 @@ def test_tensorflow_loads_without_kerass_sklearn_and_pandas_and_jobs_still_use_b
     (examples/digits.py) still gets it, and Keras still takes a pandas DataFrame. The import runs
     without garbage collection and its objects are frozen; collection is on again after it and
     still frees the job's cycles."""
-    code = ("import sys, gc, weakref; sys.path.insert(0, %r); import tfload; tfload.load(); "
+    code = ("import sys, gc, weakref; from backend.client.harness import tfload; tfload.load(); "
             "print(sorted(m for m in ('tensorflow', 'keras', 'sklearn', 'scipy', 'pandas') "
             "if m in sys.modules)); "
             "f = lambda: None; f.me = f; ref = weakref.ref(f); del f; gc.collect(); "
@@ -175,7 +175,7 @@ def test_tensorflow_loads_without_kerass_sklearn_and_pandas_and_jobs_still_use_b
             "import keras, pandas; model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]); "
             "frame = pandas.DataFrame({'a': [1.0, 2.0, 3.0], 'b': [0, 1, 2]}); "
             "print(model.predict(frame, verbose=0).shape, model.predict(frame[['a', 'b']].to_numpy(), "
-            "verbose=0).tolist() == model.predict(frame, verbose=0).tolist())" % HARNESS)
+            "verbose=0).tolist() == model.predict(frame, verbose=0).tolist())")
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert out.returncode == 0, out.stderr[-2000:]
@@ -187,9 +187,7 @@ def test_a_task_that_ends_between_two_reads_is_exited_not_lost(tmp_path, monkeyp
     """The supervisor writes the task's exit code, then leaves its process group. A status read
     that saw no exit file, then an empty group, must look again: the run ended well (a CLI
     `launch --wait` once reported such a finished run as failed, "worker-0 lost")."""
-    monkeypatch.syspath_prepend(HARNESS)   # on a host the harness modules import as siblings
-    import layout
-    import spawn
+    from backend.client.harness import layout, spawn
     run = str(tmp_path)
     os.makedirs(os.path.join(run, layout.TASKS))
     with open(layout.task_file(run, "worker-0", "json"), "w") as f:
@@ -210,12 +208,12 @@ def test_a_task_that_ends_between_two_reads_is_exited_not_lost(tmp_path, monkeyp
 def test_a_restarted_tasks_log_is_diagnosed_from_its_latest_attempt(tmp_path):
     """The supervisor writes the attempt banner before each attempt's output; diagnosis reads the
     log from the last banner on, so the first attempt's traceback does not explain the second."""
-    from backend.harness import layout
+    from backend.client.harness import layout
     run = str(tmp_path)
     for sub in (layout.TASKS, layout.LOGS):   # as spawn.start makes them before the supervisor
         os.makedirs(os.path.join(run, sub))
     for attempt, code in (("0", "raise ValueError('the first attempt failed')"), ("1", "print('step 5')")):
-        subprocess.run([sys.executable, os.path.join(HARNESS, "hostctl.py"), "supervise", "--run", run,
+        subprocess.run([*host_argv(os.path.join(run, "shipped"), "hostctl"), "supervise", "--run", run,
                         "--task", "worker-0", "--cwd", run, "--", sys.executable, "-c", code],
                        env={**os.environ, "TFCONSOLE_ATTEMPT": attempt}, check=True, timeout=60)
     log = open(layout.log_file(run, "worker-0")).read()

@@ -11,7 +11,7 @@ import pytest
 
 from backend.diagnosis import diagnose
 from backend.runs import launcher
-from backend.harness import layout
+from backend.client.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.hosts.preflight import run_preflight

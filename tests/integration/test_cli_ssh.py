@@ -134,7 +134,7 @@ def _ctrl_c_as_at_a_terminal() -> None:
 
 def _remote_tails(workdirs) -> list[str]:
     """`hostctl.py follow` processes reading a log under ``workdirs`` (the hosts are this machine)."""
-    return [line for line in ps() if "hostctl.py" in line and " follow" in line and str(workdirs) in line]
+    return [line for line in ps() if "lib hostctl follow" in line and str(workdirs) in line]
 
 
 def test_preflight_refuses_a_host_with_another_tensorflow(ssh_files, python_path):

@@ -9,7 +9,6 @@ import textwrap
 
 import pytest
 
-from backend.engines.direct import HARNESS_DIR
 from backend.runs import launcher
 from backend.hosts import remote
 from backend.diagnosis import stacks
@@ -19,10 +18,9 @@ from tests.faults.conftest import assert_nothing_left, harness_job, metrics, sto
 from tests.integration.test_hostctl import alive, local_host  # noqa: F401
 
 # A task that installs the harness's handler, then blocks in a function we can look for.
-WITH_HANDLER = [sys.executable, "-c", textwrap.dedent(f"""
+WITH_HANDLER = [sys.executable, "-c", textwrap.dedent("""
     import os, sys, time
-    sys.path.insert(0, {str(HARNESS_DIR)!r})
-    import stackdump
+    from backend.client.harness import stackdump
     stackdump.install(os.environ["RUN"], "worker-0")
     def parked_here():
         print("up", flush=True)

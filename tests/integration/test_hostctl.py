@@ -16,7 +16,7 @@ import pytest
 
 from backend.hosts import remote
 from backend.errors import HostError
-from backend.harness import layout
+from backend.client.harness import layout
 from backend.engines.direct import harness_bundle
 from backend.hosts.local import LocalTransport
 from backend.hosts.ssh import SSHTransport
@@ -41,7 +41,7 @@ def test_the_run_directory_is_its_owners_only(local_host):
     """Logs, checkpoints, exports and their metadata live under it: no other user of the host
     can read them (README, "Opening the console")."""
     assert stat.S_IMODE(os.stat(local_host.run_dir).st_mode) == 0o700
-    assert sorted(os.listdir(local_host.run_dir)) == [layout.HARNESS]   # tar left the mode alone
+    assert sorted(os.listdir(local_host.run_dir)) == [layout.LIB]   # tar left the mode alone
 
 
 def test_start_status_logs_stop(local_host):
@@ -199,7 +199,7 @@ def test_hosts_sharing_a_filesystem_unpack_one_run_folder_at_the_same_moment(tmp
     bundle = harness_bundle()
     failed = [err for n in range(40) for err in _install_together(tmp_path / f"run{n}", bundle) if err]
     assert failed == [], failed[:2]
-    assert all((tmp_path / f"run{n}" / layout.HARNESS / "hostctl.py").is_file() for n in range(40))
+    assert all((tmp_path / f"run{n}" / layout.LIB / layout.PACKAGE / "harness" / "hostctl.py").is_file() for n in range(40))
 
 
 def _install_together(run_dir: Path, bundle: bytes) -> list[str]:

@@ -107,7 +107,7 @@ def test_keras3_fit_under_mirrored_strategy_reports_and_checkpoints(tmp_path):
     assert [m["step"] for m in lines] == [1, 5, 10, 15, 20, 25, 30, 35, 40]
     assert {m["task"] for m in lines} == {"worker-0"} and lines[-1]["loss"] < lines[0]["loss"]
     assert all(m["loss"] == m["global_loss"] for m in lines)
-    from backend.harness.ckpt_index import list_complete
+    from backend.client.harness.ckpt_index import list_complete
     listed = list_complete(str(run / "checkpoints"))
     assert [(c["step"], c["epoch"]) for c in listed] == [(20, 1), (40, 2)]
     assert listed[-1]["keras"].startswith("3.")

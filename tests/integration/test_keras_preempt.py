@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,18 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from backend.harness import ckpt_index, preempt
+from backend.client.harness import ckpt_index, preempt
 from tests.conftest import wait_for
-from tests.harness.conftest import free_ports, read_metrics, worker_env
+from tests.harness.conftest import free_ports, read_metrics, ship, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_folder(tmp_path: Path) -> Path:
-    """A run folder as the launcher lays it out: RUN/harness/ and RUN/lib/tfconsole/."""
+    """A run folder as the launcher lays it out: RUN/lib/tfconsole/ and its entry."""
     run = tmp_path / "run"
-    shutil.copytree(ROOT / "backend" / "harness", run / "harness")
-    shutil.copytree(ROOT / "backend" / "client", run / "lib" / "tfconsole")
+    ship(str(run))
     (run / "logs").mkdir()
     return run
 

@@ -10,7 +10,7 @@ import sys
 import time
 
 from backend.hosts import remote
-from backend.harness import layout
+from backend.client.harness import layout
 from tests.conftest import wait_for
 from tests.integration.test_hostctl import alive, local_host  # noqa: F401 (fixture)
 

@@ -15,7 +15,7 @@ import pytest
 from backend import checkpoints
 from backend.config.slurm_spec import slurm_from_dict
 from backend.config.spec import job_from_dict
-from backend.harness import layout
+from backend.client.harness import layout
 from backend.runs import launcher
 from backend.runs.store import RunStore
 from backend.watch.metrics import MetricsStore

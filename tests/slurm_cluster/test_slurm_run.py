@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from backend.engines.slurm import SlurmEngine
-from backend.harness import layout
+from backend.client.harness import layout
 from backend.runs.launcher import attach
 from backend.runs.store import RunStore
 from tests import sshd

@@ -94,8 +94,7 @@ def test_the_chief_reports_every_workers_loss_in_lines_the_metrics_store_reads(t
 def test_save_now_is_seen_by_the_chief_only_and_answered_with_the_step(tmp_path):
     run = tmp_path / "run"
     _unpack(run)
-    asked = subprocess.run([sys.executable, "-S", str(run / "harness" / "hostctl.py"),
-                            "request-save", "--run", str(run)], capture_output=True, text=True)
+    asked = subprocess.run([sys.executable, "-S", str(run / "lib"), "hostctl", "request-save", "--run", str(run)], capture_output=True, text=True)
     name = json.loads(asked.stdout)["name"]
     code = "import tfconsole\nprint(tfconsole.should_save())\ntfconsole.saved(70)"
     assert _python(code, _env(run, 1), tmp_path).strip() == "False"
@@ -104,6 +103,6 @@ def test_save_now_is_seen_by_the_chief_only_and_answered_with_the_step(tmp_path)
     for part in ("index", "meta.json"):                # listed step answers a Save now)
         (run / "checkpoints" / f"ckpt-70.{part}").write_text("{}")
     assert _python(code, _env(run, 0), tmp_path).strip() == "True"
-    done = subprocess.run([sys.executable, "-S", str(run / "harness" / "hostctl.py"), "save-done",
+    done = subprocess.run([sys.executable, "-S", str(run / "lib"), "hostctl", "save-done",
                            "--run", str(run), "--name", name], capture_output=True, text=True)
     assert json.loads(done.stdout)["step"] == 70       # what the console's Save now waits for

@@ -32,7 +32,7 @@ def test_a_save_the_list_will_never_show_is_answered_with_why_not_a_step(tmp_pat
     assert answer["step"] is None and "ckpt-71" in answer["error"]
     assert "checkpoint_number=step" in answer["error"] and "ckpt-3.index" in answer["error"]
     # What the console's Save now reads: a refusal saying why, never "saved at step 71".
-    asked = subprocess.run([sys.executable, "-S", str(run / "harness" / "hostctl.py"), "save-done",
+    asked = subprocess.run([sys.executable, "-S", str(run / "lib"), "hostctl", "save-done",
                             "--run", str(run), "--name", "save-x.json"],
                            capture_output=True, text=True, timeout=60)
     assert asked.returncode == FAILED, asked.stdout
@@ -55,7 +55,7 @@ def test_a_listed_save_is_answered_with_its_step(tmp_path):
 
 
 def _export_refusal(run) -> str:
-    out = subprocess.run([sys.executable, str(run / "harness" / "export.py"), "--run-dir", str(run),
+    out = subprocess.run([sys.executable, str(run / "lib"), "export", "--run-dir", str(run),
                           "--step", "5"], capture_output=True, text=True, timeout=300,
                          env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert out.returncode == FAILED, out.stdout + out.stderr[-2000:]

@@ -1,6 +1,6 @@
 """A full disk is named as one, with its host and the folder to free (issue 35)."""
 from backend.diagnosis import diagnose
-from backend.harness import ckpt_index
+from backend.client.harness import ckpt_index
 from backend.runs.outcome import TaskStatus, conclude
 
 TF_SAVE = ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: {{function_node "

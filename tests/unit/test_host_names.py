@@ -79,7 +79,7 @@ def test_an_export_result_with_a_path_for_a_name_is_refused(tmp_path):
     host = run.transport("chief-0")
     answers = {"ckpt-hold": json.dumps({"step": 1, "hold": "h1"}), "ckpt-release": "{}",
                "export": json.dumps({"name": "/etc/evil", "step": 1})}
-    host.run = lambda argv, **kw: Result(0, answers[argv[3]], "", host.host, " ".join(argv))
+    host.run = lambda argv, **kw: Result(0, answers[argv[4]], "", host.host, " ".join(argv))
     with pytest.raises(HostError) as err:
         checkpoints.export(run, step=1)
     assert "the export name '/etc/evil'" in str(err.value), str(err.value)

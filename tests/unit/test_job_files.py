@@ -105,8 +105,7 @@ def test_the_launch_forms_files_field_ships_a_local_script_named_by_its_file_nam
 
 
 def test_run_paths_are_made_absolute_for_a_task_started_in_another_folder(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(direct.HARNESS_DIR)))   # on a host: sibling imports
-    from spawn import run_paths_absolute
+    from backend.client.harness.spawn import run_paths_absolute
     monkeypatch.chdir(tmp_path)
     env = run_paths_absolute({"TFCONSOLE_RUN_DIR": "tfconsole/runs/r1", "PYTHONPATH": "tfconsole/runs/r1/lib:/opt/x",
                               "OTHER": "rel"})

@@ -9,14 +9,9 @@ import sys
 
 from tests.conftest import ROOT
 
-HARNESS = ROOT / "backend" / "harness"
-# Imports every module named on the command line (a path: a harness script, run as the hosts run
-# it, by file name with its folder on sys.path), then prints the Streamlit modules it pulled in.
+# Imports every module named on the command line, then prints the Streamlit modules it pulled in.
 CHECK = """import importlib, json, sys
 for name in sys.argv[1:]:
-    if name.endswith(".py"):
-        sys.path.insert(0, {harness!r})
-        name = name.rsplit("/", 1)[-1][:-3]
     importlib.import_module(name)
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "streamlit" or m.startswith("console.ui"))))
 """
@@ -25,11 +20,8 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "streamlit"
 def backend_modules() -> list[str]:
     names = []
     for path in sorted((ROOT / "backend").rglob("*.py")):
-        if path.is_relative_to(HARNESS):
-            names.append(str(path))
-        else:
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names
 
 
@@ -41,7 +33,7 @@ def console_pure_modules() -> list[str]:
 
 def streamlit_imported_by(names: list[str]) -> list[str]:
     """The Streamlit modules (and those of ``console.ui``) that importing ``names`` pulls in."""
-    proc = subprocess.run([sys.executable, "-c", CHECK.format(harness=str(HARNESS)), *names],
+    proc = subprocess.run([sys.executable, "-c", CHECK, *names],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -49,7 +41,7 @@ def streamlit_imported_by(names: list[str]) -> list[str]:
 
 def test_no_backend_module_imports_streamlit():
     names = backend_modules()
-    assert len(names) > 40 and "backend.hosts.ssh" in names and str(HARNESS / "train.py") in names
+    assert len(names) > 40 and "backend.hosts.ssh" in names and "backend.client.harness.train" in names
     assert streamlit_imported_by(names) == []
 
 

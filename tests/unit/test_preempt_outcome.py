@@ -1,5 +1,5 @@
 """How an attempt whose tasks saved and exited on a preemption signal is judged (issue 29)."""
-from backend.harness import preempt
+from backend.client.harness import preempt
 from backend.runs.outcome import TaskPhase, TaskStatus, Verdict, conclude, preempted_reason
 
 

@@ -9,7 +9,7 @@ import sys
 
 from tests.conftest import ROOT
 
-PROBE = (ROOT / "backend" / "harness" / "probe.py").read_text()
+PROBE = (ROOT / "backend" / "client" / "harness" / "probe.py").read_text()
 
 
 def probe_with(python: str, tmp_path) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from backend.errors import SpecErrors
-from backend.harness import slurm_env
+from backend.client.harness import slurm_env
 from backend.runs.outcome import TaskPhase, Verdict, conclude
 from backend.engines.slurm_script import batch_script
 from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict, slurm_from_dict, slurm_to_dict
@@ -66,8 +66,8 @@ def test_the_batch_script_starts_one_task_per_worker_with_srun():
         assert line in text.splitlines(), line
     srun = text[text.index("\nsrun "):]
     assert "--output=tf/runs/r1.abc/logs/slurm-task-%t.log" in srun
-    assert "harness/slurm_task.py run --run-dir tf/runs/r1.abc --tf-port 30000 --" in srun
-    assert "harness/train.py --run-dir tf/runs/r1.abc" in srun and "--resume-step 40" in srun
+    assert "-S tf/runs/r1.abc/lib slurm_task run --run-dir tf/runs/r1.abc --tf-port 30000 --" in srun
+    assert "tf/runs/r1.abc/lib train --run-dir tf/runs/r1.abc" in srun and "--resume-step 40" in srun
     gpu = batch_script(slurm_from_dict({**BASE, "gpus_per_task": 1}), job, run_dir="r", run_id="r1",
                        attempt=1, resume_step=None)
     assert "#SBATCH --gpus-per-task=1" in gpu and "CUDA_VISIBLE_DEVICES" not in gpu
@@ -158,7 +158,7 @@ def test_the_batch_script_never_passes_the_run_folder_as_an_option():
     job = JobSpec(kind=JobKind.HARNESS, module="/x/synthetic.py")
     evil = "-c__import__(chr(111)+chr(115)).system(chr(105)+chr(100))#/runs/r1"   # no space, no quote
     text = batch_script(spec, job, run_dir=evil, run_id="r1", attempt=1, resume_step=None)
-    assert f"'./{evil}/harness/slurm_task.py' run --run-dir './{evil}'" in text, text
+    assert f"'./{evil}/lib' slurm_task run --run-dir './{evil}'" in text, text
     assert f"mkdir -p -- './{evil}/logs'" in text and f"#SBATCH --output=./{evil}/logs/" in text
     assert " -c" not in text.replace(f"./{evil}", "RUN"), text
     with pytest.raises(SpecError) as err:
@@ -210,12 +210,11 @@ def test_a_task_that_saved_on_the_signal_is_no_bad_exit_for_srun_and_its_file_ke
     reaches the job ignored unless it takes it (the wrapper must outlive it too)."""
     import subprocess
     import sys
-    from pathlib import Path
-    wrapper = Path(slurm_env.__file__).with_name("slurm_task.py")
+    from tests.harness.conftest import host_argv
     env = {"PATH": "/usr/bin:/bin", "SLURM_PROCID": "0", "SLURM_STEP_NODELIST": "vm",
            "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_STEP_NUM_TASKS": "1"}
     job = "import signal, sys; sys.exit(75 if signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN else 3)"
-    proc = subprocess.run([sys.executable, "-S", str(wrapper), "run", "--run-dir", str(tmp_path),
+    proc = subprocess.run([*host_argv(str(tmp_path / "shipped"), "slurm_task", site=False), "run", "--run-dir", str(tmp_path),
                            "--tf-port", "23456", "--", sys.executable, "-c", job], env=env, timeout=60)
     assert proc.returncode == 0
     assert (tmp_path / "tasks" / "chief-0.exit").read_text().strip() == "75"

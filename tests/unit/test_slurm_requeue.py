@@ -8,12 +8,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from tests.harness.conftest import host_argv
 
 from backend.config.slurm_spec import slurm_from_dict, slurm_to_dict
 from backend.config.spec import JobKind, JobSpec, job_to_dict
 from backend.engines.base import StopReport
 from backend.engines.slurm_states import parse_scontrol
-from backend.harness import slurm_env
+from backend.client.harness import slurm_env
 from backend.hosts.pool import Pool
 from backend.runs import keeper as keeper_module
 from backend.runs.handle import Run
@@ -21,7 +22,6 @@ from backend.runs.keeper import Keeper
 from backend.runs.outcome import TaskPhase, TaskStatus
 from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
 
-WRAPPER = Path(slurm_env.__file__).with_name("slurm_task.py")
 
 
 def _checkpoint(folder: Path, step: int) -> None:
@@ -40,22 +40,23 @@ def test_a_requeued_re_run_resumes_every_task_from_the_newest_common_checkpoint_
            "SLURM_PROCID": "0", "SLURM_STEP_NODELIST": "vm", "SLURM_STEP_TASKS_PER_NODE": "1",
            "SLURM_STEP_NUM_TASKS": "1"}
     # The batch script, run again by Slurm: the job was submitted as attempt 3.
-    subprocess.run([sys.executable, "-S", str(WRAPPER), "requeue", "--run-dir", str(run_dir), "--attempt", "3",
+    subprocess.run([*host_argv(str(tmp_path / "shipped"), "slurm_task", site=False), "requeue", "--run-dir", str(run_dir), "--attempt", "3",
                     "--task", "chief-0", "--task", "worker-0"], env=env, check=True, timeout=60)
     record = json.loads((run_dir / "slurm" / "requeued.json").read_text())
     assert (record["job"], record["restart"], record["attempt"], record["resume_step"]) == ("7", 2, 5, 40)
     # Each task: the harness command line it was written with becomes the new attempt's.
-    train = run_dir / "harness" / "train.py"
+    train = run_dir / "lib" / "__main__.py"   # stands in for the shipped entry: prints what it got
     train.parent.mkdir()
     train.write_text("import json, os, sys\n"
                      "print(json.dumps({'argv': sys.argv[1:], 'attempt': os.environ['TFCONSOLE_ATTEMPT'],"
                      " 'resume': os.environ['TFCONSOLE_RESUME_STEP']}))\n")
-    out = subprocess.run([sys.executable, "-S", str(WRAPPER), "run", "--run-dir", str(run_dir), "--tf-port", "23456",
-                          "--", sys.executable, str(train), "--run-dir", str(run_dir), "--attempt", "3",
+    out = subprocess.run([*host_argv(str(tmp_path / "shipped"), "slurm_task", site=False), "run", "--run-dir",
+                          str(run_dir), "--tf-port", "23456",
+                          "--", sys.executable, str(train.parent), "train", "--run-dir", str(run_dir), "--attempt", "3",
                           "--param", "pace_s=0.1", "--resume-step", "10"],
                          env=env, capture_output=True, text=True, check=True, timeout=60).stdout
     seen = json.loads(out.splitlines()[-1])
-    assert seen == {"argv": ["--run-dir", str(run_dir), "--attempt", "5", "--param", "pace_s=0.1",
+    assert seen == {"argv": ["train", "--run-dir", str(run_dir), "--attempt", "5", "--param", "pace_s=0.1",
                              "--resume-step", "40"], "attempt": "5", "resume": "40"}, seen
     assert "=== tfconsole attempt 5 " in out
 
@@ -63,7 +64,7 @@ def test_a_requeued_re_run_resumes_every_task_from_the_newest_common_checkpoint_
 def test_a_re_run_without_its_record_fails_rather_than_train_from_the_wrong_step(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1", "SLURM_PROCID": "0",
            "SLURM_STEP_NODELIST": "vm", "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_STEP_NUM_TASKS": "1"}
-    proc = subprocess.run([sys.executable, "-S", str(WRAPPER), "run", "--run-dir", str(tmp_path), "--tf-port",
+    proc = subprocess.run([*host_argv(str(tmp_path / "shipped"), "slurm_task", site=False), "run", "--run-dir", str(tmp_path), "--tf-port",
                            "23456", "--", sys.executable, "-c", "pass"], env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode != 0 and "finds no record of its own" in proc.stderr, proc.stderr

@@ -1,4 +1,4 @@
-"""Named metrics through the one line format (backend/harness/metric_line.py), the console's store
+"""Named metrics through the one line format (backend/client/harness/metric_line.py), the console's store
 and the summary every reader prints: what an operator sees for accuracy, val_loss and the
 learning rate, and what a damaged or hostile line does (nothing but a counted, stated drop)."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import os
 import numpy as np
 import pytest
 
-from backend.harness import metric_line
-from backend.harness.report import MetricsReporter
+from backend.client.harness import metric_line
+from backend.client.harness.report import MetricsReporter
 from backend.watch import summary
 from backend.watch.lines import ARROW_MIN_LINES, parse_metric_block
 from backend.watch.metrics import MetricsStore

@@ -10,10 +10,7 @@ import importlib.util
 import os
 import sys
 
-try:
-    import metric_line
-except ImportError:  # imported as backend.harness.jobs (the backend's job spec)
-    from . import metric_line
+from . import metric_line
 
 REQUIRED = ("build_model", "make_dataset", "loss_fn", "make_optimizer")
 OPTIONAL = ("metrics_fn", "make_val_dataset", "probe_batch")
@@ -32,7 +29,7 @@ DEFAULTS = {
     "keep_best_mode": "min",    # "min" (losses) or "max" (accuracy)
     "val_every": 0,             # validate every N steps; 0 = at each epoch end (needs make_val_dataset)
     "val_steps": 10,            # batches per replica each validation reads
-    "checkpoint_grace_s": 30.0, # an unlisted checkpoint stays on disk this long (backend/harness/retention.py)
+    "checkpoint_grace_s": 30.0, # an unlisted checkpoint stays on disk this long (backend/client/harness/retention.py)
     "seed": 0,
     "collective_timeout_s": 60,
     "startup_timeout_s": 30,    # give up when peers are still unreachable this long (startup.py)

@@ -5,12 +5,12 @@ import math
 import os
 import time
 
-import layout
-import metric_line
-import report
-import rows
-import step_probe
-import tb
+from . import layout
+from . import metric_line
+from . import report
+from . import rows
+from . import step_probe
+from . import tb
 
 
 class ChiefWriter:

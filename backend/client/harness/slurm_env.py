@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import re
 
-if __package__:   # imported by the console or the tests as backend.harness.slurm_env
-    from backend.harness import tf_config_doc
-else:             # on a node: the harness folder is on sys.path
-    import tf_config_doc
+from . import tf_config_doc
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")

@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import time
 
-HARNESS = "harness"            # copied harness code
-LIB = "lib"                    # on job scripts' PYTHONPATH: lib/tfconsole/ is the client library
+LIB = "lib"                    # the shipped package: lib/tfconsole/ (client and harness) and
+                               # lib/__main__.py, its entry (``host_argv``); on jobs' PYTHONPATH
+PACKAGE = "tfconsole"          # the package's one name on a host
+AGENT = f"{LIB}/watch_agent.py"  # the watch agent, a standalone script (backend/watch/agent.py)
 JOB = "job"                    # copied job module
 TASKS = "tasks"                # <task>.json (pid, pgid, argv, start), <task>.exit (exit code)
 LOGS = "logs"                  # <task>.log: the task's stdout and stderr, raw
@@ -24,6 +26,12 @@ TENSORBOARD = "tensorboard"
 STACKS = "stacks"              # <task>.txt: Python stacks a task writes on SIGUSR1 (faulthandler)
 STATE = "state.json"           # the local run directory's persisted run state
 SLURM_RANK_LOG = "slurm-task-{rank}.log"   # in logs/: srun --output of rank N; logs/<task>.log links to it
+
+
+def host_argv(python: str, run: str, command: str, *args: str, site: bool = False) -> list[str]:
+    """``python -S RUN/lib COMMAND ARGS``: one of the package's commands (``tfconsole/__main__.py``)
+    from the run's own copy. ``site=False`` adds ``-S`` (standard-library commands start faster)."""
+    return [python, *(() if site else ("-S",)), f"{run}/{LIB}", command, *args]
 
 
 def task_name(role: str, index: int) -> str:

@@ -1,4 +1,4 @@
-"""The worker harness: ``python <run>/harness/train.py --run-dir RUN --job JOB.py --run-id ID``.
+"""The worker harness: ``python RUN/lib train --run-dir RUN --job JOB.py --run-id ID``.
 
 Runs on every host of a MultiWorkerMirroredStrategy job (TF_CONFIG from the environment). Every
 ``log_every`` steps (and at every checkpoint step) all workers meet in one all_gather that carries
@@ -14,14 +14,8 @@ import os
 import sys
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, when imported too
 
-import jobs  # noqa: E402  (stdlib only)
-import layout  # noqa: E402  (stdlib only)
-import preempt  # noqa: E402  (stdlib only)
-import stackdump  # noqa: E402  (stdlib only)
-import taskenv  # noqa: E402  (stdlib only)
-import tfload  # noqa: E402  (stdlib only)
+from . import jobs, layout, preempt, stackdump, taskenv, tfload   # standard library only
 
 
 def parse_args(argv):
@@ -60,14 +54,14 @@ def main(argv=None) -> int:
         job = jobs.load_job(args.job)
         params = jobs.settle_params(job, args.param)
         _say_ready(args.run_dir)
-        import loop
+        from . import loop
         cluster = loop.cluster_from_env()
         task = cluster.task
         preempt.WATCH.configure(task=task, run=os.path.abspath(args.run_dir), attempt=args.attempt,
                                 grace_s=float(params["preempt_grace_s"]))
         print(f"[{task}] harness start run={args.run_id} attempt={args.attempt} "
               f"params={params}", flush=True)
-        import session
+        from . import session
         summary = session.Session(args, job, params, cluster).run()
         if summary.get("preempted") is not None:
             rec = preempt.WATCH.saved_record

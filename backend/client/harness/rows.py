@@ -20,10 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-try:
-    import metric_line
-except ImportError:  # imported as backend.harness.rows (tests, the backend)
-    from . import metric_line
+from . import metric_line
 
 LOSS = metric_line.LOSS
 # Head columns of a training sync row. first_batch goes in as a flag (1: hash this batch) and

@@ -20,7 +20,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-import ckpt_index
+from . import ckpt_index
 
 POLICY = "retention.json"      # written by the harness: what its retention keeps
 HOLDS = "holds"                # <id>.json: {"step", "purpose", "created", "expires"}

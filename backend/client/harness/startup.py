@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+
+from . import entry
 from dataclasses import dataclass
 
 STARTUP_FAILED = "cluster start-up failed"
@@ -143,9 +145,9 @@ def bounded(me: str, timeout_s: float, environ=os.environ):
         yield
         return
     resolve_names(me, peer_list, timeout_s)
-    args = [sys.executable, "-S", os.path.abspath(__file__), "--me", me, "--timeout", str(timeout_s),
-            "--parent", str(os.getpid()), "--peers", json.dumps([[p.name, p.address] for p in peer_list])]
-    child = subprocess.Popen(args, stdin=subprocess.PIPE)   # stdout and stderr: the task's log
+    args = entry.argv("startup", "--me", me, "--timeout", str(timeout_s), "--parent", str(os.getpid()),
+                      "--peers", json.dumps([[p.name, p.address] for p in peer_list]))
+    child = subprocess.Popen(args, stdin=subprocess.PIPE, env=entry.env())   # stdout, stderr: the task's log
     try:
         yield
     finally:

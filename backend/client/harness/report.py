@@ -13,11 +13,7 @@ import math
 import os
 import time
 
-try:
-    import layout
-    import metric_line
-except ImportError:  # imported as backend.harness.report (tests, the backend)
-    from . import layout, metric_line
+from . import layout, metric_line
 
 
 class MetricsReporter:

@@ -33,14 +33,9 @@ import tempfile
 import time
 
 os.environ["CUDA_VISIBLE_DEVICES"] = ""   # before TensorFlow loads: export never needs a GPU
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import ckpt_index  # noqa: E402
-import hostctl  # noqa: E402 - the protocol: FAILED and the answer's shape
-import jobs  # noqa: E402
-import tfload  # noqa: E402
-import layout  # noqa: E402
-import retention  # noqa: E402
+from . import ckpt_index, entry, jobs, layout, retention, tfload
+from . import hostctl   # the protocol: FAILED and the answer's shape
 
 TOLERANCE = 1e-5
 FORMATS = ("savedmodel", "keras")
@@ -324,9 +319,9 @@ def _verify_in_child(args, tmp, formats, probe, expected) -> dict:
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
         extra = [x for kv in args.param for x in ("--param", kv)]
         job = ["--job", args.job] if args.job else []
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run-dir",
-                               args.run_dir, *job, "--verify", spec, *extra],
-                              capture_output=True, text=True, env=env, timeout=600)
+        proc = subprocess.run(entry.argv("export", "--run-dir", args.run_dir, *job, "--verify", spec,
+                                         *extra, site=True),
+                              capture_output=True, text=True, env=entry.env(env), timeout=600)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("VERIFY ")]
         if proc.returncode != 0 or not lines:
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])

@@ -13,7 +13,7 @@ import os
 import signal
 import time
 
-import layout
+from . import layout
 
 SIGNAL = signal.SIGUSR1
 _files: list = []   # the stacks file must stay open for the life of the process

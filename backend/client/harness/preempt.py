@@ -22,10 +22,7 @@ import signal
 import threading
 import time
 
-try:
-    import layout
-except ImportError:  # imported as backend.harness.preempt (the keeper, tests)
-    from . import layout
+from . import layout
 
 EXIT_CODE = 75              # EX_TEMPFAIL ("try again later"): preempted, a checkpoint saved
 SIGNALS = (signal.SIGTERM, signal.SIGUSR2)

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-import jobs
-import layout
-import rows
-import step_probe
-import taskenv
+from . import jobs
+from . import layout
+from . import rows
+from . import step_probe
+from . import taskenv
 
 @dataclass(frozen=True)
 class Cluster:

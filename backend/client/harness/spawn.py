@@ -16,13 +16,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
-import layout
-import taskenv
+from . import entry, layout
+from . import taskenv
 
-HOSTCTL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostctl.py")  # runs each supervisor
 # INT and TERM, then this long before KILL for a group still alive. TensorFlow workers catch TERM
 # (docs/facts.md #10) and a peer's end leaves the other waiting on its coordination service for
 # about nine seconds: waiting longer than this only delays the stop.
@@ -39,18 +37,18 @@ def _write_atomic(path: str, text: str) -> None:
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes in a process group, read from /proc."""
     pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
+            with open(f"/proc/{pid}/stat") as f:
                 stat = f.read()
         except OSError:
             continue
         # The command name may hold spaces or parentheses: fields start after the last ')'.
         fields = stat[stat.rfind(")") + 2:].split()
         if fields[0] != "Z" and int(fields[2]) == pgid:
-            pids.append(int(entry))
+            pids.append(int(pid))
     return pids
 
 
@@ -143,8 +141,8 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
     env[taskenv.GROUP] = _mark(run, task)
     # The environment goes to the supervisor directly, never on a command line `ps` would show.
     return subprocess.Popen(
-        [sys.executable, "-S", HOSTCTL, "supervise", "--run", run, "--task", task, "--cwd", cwd, "--", *argv],
-        env={**os.environ, **env}, start_new_session=True,
+        entry.argv("hostctl", "supervise", "--run", run, "--task", task, "--cwd", cwd, "--", *argv),
+        env=entry.env({**os.environ, **env}), start_new_session=True,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
 
 

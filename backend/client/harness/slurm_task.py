@@ -27,14 +27,9 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import ckpt_index  # noqa: E402
-import layout  # noqa: E402
-import preempt  # noqa: E402
-import slurm_env  # noqa: E402
-import taskenv  # noqa: E402
-from spawn import _read, _write_atomic, run_paths_absolute  # noqa: E402  (as spawn.py does)
+from . import ckpt_index, layout, preempt, slurm_env, taskenv
+from .spawn import _read, _write_atomic, run_paths_absolute   # as spawn.py does
 
 
 def _link_log(run: str, name: str, rank: int) -> None:
@@ -108,7 +103,7 @@ def requeued_record(run_dir: str) -> dict | None:
 def resumed_argv(argv: list[str], attempt: int, resume_step: int | None) -> list[str]:
     """The harness command line as this attempt's (``--attempt``, ``--resume-step``); any other
     command is unchanged: a command job reads them from its environment (taskenv)."""
-    if len(argv) < 2 or not argv[1].endswith(f"{layout.HARNESS}/train.py"):
+    if len(argv) < 3 or not (argv[1].endswith(f"/{layout.LIB}") and argv[2] == "train"):
         return argv
     out, i = [], 0
     while i < len(argv):

@@ -15,7 +15,7 @@ import os
 import platform
 import socket
 
-import layout
+from . import layout
 
 HEALTH = "health.json"   # written by the chief at the first non-finite loss
 

@@ -17,9 +17,9 @@ import os
 import signal
 import time
 
-import layout
-import spawn
-import taskenv
+from . import layout
+from . import spawn
+from . import taskenv
 
 GONE_WAIT_S = 5.0   # after a KILL: how long processes get to disappear from /proc
 SWEEPS = 3          # looks again (each KILLs what it finds): one forking as it dies is caught too

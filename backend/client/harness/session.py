@@ -8,22 +8,22 @@ import time
 import keras
 import tensorflow as tf
 
-import chief_writer
-import ckpt
-import ckpt_index
-import deadline
-import jobs
-import metric_line
-import nonfinite
-import layout
-import loop
-import preempt
-import requests_dir
-import retention
-import rows
-import startup
-import step_probe
-import validation
+from . import chief_writer
+from . import ckpt
+from . import ckpt_index
+from . import deadline
+from . import jobs
+from . import metric_line
+from . import nonfinite
+from . import layout
+from . import loop
+from . import preempt
+from . import requests_dir
+from . import retention
+from . import rows
+from . import startup
+from . import step_probe
+from . import validation
 
 
 class Session:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import jobs
-import loop
-import rows
+from . import jobs
+from . import loop
+from . import rows
 
 
 def every(params: dict, steps_per_epoch: int) -> int:

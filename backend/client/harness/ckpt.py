@@ -13,9 +13,9 @@ import time
 import keras
 import tensorflow as tf
 
-import ckpt_index
-import layout
-import retention
+from . import ckpt_index
+from . import layout
+from . import retention
 
 
 class CheckpointError(Exception):

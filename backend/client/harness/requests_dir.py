@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 
-import ckpt_index
-import layout
+from . import ckpt_index
+from . import layout
 
 
 def folder(run_dir: str) -> str:

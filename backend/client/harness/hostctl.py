@@ -28,12 +28,12 @@ import subprocess
 import sys
 import time
 
-import layout
-import requests_dir
-import retention
-import spawn
-import stackdump
-import sweep
+from . import entry, layout
+from . import requests_dir
+from . import retention
+from . import spawn
+from . import stackdump
+from . import sweep
 
 FAILED = 3
 READ_LIMIT = 16 << 20     # bytes per read answer: one call stays short on a slow link
@@ -310,12 +310,11 @@ def cmd_export(a) -> dict:
     """Export a checkpoint in a child process: it loads TensorFlow, which ``-S`` leaves out, and
     its answer (the last stdout line, this protocol's JSON) becomes this one. Its stderr (a
     traceback) passes through, for the client's stderr tail."""
-    argv = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "export.py"),
-            "--run-dir", a.run, "--formats", a.formats]
+    argv = entry.argv("export", "--run-dir", a.run, "--formats", a.formats, site=True)
     # No job module (a command job): export.py builds the model from checkpoints/model.json.
     argv += ["--job", inside(a.run, a.job)] if a.job else []
     argv += (["--step", str(a.step)] if a.step is not None else []) + (["--name", a.name] if a.name else [])
-    child = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    child = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=entry.env())
     answer = last_json(child.stdout.decode(errors="replace"))
     if child.returncode == 0 and answer is not None and "error" not in answer:
         return answer
