@@ -6,13 +6,13 @@ monitor's background thread only fills the thread-safe ``MetricsStore`` and its 
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from backend.client.harness import layout, train_info
 from backend.errors import ConsoleError, RunError
 from backend.hosts import remote
 from console.background import Actions
@@ -172,9 +172,9 @@ class LiveRun:
         if self._train_miss[0] == attempt and time.time() < self._train_miss[1]:
             return self._train_info
         try:
-            data = remote.read_file(self.run.remote(self.run.state.chief.name), "train.json", timeout=10)
-            info = json.loads(data) if data and data.strip() else None
-        except (ConsoleError, ValueError):
+            info = train_info.parse(remote.read_file(self.run.remote(self.run.state.chief.name),
+                                                     layout.TRAIN_INFO, timeout=10))
+        except ConsoleError:
             info = None
         if isinstance(info, dict) and info.get("attempt", attempt) == attempt:
             self._train_info, self._train_attempt = info, attempt

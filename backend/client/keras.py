@@ -35,7 +35,7 @@ import time
 
 import tensorflow as tf
 
-from .harness import ckpt_index, layout, metric_line, preempt
+from .harness import ckpt_index, layout, metric_line, preempt, train_info
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
 
@@ -176,14 +176,11 @@ class _Hooks:
 
     def _write_train_json(self) -> None:
         spe, epochs = self.params.get("steps"), self.params.get("epochs")
-        ckpt_index.write_json_atomic(os.path.join(self.ctx.run_dir, "train.json"), {
-            "run_id": self.ctx.run_id, "attempt": self.ctx.attempt,
-            "total_steps": spe * epochs if spe and epochs else None,
-            "steps_per_epoch": spe, "epochs": epochs, "start_step": self.step,
-            "num_workers": len(self.ctx.tasks), "tasks": list(self.ctx.tasks),
-            "params": {"log_every": self.every, "checkpoint_every": self.checkpoint_every,
-                       "keep_checkpoints": self.keep}, "time": time.time(),
-            "versions": self.versions, "source": "tfconsole.KerasCallback"})
+        train_info.write(self.ctx.run_dir, source="tfconsole.KerasCallback", run_id=self.ctx.run_id,
+                         attempt=self.ctx.attempt, total_steps=spe * epochs if spe and epochs else None,
+                         steps_per_epoch=spe, epochs=epochs, start_step=self.step, tasks=self.ctx.tasks,
+                         params={"log_every": self.every, "checkpoint_every": self.checkpoint_every,
+                                 "keep_checkpoints": self.keep}, versions=self.versions)
 
     def _write_model_config(self, kmod) -> None:
         """What export needs to rebuild the model with no strategy and no job module: the

@@ -46,7 +46,7 @@ import time
 
 import tensorflow as tf
 
-from .harness import ckpt_index, layout, metric_line, preempt, requests_dir, retention
+from .harness import ckpt_index, layout, metric_line, preempt, requests_dir, retention, train_info
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .keras import MIN_SYNC_S, _make_gather
 
@@ -290,12 +290,11 @@ class Loop:
 
     # ---- files the chief writes ---------------------------------------------------------------
     def _write_train_json(self) -> None:
-        ckpt_index.write_json_atomic(os.path.join(self.ctx.run_dir, "train.json"), {
-            "run_id": self.ctx.run_id, "attempt": self.ctx.attempt,
-            "total_steps": self.total_steps, "steps_per_epoch": None, "epochs": None,
-            "start_step": self.n, "num_workers": len(self.ctx.tasks), "tasks": list(self.ctx.tasks),
-            "params": {"log_every": self.every, "keep_checkpoints": self.keep},
-            "time": time.time(), "versions": self.versions, "source": "tfconsole.Loop"})
+        train_info.write(self.ctx.run_dir, source="tfconsole.Loop", run_id=self.ctx.run_id,
+                         attempt=self.ctx.attempt, total_steps=self.total_steps, steps_per_epoch=None,
+                         epochs=None, start_step=self.n, tasks=self.ctx.tasks,
+                         params={"log_every": self.every, "keep_checkpoints": self.keep},
+                         versions=self.versions)
 
     def _write_model_json(self) -> None:
         model = self.model

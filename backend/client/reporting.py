@@ -1,6 +1,7 @@
 """Metrics lines and Save-now requests, in the files the console already reads (stdlib only)."""
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import sys
@@ -8,9 +9,10 @@ import time
 
 from .harness import ckpt_index, layout, metric_line, requests_dir
 from .harness.report import MetricsReporter
+from .harness.rows import VAL_PREFIX
 from .context import Context, from_env
 
-_state: dict = {"ctx": None, "reporter": None, "seen": []}
+_state: dict = {"ctx": None, "reporter": None, "seen": [], "tb": {}}
 # The same files under their other name: ``tfconsole`` on a host and in a job, ``backend.client``
 # in the console's own processes. Both in one run's process would keep two states (two Save-now
 # request lists, two preemption watches): refused at the first use in a run.
@@ -63,11 +65,36 @@ def report(step: int, loss: float | None = None, *, epoch: int = 1,
     global_loss = metric_line.mean_of_workers({t: {"loss": v} for t, v in values.items()})["loss"]
     now = time.time()
     rep = _reporter(ctx)
-    for task in [t for t in ctx.tasks if t in values] + [t for t in values if t not in ctx.tasks]:
+    tasks = [t for t in ctx.tasks if t in values] + [t for t in values if t not in ctx.tasks]
+    for task in tasks:
         rep.log(task, step, epoch, float(values[task]), global_loss,
                 _nan(_of(step_time, task)), _nan(_of(examples_per_sec, task)), now=now,
                 metrics=per_task.get(task), global_metrics=glob)
+    _tensorboard(ctx, step, tasks, {t: {"loss": float(values[t]), **per_task.get(t, {})} for t in tasks},
+                 {**glob, "loss": global_loss}, {t: _nan(_of(step_time, t)) for t in tasks})
     return True
+
+
+def _tensorboard(ctx: Context, step: int, tasks: list, per_task: dict, glob: dict, times: dict) -> None:
+    """The same TensorBoard scalars the harness writes (harness/tb.py), for a ``fit`` script or a
+    custom loop. Only where TensorFlow is already loaded: a plain script's report stays
+    standard-library only. Validation values go to their own run, made when the first arrives."""
+    if "tensorflow" not in sys.modules:
+        return
+    from .harness import tb
+    names = ["loss", *sorted({n for m in per_task.values() for n in m
+                              if n != "loss" and not n.startswith(VAL_PREFIX)})]
+    train, val = tb.points(tasks, names, per_task, glob, times)
+    writers = _state["tb"]
+    folder = os.path.join(ctx.run_dir, layout.TENSORBOARD)
+    if not writers:
+        writers["train"] = tb.ScalarWriter(folder)
+        atexit.register(close)   # a loop's script ends normally: its last second of points too
+    writers["train"].write(step, train)
+    if val:
+        if "val" not in writers:
+            writers["val"] = tb.ScalarWriter(os.path.join(folder, tb.VALIDATION))
+        writers["val"].write(step, val)
 
 
 def _per_task(metrics: dict | None, losses: dict, *, single: bool, task: str) -> dict:
@@ -165,3 +192,6 @@ def close() -> None:
     if _state["reporter"] is not None:
         _state["reporter"].close()
         _state["reporter"] = None
+    for writer in _state["tb"].values():
+        writer.close()
+    _state["tb"].clear()

@@ -36,6 +36,7 @@ UNPACK = (Path(__file__).parent / "unpack.py").read_text()   # run on the host b
 FAILED = 3             # hostctl's exit code for a failure it reports as JSON
 NOT_INSTALLED = 2      # Python's exit code for "can't open file": no harness in that run directory
 NO_PYTHON = 127        # the shell's "command not found"
+STALE = "can't find '__main__' module"   # Python's words for a lib/ without our entry (an older copy)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,10 @@ def _call(h: Host, sub: str, *args: str, stdin: bytes | None = None, timeout: fl
         raise NotInstalled(h.name, f"no harness in {h.run_dir} (or no Python at {h.python})",
                            "Nothing of this run was started there; check the run directory.",
                            command=result.command, exit_code=result.exit_code, stderr_tail=result.stderr)
+    if result.exit_code == 1 and STALE in result.stderr:
+        raise HostError(h.name, f"the run folder {h.run_dir} holds a copy of tfconsole from another "
+                        "console version (no lib/__main__.py)", "Start a new run from this console; "
+                        "this one cannot drive that copy.", command=result.command, exit_code=1)
     answer = _answer(result)
     if result.exit_code == FAILED and "error" in answer:
         problem, fix = f"{sub}: {answer['error']}", "Check the run directory on that host."

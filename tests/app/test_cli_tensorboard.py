@@ -47,7 +47,7 @@ def moved_copy(finished_run, tmp_path) -> tuple[Path, str, Path]:
     runs, chief = tmp_path / "runs", tmp_path / "chief"
     shutil.copytree(root / run_id, runs / run_id, symlinks=True)
     shutil.rmtree(runs / run_id / "tensorboard", ignore_errors=True)
-    for name in ("harness", "tensorboard"):
+    for name in ("lib", "tensorboard"):
         shutil.copytree(chief_dir(root, run_id) / name, chief / name)
     state_file = runs / run_id / "state.json"
     state = json.loads(state_file.read_text())

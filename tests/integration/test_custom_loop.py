@@ -22,7 +22,7 @@ from backend.runs import launcher, restore
 from backend.runs.store import RunStore
 from backend.watch.metrics import MetricsStore
 from tests.conftest import processes_of, wait_for
-from tests.integration.test_keras_fit import metrics
+from tests.integration.test_keras_fit import assert_tensorboard_holds_every_line, metrics
 
 CTL = Path(__file__).resolve().parent / "ctl"
 EPOCHS, STEPS = 2, 60
@@ -86,6 +86,7 @@ def test_the_tutorial_loop_gets_curves_save_now_listed_checkpoints_export_and_re
     assert [m["step"] for m in by_task["chief-0"]] == [m["step"] for m in by_task["worker-0"]]
     assert any(a["loss"] != b["loss"] for a, b in zip(*by_task.values()))
     assert all("train_accuracy" in m["metrics"] for m in by_task["chief-0"][:3])
+    assert_tensorboard_holds_every_line(run, lines, ("train_accuracy",))
     # The own-loss rule: the workers' losses (compute_average_loss x replicas) averaged over the
     # epoch's windows equal the tutorial's own printed train_loss (strategy.reduce SUM).
     chief = by_task["chief-0"]

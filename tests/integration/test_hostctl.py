@@ -281,3 +281,18 @@ def test_over_ssh(ssh_hosts, client_key, ssh_options, tmp_path):
         assert remote.status(h, ["chief-0"])["chief-0"].state == "exited"
     finally:
         t.close()
+
+
+def test_a_run_folder_with_an_older_consoles_copy_is_named_not_a_traceback(tmp_path):
+    """A run folder laid out by an older console (RUN/harness/, RUN/lib/tfconsole/, no entry):
+    one HostError naming the host and the folder, saying what to do."""
+    run = tmp_path / "old-run"
+    (run / "lib" / "tfconsole").mkdir(parents=True)
+    (run / "harness").mkdir()
+    (run / "harness" / "hostctl.py").write_text("raise SystemExit('the old protocol')\n")
+    h = remote.Host(LocalTransport("old-host"), sys.executable, str(run))
+    with pytest.raises(HostError) as err:
+        remote.status(h, ["worker-0"])
+    message = str(err.value)
+    assert message.startswith("old-host: the run folder") and "another console version" in message, message
+    assert "Start a new run" in message and "Traceback" not in message

@@ -33,6 +33,25 @@ def metrics(run) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
+def assert_tensorboard_holds_every_line(run, lines: list[dict], names: tuple[str, ...]) -> None:
+    """The chief's TensorBoard event files, read with TensorFlow's own reader (the loopback hosts
+    share this filesystem), hold each metrics line's values: ``loss`` and ``names`` per worker and
+    global, validation values in the validation run (issue 46: every job kind writes them)."""
+    from tests.app.test_cli_tensorboard import chief_dir, scalars
+    folder = chief_dir(run.store.root, run.run_id) / "tensorboard"
+    train, val = scalars(folder), scalars(folder / "validation")
+    assert sorted(train) == sorted({m["step"] for m in lines}), (sorted(train), folder)
+    for m in lines:
+        point, task = train[m["step"]], m["task"]
+        assert point[f"loss/{task}"] == pytest.approx(m["loss"], rel=1e-5)
+        assert point["loss/global"] == pytest.approx(m["global_loss"], rel=1e-5)
+        for name in (n for n in names if n in m["metrics"]):   # a line may carry fewer
+            assert point[f"{name}/{task}"] == pytest.approx(m["metrics"][name], rel=1e-5), (name, m)
+        validated = {k[4:]: v for k, v in (m.get("global") or {}).items() if k.startswith("val_")}
+        for name, value in validated.items():
+            assert val[m["step"]][f"{name}/global"] == pytest.approx(value, rel=1e-5), (name, m)
+
+
 @pytest.mark.slow
 def test_fit_job_shows_both_workers_saves_now_on_both_and_restores(ssh_cluster, ssh_options, tmp_path):
     run = launcher.launch(ssh_cluster, fit_job("--epochs", "2", "--steps", "60", "--pace", "0.05"),

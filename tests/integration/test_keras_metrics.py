@@ -19,7 +19,7 @@ from backend import checkpoints
 from backend.config.spec import job_from_dict
 from backend.runs import launcher
 from backend.runs.store import RunStore
-from tests.integration.test_keras_fit import metrics
+from tests.integration.test_keras_fit import assert_tensorboard_holds_every_line, metrics
 
 STEPS, EPOCHS, BATCH, VAL_N = 8, 3, 32, 128
 
@@ -138,6 +138,8 @@ def test_fit_shows_accuracy_per_worker_validation_and_learning_rate_and_keeps_th
     listed = {c["step"]: c for c in checkpoints.list_checkpoints(run)}
     assert set(listed) == {best, ends[-1]}, sorted(listed)
     assert math.isclose(listed[best]["metrics"]["val_loss"], min(val_losses), rel_tol=1e-4)
+    # TensorBoard (tfconsole tensorboard RUN reads these): every line, accuracy and validation too
+    assert_tensorboard_holds_every_line(run, lines, ("accuracy",))
 
 
 KERAS3 = """

@@ -106,3 +106,16 @@ def test_save_now_is_seen_by_the_chief_only_and_answered_with_the_step(tmp_path)
     done = subprocess.run([sys.executable, "-S", str(run / "lib"), "hostctl", "save-done",
                            "--run", str(run), "--name", name], capture_output=True, text=True)
     assert json.loads(done.stdout)["step"] == 70       # what the console's Save now waits for
+
+
+def test_a_job_that_imports_the_client_under_two_names_is_refused_at_its_first_report(tmp_path):
+    """On a host the package is `tfconsole`; where the console is installed it is also importable
+    as `backend.client`. Both in one job would keep two Save-now states: refused, by name."""
+    run = tmp_path / "run"
+    _unpack(run)
+    code = ("import tfconsole, backend.client.reporting\n"
+            "try:\n    tfconsole.report(1, loss=0.5)\nexcept ImportError as err:\n    print('refused:', err)\n"
+            "else:\n    print('both silently')\n")
+    out = _python(code, _env(run, 0), tmp_path)
+    assert "refused: tfconsole is imported twice in this process" in out, out
+    assert "import it only as `tfconsole`" in out

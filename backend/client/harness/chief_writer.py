@@ -6,7 +6,6 @@ import os
 import time
 
 from . import layout
-from . import metric_line
 from . import report
 from . import rows
 from . import step_probe
@@ -39,24 +38,13 @@ class ChiefWriter:
         self._tensorboard(step, gathered, per_task, glob)
 
     def _tensorboard(self, step, gathered, per_task, glob):
-        """``<metric>/<task>`` and ``<metric>/global`` (tb.py); validation in its own run."""
-        def tags(names, prefix=""):
-            out = {}
-            for name in names:
-                out[f"{name}/global"] = glob.get(prefix + name, math.nan)
-                for task in self.tasks:
-                    out[f"{name}/{task}"] = per_task.get(task, {}).get(prefix + name, math.nan)
-            return out
-
-        train = tags(self.layout.metrics)
-        for task in self.tasks:
-            train[f"step_time/{task}"] = (gathered.figure(task, "step_time")
-                                          if task in gathered.rows else math.nan)
-        if metric_line.LEARNING_RATE in glob:
-            train[f"{metric_line.LEARNING_RATE}/global"] = glob[metric_line.LEARNING_RATE]
+        """``<metric>/<task>`` and ``<metric>/global`` (tb.points); validation in its own run."""
+        times = {task: gathered.figure(task, "step_time") if task in gathered.rows else math.nan
+                 for task in self.tasks}
+        train, val = tb.points(self.tasks, self.layout.metrics, per_task, glob, times)
         self.tb.write(step, train)
-        if self.tb_val and rows.VAL_PREFIX + rows.LOSS in glob:
-            self.tb_val.write(step, tags(self.layout.metrics, rows.VAL_PREFIX))
+        if self.tb_val and val:
+            self.tb_val.write(step, val)
 
     def close(self) -> None:
         self.reporter.close()

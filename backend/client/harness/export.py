@@ -34,7 +34,7 @@ import time
 
 os.environ["CUDA_VISIBLE_DEVICES"] = ""   # before TensorFlow loads: export never needs a GPU
 
-from . import ckpt_index, entry, jobs, layout, retention, tfload
+from . import ckpt_index, entry, jobs, layout, retention, tfload, train_info
 from . import hostctl   # the protocol: FAILED and the answer's shape
 
 TOLERANCE = 1e-5
@@ -99,11 +99,7 @@ def load_job(run_dir: str, job_path: str | None, overrides: list):
     if job_path is None:
         return Described(run_dir)
     job = jobs.load_job(job_path)
-    try:
-        with open(os.path.join(run_dir, "train.json")) as fh:
-            trained = json.load(fh).get("params", {})
-    except (OSError, ValueError):
-        trained = {}
+    trained = train_info.read(run_dir).get("params") or {}
     items = [f"{k}={v}" for k, v in trained.items()] + list(overrides)
     jobs.settle_params(job, items)
     return job
@@ -167,11 +163,7 @@ class Described:
 def _missing_call(run_dir: str) -> str:
     """The one call that writes model.json, for the kind of script this run was (train.json's
     ``source``, written by the callback or the loop on the chief)."""
-    try:
-        with open(os.path.join(run_dir, "train.json")) as fh:
-            source = json.load(fh).get("source")
-    except (OSError, ValueError, AttributeError):
-        source = None
+    source = train_info.read(run_dir).get("source")
     if source == "tfconsole.Loop":
         return ("a custom loop registers its model for export: tfconsole.Loop(strategy, "
                 "checkpoint_manager, model=model) (or build_model=a function in its own module)")

@@ -17,6 +17,7 @@ JOB = "job"                    # copied job module
 TASKS = "tasks"                # <task>.json (pid, pgid, argv, start), <task>.exit (exit code)
 LOGS = "logs"                  # <task>.log: the task's stdout and stderr, raw
 METRICS = "metrics.jsonl"      # written by the chief: one JSON line per worker every K steps
+TRAIN_INFO = "train.json"      # written by the chief at each attempt's start (train_info.py)
 CHECKPOINTS = "checkpoints"    # the chief's checkpoints: the real ones
 MODEL_CONFIG = "model.json"     # in checkpoints/: a fit job's architecture (tfconsole), for export
 WORKER_CHECKPOINTS = "worker_checkpoints"  # <task>/: every other worker's own complete copy

@@ -8,22 +8,8 @@ import time
 import keras
 import tensorflow as tf
 
-from . import chief_writer
-from . import ckpt
-from . import ckpt_index
-from . import deadline
-from . import jobs
-from . import metric_line
-from . import nonfinite
-from . import layout
-from . import loop
-from . import preempt
-from . import requests_dir
-from . import retention
-from . import rows
-from . import startup
-from . import step_probe
-from . import validation
+from . import (chief_writer, ckpt, ckpt_index, deadline, jobs, layout, loop, metric_line, nonfinite,
+               preempt, requests_dir, retention, rows, startup, step_probe, train_info, validation)
 
 
 class Session:
@@ -140,15 +126,10 @@ class Session:
         return self.strategy.distribute_datasets_from_function(fn)
 
     def _write_train_json(self):
-        info = {
-            "run_id": self.args.run_id, "attempt": self.args.attempt,
-            "total_steps": self.total, "steps_per_epoch": self.spe,
-            "epochs": int(self.p["epochs"]), "global_batch_size": self.gbs,
-            "start_step": self.start, "num_workers": len(self.cluster.tasks),
-            "tasks": list(self.cluster.tasks), "params": self.p, "time": time.time(),
-            "versions": self.versions,
-        }
-        ckpt_index.write_json_atomic(os.path.join(self.run_dir, "train.json"), info)
+        train_info.write(self.run_dir, source="harness", run_id=self.args.run_id,
+                         attempt=self.args.attempt, total_steps=self.total, steps_per_epoch=self.spe,
+                         epochs=int(self.p["epochs"]), start_step=self.start, tasks=self.cluster.tasks,
+                         params=self.p, versions=self.versions, global_batch_size=self.gbs)
 
     def _open_writers(self):
         self.writer = chief_writer.ChiefWriter(

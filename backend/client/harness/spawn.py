@@ -228,7 +228,7 @@ def _got_past(run: str, task: str, info: dict) -> dict:
     (READY); ``set_up``, the run folder's train.json is newer than this task's start (the chief
     writes it once the strategy and model are made, just before step 1)."""
     try:
-        set_up = os.stat(os.path.join(run, "train.json")).st_mtime >= float(info.get("started") or "inf")
+        set_up = os.stat(os.path.join(run, layout.TRAIN_INFO)).st_mtime >= float(info.get("started") or "inf")
     except OSError:
         set_up = False
     return {"ready": os.path.exists(layout.task_file(run, task, READY)), "set_up": set_up}

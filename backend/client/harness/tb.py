@@ -13,14 +13,41 @@ draws training and validation loss on one chart (its convention, as Keras' callb
 """
 from __future__ import annotations
 
+import math
 import time
 
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+from .metric_line import LEARNING_RATE
+from .rows import VAL_PREFIX
+
 WRITE_EVERY_S = 1.0
 MAX_TAG_SETS = 8      # traced write functions kept (one per tag set seen)
 VALIDATION = "validation"   # the validation run's subfolder, TensorBoard's convention
+
+
+def points(tasks, names, per_task: dict, glob: dict, step_times: dict | None = None) -> tuple[dict, dict]:
+    """One sync step's (training, validation) points, whoever gathered them (the harness, the
+    Keras callback, a custom loop): ``<name>/<task>`` and ``<name>/global`` for each name in
+    ``names`` ("loss" and the job's metrics), NaN where a task has no value; validation values
+    (``val_<name>``) under the same tags, for the validation run; ``step_time/<task>``;
+    ``learning_rate/global``. The validation dict is empty when the step carries none."""
+    def tags(prefix: str) -> dict:
+        out = {}
+        for name in names:
+            out[f"{name}/global"] = glob.get(prefix + name, math.nan)
+            for task in tasks:
+                out[f"{name}/{task}"] = per_task.get(task, {}).get(prefix + name, math.nan)
+        return out
+
+    train = tags("")
+    for task, seconds in (step_times or {}).items():
+        train[f"step_time/{task}"] = seconds
+    if LEARNING_RATE in glob:
+        train[f"{LEARNING_RATE}/global"] = glob[LEARNING_RATE]
+    has_val = any(VAL_PREFIX + name in glob for name in names)
+    return train, (tags(VAL_PREFIX) if has_val else {})
 
 
 def _scalar_metadata() -> bytes:
