@@ -150,8 +150,7 @@ class LiveRun:
     def stage(self) -> str:
         """Where a starting run is, from the task states last read (``refresh``), until its
         first metrics arrive; "" after that."""
-        from backend.engines.direct import HostsEngine   # only our own hosts report READY, train.json
-        detailed = isinstance(self.run.engine, HostsEngine) and self.run.state.job.get("kind") == "harness"
+        detailed = self.run.engine.reports_start_stages and self.run.state.job.get("kind") == "harness"
         return start_stage(self.run.state.phase, self.statuses, chief=self.run.state.chief.name,
                            has_metrics=self.metrics.progress() is not None, detailed=detailed)
 

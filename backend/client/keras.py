@@ -35,11 +35,10 @@ import time
 
 import tensorflow as tf
 
-from .harness import ckpt_index, layout, metric_line, preempt, train_info
+from .harness import ckpt_index, layout, metric_line, train_info
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
-
-MIN_SYNC_S = 0.25   # by default, workers meet no more often than this (a gather costs ~3 ms)
+from .sync import Meeting
 
 
 def keras_module():
@@ -65,21 +64,6 @@ class _ResumeAt:
         return divmod(int(self.step), int(steps_per_epoch))
 
 
-def _make_gather(strategy):
-    @tf.function
-    def gather(row):
-        def replica(r):
-            # all_gather in the replica context (all_reduce of an outside tensor fails: facts #3)
-            ctx = tf.distribute.get_replica_context()
-            return ctx.all_gather(tf.reshape(r, [1, -1]), axis=0)
-        return strategy.run(replica, args=(row,))
-
-    def call(row: list) -> list[list[float]]:
-        out = gather(tf.constant(row, dtype=tf.float32))
-        return strategy.experimental_local_results(out)[0].numpy().tolist()
-    return call
-
-
 # Where each model's last fit() in this process ended, (step, epoch): a script that fits in
 # stages (several fit() calls, a new callback each or the same one) gets one rising step count,
 # so its metrics and checkpoints go on (steps 61-120 ...) instead of starting over at step 1
@@ -98,7 +82,6 @@ class _Hooks:
         # ~3 ms: at 5 ms steps, every 10 steps would cost 6 %); every=K: exactly every K steps.
         self.fixed_every = every is not None
         self.every, self.checkpoint_every = max(1, int(every or 10)), int(checkpoint_every)
-        self.min_sync_s = MIN_SYNC_S
         self.keep, self.batch_size = int(keep_checkpoints), batch_size
         if best_mode not in ("min", "max"):
             raise ValueError(f"tfconsole.KerasCallback: best_mode is {best_mode!r}; use \"min\" "
@@ -123,7 +106,7 @@ class _Hooks:
         self.ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer, step=self.step_var)
         kmod = keras_module()
         self.versions = {"tensorflow": tf.__version__, "keras": kmod.__version__}
-        self.step, self.epoch, self.first = 0, 1, True
+        self.step, self.epoch = 0, 1
         self.epoch_base = 0
         carried = _CARRIED.get(id(model))
         if carried:   # a later fit() of this model in this process: count on, restore nothing
@@ -131,16 +114,15 @@ class _Hooks:
             self.epoch = self.epoch_base + 1
         elif self.ctx.resume_step:
             self._restore(int(self.ctx.resume_step))
-        self.gather = _make_gather(self.strategy) if len(self.ctx.tasks) > 1 else None
         self.cols, self.in_fit = None, True
         self.mark, self.train_state, self.val_state = {}, None, None
         self.last, self.saved_at = None, None
-        self.t_sync, self.sync_step = time.time(), self.step
-        self.next_sync = self.step + self.every
         if self.ctx.is_chief:
             self._write_train_json()
         self.save_on_signal = SaveOnSignal(self.ctx, grace_s=self.preempt_grace_s,
                                            exit_on_preempt=self.exit_on_preempt)
+        self.meeting = Meeting(self.strategy, self.ctx, self.save_on_signal, every=self.every,
+                               fixed_every=self.fixed_every, step=self.step)
 
     def _restore(self, step: int) -> None:
         opt = self.model.optimizer
@@ -210,7 +192,7 @@ class _Hooks:
             return   # the epoch end's sync (on_epoch_end, after validation) covers this step
         ckpt_due = self.checkpoint_every > 0 and self.step % self.checkpoint_every == 0
         # Every worker computes the same schedule, so every worker joins every gather.
-        if self.first or ckpt_due or self.step >= self.next_sync:
+        if ckpt_due or self.meeting.due(self.step):
             self._sync(save=ckpt_due)
 
     # ---- validation and the epoch end ---------------------------------------------------------
@@ -231,7 +213,7 @@ class _Hooks:
         self.train_state = self.val_state = None
         # The next window's clock starts now: validation, this gather and the epoch-end save
         # are not training steps (step_time is seconds per training step).
-        self.t_sync = time.time()
+        self.meeting.t_sync = time.time()
 
     # ---- the sync point -----------------------------------------------------------------------
     def _columns(self):
@@ -250,34 +232,19 @@ class _Hooks:
 
     def _sync(self, *, save: bool, train: dict | None = None, val: dict | None = None,
               logs=None, now: float | None = None) -> None:
-        cols, first = self._columns(), self.first
+        cols = self._columns()
         train = self._local_state() if train is None else train
         window, self.mark = keras_metrics.delta(train, self.mark), train
-        now = time.time() if now is None else now
-        again = self.step == self.sync_step and not first   # a second sync at one step
-        # Wall time per step since the last sync; an attempt's first step includes tracing, so
-        # it has no figure (null, as the harness writes it).
-        steps = max(1, self.step - self.sync_step)
-        step_time = math.nan if first or again else (now - self.t_sync) / steps
-        self.t_sync, self.sync_step = now, self.step
-        flag = self.save_on_signal.flag(1.0 if reporting.should_save() else 0.0)
-        row = cols.make(task_index=self.ctx.task_index, step_time=step_time, save_flag=flag,
-                        next_sync=self._propose_next(step_time), train=window, val=val)
-        rows = cols.read(self.gather(row) if self.gather else [row])
-        # Every worker takes the same (the largest) proposal: they meet again at one step.
-        self.next_sync = int(max(r["next_sync"] for r in rows))
-        save_now = any(r["save_flag"] > 0 for r in rows)
-        preempting = any(r["save_flag"] >= preempt.FLAG for r in rows)
-        values = self._values(rows, logs, repeat=again)
+        met = self.meeting.meet(cols, self.step, train=window, val=val, now=now)
+        values = self._values(met.rows, logs, repeat=met.again)
         if self.ctx.is_chief:
             reporting.report(self.step, epoch=self.epoch, losses=values["losses"],
                              step_time=values["times"], examples_per_sec=values["eps"],
                              metrics=values["metrics"], global_metrics=values["global"])
-        if first and self.ctx.is_chief:
+        if met.first and self.ctx.is_chief:
             self._write_model_config(keras_module())   # after a step: the model is built
-        self.first = False
-        if (save or save_now) and self.saved_at != self.step:
-            self._save(values, save_now=save_now, preempting=preempting)
+        if (save or met.save_now) and self.saved_at != self.step:
+            self._save(values, save_now=met.save_now, preempting=met.preempting)
 
     def _values(self, rows: list, logs, *, repeat: bool) -> dict:
         """The line's values from the rows: each worker's own and the global ones."""
@@ -322,14 +289,6 @@ class _Hooks:
         if preempting:
             self.save_on_signal.saved(self.step)
             self.model.stop_training = True
-
-    def _propose_next(self, step_time: float) -> int:
-        """The step of the next sync, from this worker's step time since the last one."""
-        # On multiples of `every`, as a harness job logs (steps 10, 20, ...).
-        if self.fixed_every or not step_time > 0:   # NaN (first step) included
-            return (self.step // self.every + 1) * self.every
-        ahead = max(self.every, math.ceil(self.min_sync_s / step_time))
-        return -(-(self.step + ahead) // self.every) * self.every
 
     def _assign_step(self) -> int:
         self.step_var.assign(self.step)

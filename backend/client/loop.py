@@ -46,9 +46,10 @@ import time
 
 import tensorflow as tf
 
-from .harness import ckpt_index, layout, metric_line, preempt, requests_dir, retention, train_info
+from .harness import ckpt_index, layout, metric_line, retention, train_info
 from . import checkpoints, keras_metrics, model_desc, reporting
-from .keras import MIN_SYNC_S, _make_gather
+from .save_on_signal import SaveOnSignal
+from .sync import Meeting
 
 LOSS_IS = ("global_average", "replica_mean")
 
@@ -90,16 +91,18 @@ class Loop:
             model_desc.builder_entry(build_model)   # refused now, not after the first step
         if self.ctx.resume_step:
             self._restore(int(self.ctx.resume_step))
-        self.gather = _make_gather(self.strategy) if len(self.ctx.tasks) > 1 else None
-        self.first, self.mark, self.carry, self.last = True, {}, {}, None
+        self.mark, self.carry, self.last = {}, {}, None
         self._watch_resets()
-        self.synced_at, self.saved_at, self.saved_path = None, None, None
-        self.t_sync, self.next_sync = time.time(), self.n + self.every
+        self.saved_at, self.saved_path = None, None
         if self.manager is not None:
             self._wrap_manager()
         if self.ctx.is_chief:
             self._write_train_json()
-        self._preempt_begin()
+        # Takes SIGTERM/SIGUSR2 from TensorFlow's notifier (docs/facts.md #10): the strategy
+        # exists by now, so this handler replaces its own.
+        self.signal = SaveOnSignal(self.ctx, grace_s=preempt_grace_s, exit_on_preempt=exit_on_preempt)
+        self.meeting = Meeting(self.strategy, self.ctx, self.signal, every=self.every,
+                               fixed_every=self.fixed_every, step=self.n)
 
     # ---- inside the step ----------------------------------------------------------------------
     def run(self, fn, args=(), kwargs=None):
@@ -122,7 +125,7 @@ class Loop:
         if not self.active:
             return value
         self.n += 1
-        if self.first or self.n >= self.next_sync:
+        if self.meeting.due(self.n):
             save_now, preempting = self._sync()
             if save_now or preempting:
                 self._save(answer=save_now, preempting=preempting)
@@ -137,7 +140,7 @@ class Loop:
         ``ckpt-<step>`` in ``checkpoint_dir()`` with its metadata: the console lists it."""
         if not self.active:
             return self.manager.save() if self.manager is not None else None
-        save_now, preempting = (False, False) if self.synced_at == self.n else self._sync()
+        save_now, preempting = (False, False) if self.meeting.synced_at == self.n else self._sync()
         return self._save(answer=save_now, preempting=preempting)
 
     # ---- the sync point -----------------------------------------------------------------------
@@ -163,25 +166,15 @@ class Loop:
         state = self._local_state()
         window, self.mark = _delta(state, self.mark, self.carry), state
         self.carry = {}
-        now, first = time.time(), self.first
-        steps = max(1, self.n - (self.synced_at or 0))
-        step_time = math.nan if first else (now - self.t_sync) / steps
-        self.t_sync, self.synced_at = now, self.n
-        flag = self._flag()
-        row = self.cols.make(task_index=self.ctx.task_index, step_time=step_time, save_flag=flag,
-                             next_sync=self._propose_next(step_time), train=window)
-        rows = self.cols.read(self.gather(row) if self.gather else [row])
-        self.next_sync = int(max(r["next_sync"] for r in rows))
-        self.last = self._values(rows)
+        met = self.meeting.meet(self.cols, self.n, train=window)
+        self.last = self._values(met.rows)
         if self.ctx.is_chief:
             reporting.report(self.n, epoch=self._epoch(), losses=self.last["losses"],
                              step_time=self.last["times"], metrics=self.last["metrics"],
                              global_metrics=self.last["global"])
-            if first:
+            if met.first:
                 self._write_model_json()   # after a step: the model is built
-        self.first = False
-        preempting = any(r["save_flag"] >= preempt.FLAG for r in rows)
-        return any(r["save_flag"] > 0 for r in rows), preempting
+        return met.save_now, met.preempting
 
     def _values(self, rows) -> dict:
         km, tasks = keras_metrics, self.ctx.tasks
@@ -191,14 +184,6 @@ class Loop:
                 "times": {tasks[r.task_index]: r["step_time"] for r in rows},
                 "metrics": {t: {n: v for n, v in m.items() if n != "loss"} for t, m in mine.items()},
                 "global": {n: v for n, v in km.global_values(rows).items() if n != "loss"}}
-
-    def _propose_next(self, step_time: float) -> int:
-        """The step of the next sync (as the Keras callback: multiples of ``every``, and no
-        sooner than MIN_SYNC_S from now at this worker's step time); all take the largest."""
-        if self.fixed_every or not step_time > 0:
-            return (self.n // self.every + 1) * self.every
-        ahead = max(self.every, math.ceil(MIN_SYNC_S / step_time))
-        return -(-(self.n + ahead) // self.every) * self.every
 
     def _epoch(self) -> int:
         """1-based: ``epoch=`` (a variable, a callable or a number, 0-based like the tutorial's
@@ -307,33 +292,11 @@ class Loop:
         ckpt_index.write_json_atomic(
             os.path.join(directory, layout.MODEL_CONFIG), entry)
 
-    # ---- preemption (harness/preempt.py) ------------------------------------------------------
-    def _preempt_begin(self) -> None:
-        """Take SIGTERM/SIGUSR2 from TensorFlow's notifier (docs/facts.md #10): the strategy
-        exists by now, so this handler replaces its own."""
-        self.watch = preempt.Watch()
-        self.watch.configure(task=self.ctx.task, run=self.ctx.run_dir, attempt=self.ctx.attempt,
-                             grace_s=self.preempt_grace_s or preempt.DEFAULT_GRACE_S)
-        self.watch.install()
-
-    def _flag(self) -> float:
-        flag = 1.0 if reporting.should_save() else 0.0
-        if flag and requests_dir.stop_requested(reporting._state["seen"]):
-            self.watch.request("stop --save")   # stop --save: the chief takes it as a signal
-        return preempt.FLAG if self.watch.pending else flag
-
     def _preempted(self, save_s: float) -> None:
-        self.watch.peer_flag()
-        record = self.watch.saved(self.n, save_s)
-        self.watch.uninstall()
-        print(f"[{self.ctx.task}] tfconsole PREEMPTED: saved at step {record['step']} "
-              f"({record['seconds']:.1f} s after the signal, grace {record['grace_s']:g} s)",
-              flush=True)
-        if self.exit_on_preempt:
-            reporting.close()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(preempt.EXIT_CODE)   # collective teardown can hang
+        """Every worker saved the signal's step: say so and exit 75 (SaveOnSignal.end)."""
+        self.signal.saved(self.n, save_s)
+        reporting.close()
+        self.signal.end()
 
 
 # ---- helpers --------------------------------------------------------------------------------------

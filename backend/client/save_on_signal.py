@@ -1,4 +1,4 @@
-"""Save on the signal for ``tfconsole.KerasCallback`` (harness/preempt.py holds the flag).
+"""Save on the signal for ``tfconsole.KerasCallback`` and ``tfconsole.Loop`` (harness/preempt.py holds the flag).
 
 A preemption's signal (SIGTERM, or SIGUSR2 from Slurm's ``--signal``) or a ``stop --save``
 request raises the sync gather's save flag to ``preempt.FLAG``: every worker saves that step,
@@ -15,7 +15,7 @@ from . import reporting
 
 
 class SaveOnSignal:
-    """One fit's hold on the signals: made in ``on_train_begin``, ``end()`` in ``on_train_end``."""
+    """One fit's (or one loop's) hold on the signals: made as training begins, ``end()`` as it ends."""
 
     def __init__(self, ctx, *, grace_s: float | None, exit_on_preempt: bool) -> None:
         """Take SIGTERM and SIGUSR2 from TensorFlow's notifier, which only logs them
@@ -33,10 +33,10 @@ class SaveOnSignal:
             self.watch.request("stop --save")
         return preempt.FLAG if self.watch.pending else flag
 
-    def saved(self, step: int) -> None:
-        """The signal's step is saved on this worker (the caller stops fit)."""
+    def saved(self, step: int, save_s: float = 0.0) -> None:
+        """The signal's step is saved on this worker, in ``save_s`` (the caller stops training)."""
         self.watch.peer_flag()       # a worker that did not get the signal learnt it here
-        self.record = self.watch.saved(step, 0.0)
+        self.record = self.watch.saved(step, save_s)
 
     def end(self) -> None:
         """Give the signals back; after a preemption, exit 75 instead of running the rest of the

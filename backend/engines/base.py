@@ -47,6 +47,26 @@ class StopReport:
         return not self.errors
 
 
+class Capabilities:
+    """What an engine may do beyond the protocol, each answered by every engine (no probing with
+    ``getattr``): the neutral answers here, an engine overrides what its cluster kind can do."""
+    # Its tasks report the start's stages (pid file, READY, train.json) on their hosts.
+    reports_start_stages = False
+
+    def requeued(self, run: RunView):
+        """The cluster ran the job again by itself (Slurm's requeue): what happened, or None."""
+        return None
+
+    def time_limit(self, record: dict | None) -> str | None:
+        """The job's time limit when ``record`` (a preemption save) came on its warning."""
+        return None
+
+    def gpu_fan_out(self, run: RunView):
+        """How the watch agent reaches the nodes' GPUs from the chief's host, or None (one agent
+        per host, each over its own transport)."""
+        return None
+
+
 class Engine(Protocol):
     def begin(self, run: RunView, *, attempt: int, resume_step: int | None) -> dict[str, Started]:
         """Start every task of a new attempt, or raise (the caller stops what started)."""
@@ -62,3 +82,5 @@ class Engine(Protocol):
 
     def chief_transport(self, run: RunView) -> Transport:
         """A transport to the chief's host: the watch agent, checkpoints and export run there."""
+
+    # and everything in ``Capabilities``, which each engine inherits

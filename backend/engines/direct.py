@@ -14,7 +14,7 @@ from pathlib import Path
 from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.config import tfconfig
-from backend.engines.base import RunView, Started, StopReport
+from backend.engines.base import Capabilities, RunView, Started, StopReport
 from backend.errors import HostError, MultiHostError
 from backend.client.harness import layout, taskenv
 from backend.hosts.resolve import tf_addresses
@@ -103,7 +103,8 @@ def client_env(run_dir: str, is_chief: bool, resume_step: int | None,
             taskenv.RESUME_STEP: taskenv.resume_value(resume_step)}
 
 
-class HostsEngine:
+class HostsEngine(Capabilities):
+    reports_start_stages = True   # hostctl start writes each task's pid file and READY
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from backend.diagnosis import diagnose
 from backend.hosts import remote
-from backend.engines.base import RunView, Started, StopReport
+from backend.engines.base import Capabilities, RunView, Started, StopReport
 from backend.engines.direct import bundle
 from backend.errors import ConsoleError, HostError
 from backend.client.harness import layout
@@ -47,7 +47,7 @@ class Requeued:
     known: bool                # the re-run's own word (slurm/requeued.json); else not started yet
 
 
-class SlurmEngine:
+class SlurmEngine(Capabilities):
     def __init__(self, pool: Pool, spec: SlurmSpec) -> None:
         self.pool, self.spec = pool, spec
         self._seen: tuple[JobInfo | None, dict | None] = (None, None)   # the last probe's job, requeue record

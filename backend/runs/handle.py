@@ -115,10 +115,9 @@ class Run:
         requeue's signal saved; the next one resumes from the newest checkpoint every task holds,
         as the re-run itself does. A compare-and-set on the attempt number: of two readers, one
         records it; nothing is submitted."""
-        find = getattr(self.engine, "requeued", None)
-        if find is None or self.state.phase not in UNDERWAY:
+        if self.state.phase not in UNDERWAY:
             return
-        found = find(self)
+        found = self.engine.requeued(self)
         if found is None:
             return
         from backend.checkpoints import common_checkpoint   # imports this module
@@ -200,11 +199,11 @@ class Run:
         gpu_hosts = tuple(GpuHost(name, (lambda s=g.spec: make_transport(s, self.pool.options)), g.spec.python,
                                   f"{g.run_dir}/{layout.AGENT}", g.run_dir)
                           for name, g in others.items())
-        fan_out = getattr(self.engine, "gpu_fan_out", None)
+        fan_out = self.engine.gpu_fan_out(self)
         if fan_out is not None:   # Slurm: the nodes' GPUs, reached from the login host by srun
             gpu_hosts = (GpuHost("nodes", lambda: make_transport(spec, self.pool.options), spec.python,
                                  f"{chief.remote_run_dir}/{layout.AGENT}", chief.remote_run_dir,
-                                 fan_out=fan_out(self)),)
+                                 fan_out=fan_out),)
         return RunMonitor(lambda: make_transport(spec, self.pool.options), chief.remote_run_dir,
                           str(self.local_dir), store, python=spec.python, poll=poll,
                           agent_path=f"{chief.remote_run_dir}/{layout.AGENT}",
@@ -284,8 +283,7 @@ class Run:
 
     def _time_limit(self, record: dict | None) -> str | None:
         """The job's time limit when ``record`` is a save on the warning ahead of it (Slurm)."""
-        find = getattr(self.engine, "time_limit", None)
-        return find(record) if find is not None else None
+        return self.engine.time_limit(record)
 
     def _preempt_record(self) -> dict | None:
         """The chief's record of the step every worker saved on a signal in this attempt."""

@@ -53,3 +53,24 @@ def test_no_pure_console_module_imports_streamlit_or_the_ui():
     names = console_pure_modules()
     assert {"console.actions", "console.live_run", "console.tokens", "console.__main__"} <= set(names)
     assert streamlit_imported_by(names) == []
+
+
+def test_the_host_package_imports_only_itself_the_standard_library_and_tensorflow():
+    """backend/client is what ships to a host as `tfconsole` (the client and its harness): at
+    module level it imports only its own modules (relative imports), the standard library and
+    TensorFlow/Keras/NumPy, which a worker host has. The Python API (api.py) imports the backend
+    inside its functions only, so nothing of the console is needed on a host."""
+    import ast
+    allowed = set(sys.stdlib_module_names) | {"tensorflow", "keras", "tf_keras", "numpy"}
+    wrong = []
+    for path in sorted((ROOT / "backend" / "client").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:   # module level, including `if`/`try` bodies
+            for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+                if isinstance(sub, ast.Import):
+                    tops = [a.name.split(".")[0] for a in sub.names]
+                elif isinstance(sub, ast.ImportFrom) and not sub.level:
+                    tops = [sub.module.split(".")[0]]
+                else:
+                    continue
+                wrong += [f"{path.relative_to(ROOT)}:{sub.lineno} {t}" for t in tops if t not in allowed]
+    assert wrong == [], wrong

@@ -12,12 +12,12 @@ from tests.harness.conftest import host_argv
 
 from backend.config.slurm_spec import slurm_from_dict, slurm_to_dict
 from backend.config.spec import JobKind, JobSpec, job_to_dict
-from backend.engines.base import StopReport
+from backend.engines.base import Capabilities, StopReport
 from backend.engines.slurm_states import parse_scontrol
-from backend.client.harness import slurm_env
 from backend.hosts.pool import Pool
 from backend.runs import keeper as keeper_module
 from backend.runs.handle import Run
+
 from backend.runs.keeper import Keeper
 from backend.runs.outcome import TaskPhase, TaskStatus
 from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
@@ -76,7 +76,7 @@ def test_scontrol_restarts_are_read():
     assert (job.phase, job.restarts, job.queue) == ("pending", 2, "BeginTime")
 
 
-class _Engine:
+class _Engine(Capabilities):   # the neutral answers of every engine
     def __init__(self) -> None:
         self.begun: list[int | None] = []
 

@@ -1,0 +1,83 @@
+"""Where the workers of a ``fit`` script (``KerasCallback``) or a custom loop (``Loop``) meet.
+
+Every K steps each worker puts one row into one ``all_gather`` (keras_metrics.Columns: its task
+index, its step time, its save flag, the step it proposes for the next meeting, and its window's
+totals and counts of every metric). All workers read the same rows, so they all take the same
+decisions: the next meeting is the largest proposal, a Save now (a flag above 0) or a preemption
+(a flag at ``preempt.FLAG``, SaveOnSignal) is saved by every worker at the same step.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from .harness import preempt
+from . import reporting
+
+MIN_SYNC_S = 0.25   # by default, workers meet no more often than this (a gather costs ~3 ms)
+
+
+def make_gather(strategy):
+    @tf.function
+    def gather(row):
+        def replica(r):
+            # all_gather in the replica context (all_reduce of an outside tensor fails: facts #3)
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_gather(tf.reshape(r, [1, -1]), axis=0)
+        return strategy.run(replica, args=(row,))
+
+    def call(row: list) -> list[list[float]]:
+        out = gather(tf.constant(row, dtype=tf.float32))
+        return strategy.experimental_local_results(out)[0].numpy().tolist()
+    return call
+
+
+@dataclass
+class Met:
+    """What one meeting decided, the same on every worker."""
+    rows: list
+    save_now: bool       # a Save now request (the chief's flag)
+    preempting: bool     # a preemption's signal or ``stop --save`` on some worker
+    first: bool          # this attempt's first meeting (its step time includes tracing)
+    again: bool          # a second meeting at the same step (the epoch end after a sync)
+
+
+class Meeting:
+    """One worker's side of the meetings. ``every=K`` with ``fixed_every``: exactly every K steps;
+    else at most every K steps and no more often than ``MIN_SYNC_S`` at this worker's step time."""
+
+    def __init__(self, strategy, ctx, signal, *, every: int, fixed_every: bool, step: int) -> None:
+        self.ctx, self.signal = ctx, signal
+        self.every, self.fixed_every = every, fixed_every
+        self.gather = make_gather(strategy) if len(ctx.tasks) > 1 else None
+        self.first, self.synced_at = True, step
+        self.t_sync, self.next_sync = time.time(), step + every
+
+    def due(self, step: int) -> bool:
+        return self.first or step >= self.next_sync
+
+    def meet(self, cols, step: int, *, train: dict, val: dict | None = None,
+             now: float | None = None) -> Met:
+        now = time.time() if now is None else now
+        first, again = self.first, step == self.synced_at and not self.first
+        # Wall time per step since the last meeting; the first includes tracing: no figure.
+        step_time = math.nan if first or again else (now - self.t_sync) / max(1, step - self.synced_at)
+        self.t_sync, self.synced_at, self.first = now, step, False
+        flag = self.signal.flag(1.0 if reporting.should_save() else 0.0)
+        row = cols.make(task_index=self.ctx.task_index, step_time=step_time, save_flag=flag,
+                        next_sync=self.propose(step, step_time), train=train, val=val)
+        rows = cols.read(self.gather(row) if self.gather else [row])
+        self.next_sync = int(max(r["next_sync"] for r in rows))
+        return Met(rows, save_now=any(r["save_flag"] > 0 for r in rows),
+                   preempting=any(r["save_flag"] >= preempt.FLAG for r in rows),
+                   first=first, again=again)
+
+    def propose(self, step: int, step_time: float) -> int:
+        """The step of the next meeting, on multiples of ``every`` (as a harness job logs)."""
+        if self.fixed_every or not step_time > 0:   # NaN (first step) included
+            return (step // self.every + 1) * self.every
+        ahead = max(self.every, math.ceil(MIN_SYNC_S / step_time))
+        return -(-(step + ahead) // self.every) * self.every
