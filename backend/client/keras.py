@@ -51,24 +51,12 @@ def keras_module():
     return keras
 
 
-class _ResumeAt:
-    """tf_keras' hook for fault tolerance (``model._training_state``): fit starts at the epoch
-    and batch of the restored step instead of epoch 0 (the batches are not replayed)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch, initial_epoch, mode=None):
-        if not steps_per_epoch:
-            return initial_epoch, 0
-        return divmod(int(self.step), int(steps_per_epoch))
-
-
-# Where each model's last fit() in this process ended, (step, epoch): a script that fits in
-# stages (several fit() calls, a new callback each or the same one) gets one rising step count,
-# so its metrics and checkpoints go on (steps 61-120 ...) instead of starting over at step 1
-# and writing ckpt-60 again; and a resumed attempt restores once, in its first fit.
-_CARRIED: dict[int, tuple[int, int]] = {}
+# Where the last fit() in this process ended, (step, epoch), whichever model it trained: a script
+# that fits in stages (several fit() calls, on this model or a new or reloaded one, as the Keras
+# guide's run_training() does) gets one rising step count, so its metrics and checkpoints go on
+# (steps 61-120 ...) instead of starting over and writing ckpt-60 again; and an attempt's resume
+# belongs to its first fit only (docs/job-contract.md, "Restore and fit").
+_LAST_FIT: dict[str, tuple[int, int]] = {}
 
 
 class _Hooks:
@@ -108,8 +96,8 @@ class _Hooks:
         self.versions = {"tensorflow": tf.__version__, "keras": kmod.__version__}
         self.step, self.epoch = 0, 1
         self.epoch_base = 0
-        carried = _CARRIED.get(id(model))
-        if carried:   # a later fit() of this model in this process: count on, restore nothing
+        carried = _LAST_FIT.get("end")
+        if carried:   # a later fit() in this process, of any model: count on, restore nothing
             self.step, self.epoch_base = carried
             self.epoch = self.epoch_base + 1
         elif self.ctx.resume_step:
@@ -134,12 +122,30 @@ class _Hooks:
         self.step = step
         self.epoch = int(meta.get("epoch") or 1)
         note = ""
-        if hasattr(self.model, "_training_state"):
-            if self.model._training_state is None:
-                self.model._training_state = _ResumeAt(step)   # tf_keras: go on from that batch
+        if hasattr(self.model, "_training_state"):   # tf_keras: go on from that batch
+            self.model._maybe_load_initial_counters_from_ckpt = self._resume_at(step)
         elif hasattr(self.model, "_initial_epoch"):
             note = self._resume_keras3(step)
         print(f"[{self.ctx.task}] tfconsole: restored step {step}{note}", flush=True)
+
+    def _resume_at(self, step: int):
+        """tf_keras asks the model where fit starts (epoch, batch) once every callback's
+        on_train_begin has run. A ``BackupAndRestore`` in the same fit sets its own training state
+        there and loads its own backup (a newer epoch while the run lives; none, so epoch 0, after
+        it finished), before or after this callback: answered here, the console's step is the
+        last word whatever the order, and its weights are loaded again over the backup's."""
+        model, task = self.model, self.ctx.task
+
+        def counters(steps_per_epoch, initial_epoch):
+            del model._maybe_load_initial_counters_from_ckpt   # this fit only
+            if model._training_state is not None:   # a BackupAndRestore loaded its backup
+                checkpoints.restore(self.ckpt, step)
+                print(f"[{task}] tfconsole: BackupAndRestore's backup set aside: the console "
+                      f"resumes at step {step}", flush=True)
+            if not steps_per_epoch:
+                return initial_epoch, 0
+            return divmod(int(step), int(steps_per_epoch))
+        return counters
 
     def _resume_keras3(self, step: int) -> str:
         """Keras 3 reads ``model._initial_epoch`` after on_train_begin (as its BackupAndRestore
@@ -298,10 +304,8 @@ class _Hooks:
     def on_train_end(self, logs=None):
         if not self.active:
             return
-        _CARRIED[id(self.model)] = (self.step, self.epoch)
+        _LAST_FIT["end"] = (self.step, self.epoch)
         self.in_fit = False
-        if isinstance(getattr(self.model, "_training_state", None), _ResumeAt):
-            self.model._training_state = None
         if getattr(self, "resumed_epoch", False):
             self.model._initial_epoch = None   # a later fit() of the same model starts at 0
         reporting.close()
