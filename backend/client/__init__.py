@@ -17,16 +17,17 @@ from .reporting import checkpoint_dir, close, context, report, saved, should_sav
 __all__ = ["Context", "KerasCallback", "Loop", "checkpoint_dir", "close", "context", "report", "saved",
            "should_save"]
 
-# Drive runs from Python: tfconsole.launch(cluster, job) -> a handle (api.py). The backend is
-# imported when they are called, so the client stays standard-library only on worker hosts.
-from .api import RunHandle, attach, launch  # noqa: E402
-__all__ += ["ConsoleError", "RunHandle", "attach", "launch"]
+# Drive runs from Python: tfconsole.launch(cluster, job) -> a handle. These live in the console's
+# backend (backend/api.py), found when first used: a worker host has only this package, and
+# `import tfconsole` loads nothing of the console.
+CONSOLE_API = ("ConsoleError", "RunHandle", "attach", "launch")
+__all__ += list(CONSOLE_API)
 
 
 def __getattr__(name):
     # Lazy: `import tfconsole` must not load TensorFlow or Keras.
+    import importlib
     if name == "keras":
-        import importlib
         return importlib.import_module(".keras", __name__)
     if name == "Loop":
         from .loop import Loop
@@ -34,7 +35,12 @@ def __getattr__(name):
     if name == "KerasCallback":
         from .keras import Callback
         return Callback
-    if name == "ConsoleError":   # the backend's error family: not on worker hosts
-        from .api import __getattr__ as from_api
-        return from_api(name)
+    if name in CONSOLE_API:
+        try:
+            api = importlib.import_module("backend.api")
+        except ImportError:
+            raise AttributeError(f"tfconsole.{name} drives runs from the console's machine, where "
+                                 "the tfconsole project is installed; this Python has only the "
+                                 "package a run ships to its hosts") from None
+        return getattr(api, name)
     raise AttributeError(f"module 'tfconsole' has no attribute {name!r}")

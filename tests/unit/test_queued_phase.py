@@ -10,7 +10,7 @@ import pytest
 
 from backend import checkpoints
 from backend.cli.checkpoints import status_json
-from backend.engines.base import StopReport
+from backend.engines.base import Capabilities, StopReport
 from backend.config.slurm_spec import slurm_from_dict, slurm_to_dict
 from backend.config.spec import JobKind, JobSpec, job_to_dict
 from backend.errors import RunError
@@ -23,7 +23,7 @@ from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
 QUEUE = "Resources, 1st of 2 waiting"
 
 
-class Scheduler:
+class Scheduler(Capabilities):
     """The engine's status answers, switched by the test."""
 
     def __init__(self) -> None:

@@ -3,8 +3,10 @@
 The stable public API for scripts (README, "From Python"). Thin wrappers over the console's
 backend (``backend.runs.launcher``, ``backend.checkpoints``, ``backend.runs.restore``), which
 stays importable but internal: its modules have moved before and may again; these names do not.
-Standard library only at import: the backend is imported when a function is called, because
-this file ships to worker hosts with the rest of the client library, and they have no backend.
+Standard library only at import: the backend is imported when a function is called, so that
+``import tfconsole`` (which finds these names here, lazily: backend/client/__init__.py) stays
+cheap. It lives in the backend, not in the package shipped to hosts: a worker host has no
+console to drive.
 Errors are the console's typed ``ConsoleError`` family (``tfconsole.ConsoleError``): one line
 that names the thing and ends with what to do.
 """
@@ -132,4 +134,4 @@ def __getattr__(name: str):
     if name == "ConsoleError":   # lazily: the backend is not on worker hosts
         from backend.errors import ConsoleError
         return ConsoleError
-    raise AttributeError(f"module 'tfconsole.api' has no attribute {name!r}")
+    raise AttributeError(f"module 'backend.api' has no attribute {name!r}")
