@@ -10,9 +10,8 @@ if str(ROOT) not in sys.path:   # `streamlit run console/app.py` puts only conso
 
 import streamlit as st  # noqa: E402
 
+from console.paths import PAGES  # noqa: E402
 from console.ui import auth, run_toast, state  # noqa: E402
-
-PAGES = ROOT / "pages"
 
 st.set_page_config(page_title="TF training console", page_icon=":material/monitoring:", layout="wide")
 if auth.gate():   # st.navigation runs this script on every rerun: nothing below without the token

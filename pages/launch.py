@@ -1,4 +1,6 @@
 """Launch: pick a job and its parameters, then Start (preflight first) or Stop."""
+from pathlib import Path
+
 import streamlit as st
 
 from console import actions, forms
@@ -74,7 +76,8 @@ def main() -> None:
         holds at the click (a widget shown now holds the newest value, the kept form the rest),
         launched in the background, so another click cannot cut it off."""
         values = {**ss.launch_form, **{k: ss[k] for k in ss.launch_form if k in ss}}
-        job = forms.job_from_form(values, state.EXAMPLES, base_dir=state.ROOT)
+        # A relative path in the form is relative to the folder the console was started in.
+        job = forms.job_from_form(values, state.EXAMPLES, base_dir=Path.cwd())
         ss.run_id = ss.action_run_id = actions.begin_start(state.cluster_choice(), job, state.registry())
 
     widgets.action_button("Start", "start_button", start, type="primary", disabled=running,

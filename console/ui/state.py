@@ -14,7 +14,6 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import streamlit as st
 
@@ -26,9 +25,8 @@ from backend.runs.store import RunStore, default_root
 from backend.config.spec import DEFAULT_PORTS, cluster_to_dict, default_cluster, default_job, job_to_dict
 from console import actions, slurm_form
 from console.forms import cluster_rows, examples, launch_form
+from console.paths import EXAMPLES
 
-ROOT = Path(__file__).resolve().parents[2]   # the checkout: console/ui/state.py
-EXAMPLES = ROOT / "examples"
 
 # Every session key, with how to build its first value.
 DEFAULTS = {

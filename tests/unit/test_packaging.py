@@ -22,7 +22,9 @@ def test_every_package_folder_is_listed_and_tfconsole_is_the_client():
                for p in (ROOT / top).rglob("__init__.py")}
     listed = set(_config()["packages"])
     assert folders - listed == set(), "add these to packages in pyproject.toml"
-    assert _config()["package-dir"] == {"tfconsole": "backend/client"} and "tfconsole" in listed
+    assert _config()["package-dir"] == {"tfconsole": "backend/client", "console.pages": "pages",
+                                        "console.examples": "examples"}
+    assert {"tfconsole", "tfconsole.harness", "console.pages", "console.examples"} <= listed
 
 
 def test_a_plain_install_into_a_fresh_venv_imports_tfconsole_anywhere(tmp_path):
