@@ -18,7 +18,7 @@ from backend.hosts import remote
 from backend.engines.base import Engine, StopReport
 from backend.engines import engine_for, tasks_view
 from backend.errors import ConsoleError, MultiHostError, RunError
-from backend.client.harness import layout, preempt
+from backend.client.harness import layout, metric_line, preempt
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
 from backend.runs.outcome import (PREEMPTED, REQUEUED, Conclusion, TaskPhase, TaskStatus, Verdict, all_queued,
@@ -249,12 +249,10 @@ class Run:
         """The current attempt's last step in the chief's metrics, or None (none yet, no answer)."""
         try:
             found = remote.progress(self.remote(self.state.chief.name))
-            last = json.loads(found.last_line or "{}")
-            if last.get("attempt") == self.state.attempt:
-                return int(last["step"])
-        except (ConsoleError, ValueError, TypeError, KeyError, AttributeError):
-            pass   # no metrics (a command job), or not a metrics record: the step stays unknown
-        return None
+            line = metric_line.parse(json.loads(found.last_line or "{}"))
+        except (ConsoleError, ValueError):
+            return None   # no metrics (a command job), or not JSON: the step stays unknown
+        return line.step if line is not None and line.attempt == self.state.attempt else None
 
     def conclude_attempt(self, found: Conclusion, *, expect: tuple[Phase, ...] = UNDERWAY,
                          last_step: int | None = None) -> bool:
