@@ -6,9 +6,25 @@ nothing above ``Run`` knows which one it talks to.
 """
 from __future__ import annotations
 
+from backend.config import jobfit
 from backend.hosts.pool import Pool
-from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict
-from backend.config.spec import ClusterSpec
+from backend.hosts.preflight import require_preflight
+from backend.hosts.resolve import tf_hosts
+from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict, slurm_to_dict
+from backend.config.spec import ClusterSpec, JobSpec, cluster_to_dict
+
+
+def prepare(cluster, job: JobSpec, pool: Pool, *, preflight: bool) -> tuple[dict, ClusterSpec, list]:
+    """Check a cluster for ``job`` the way its kind is checked, before anything starts: the run's
+    saved cluster, its tasks as a ``ClusterSpec``, and preflight's reports. Our hosts: the job's
+    fit with the addresses the workers will dial, then preflight (``preflight=False``: the caller
+    has just run it). Slurm: the fit alone; ``sbatch`` makes its own checks and refuses with
+    Slurm's message."""
+    if isinstance(cluster, SlurmSpec):
+        jobfit.require_valid(cluster, job)
+        return slurm_to_dict(cluster), cluster.as_cluster(), []
+    jobfit.require_valid(cluster, job, hosts=tf_hosts(cluster, pool.options.ssh_config))
+    return cluster_to_dict(cluster), cluster, require_preflight(cluster, pool) if preflight else []
 
 
 def tasks_view(saved_cluster: dict) -> ClusterSpec:

@@ -14,19 +14,17 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from backend.config import jobfit
+from backend import engines
 from backend.alerts import outbox, settings as alert_settings
 from backend.runs import detached, record
 from backend.runs.attempts import begin_attempt
 from backend.client.harness import layout
 from backend.hosts.pool import Pool
-from backend.hosts.resolve import tf_hosts
 from backend.hosts.ssh import SSHOptions
-from backend.hosts.preflight import require_preflight
 from backend.runs.handle import Run
 from backend.runs.store import Phase, RunState, RunStore, TaskState, new_run_id
-from backend.config.slurm_spec import SlurmSpec, slurm_to_dict
-from backend.config.spec import ClusterSpec, JobKind, JobSpec, cluster_to_dict, job_to_dict
+from backend.config.slurm_spec import SlurmSpec
+from backend.config.spec import ClusterSpec, JobKind, JobSpec, job_to_dict
 
 
 class Preflight(enum.Enum):
@@ -43,18 +41,11 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
     at ``sbatch`` time replace preflight, and refuse with Slurm's message).
     """
     store = store or RunStore()
-    checked = []   # preflight's reports: each host's versions go into the record now, not at stop
     # Before preflight: a folder that cannot hold the run refuses it before any host is touched.
     run_id = store.require_new(run_id or new_run_id())
     pool = Pool(options)
-    if isinstance(cluster, SlurmSpec):
-        jobfit.require_valid(cluster, job)
-        saved, cluster = slurm_to_dict(cluster), cluster.as_cluster()
-    else:
-        saved = cluster_to_dict(cluster)
-        jobfit.require_valid(cluster, job, hosts=tf_hosts(cluster, pool.options.ssh_config))
-        if preflight == Preflight.REQUIRED:
-            checked = require_preflight(cluster, pool)
+    # checked: preflight's reports; each host's versions go into the record now, not at stop
+    saved, cluster, checked = engines.prepare(cluster, job, pool, preflight=preflight == Preflight.REQUIRED)
     # The remote folder carries a fresh suffix: a reused run id (after `make clean`, say) never
     # meets an older run's metrics or checkpoints on a host.
     remote_name = f"{run_id}.{secrets.token_hex(3)}"
