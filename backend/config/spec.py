@@ -217,6 +217,7 @@ _JOB_FIELDS = {
     "module": (parse_module_path, None),
     "command": (parse_command, ()),
     "files": (parse_job_files, ()),
+    "project": (parse_plain_path, None),
     "params": (parse_params, {}),
     "env": (parse_env, {}),
     "restart": (_restart, RestartPolicy()),
@@ -230,6 +231,9 @@ class JobSpec:
     module: str | None = None  # HARNESS: a job module file (.py)
     command: tuple[str, ...] = ()  # COMMAND: argv
     files: tuple[str, ...] = ()  # COMMAND: local files shipped to RUN/job/ on every host (its cwd)
+    # COMMAND: a local folder shipped, tree and all, as RUN/job/ (its cwd): backend/runs/project.py.
+    # Once launched, the run's own packed copy (runs/<id>/project.tar).
+    project: str | None = None
     params: Mapping[str, int | float | str | bool] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     restart: RestartPolicy = RestartPolicy()
@@ -263,6 +267,12 @@ def _job_cross_errors(values: dict, prefix: str) -> list[SpecError]:
     if values["kind"] == JobKind.HARNESS and values.get("files"):
         errors.append(SpecError(prefix + "files", "a harness job takes no files",
                                 "Remove files (the module is shipped with the run), or set kind: command."))
+    if values["kind"] == JobKind.HARNESS and values.get("project"):
+        errors.append(SpecError(prefix + "project", "a harness job takes no project folder",
+                                "Set kind: command and run your script from the folder, or use a module."))
+    if values.get("project") and values.get("files"):
+        errors.append(SpecError(prefix + "files", "a job takes a project folder or files, not both",
+                                "Put the files in the project folder and remove files."))
     return errors
 
 
@@ -357,6 +367,8 @@ def job_from_dict(data: object, *, base_dir: Path | None = None) -> JobSpec:
                                     "Check the path; a relative path is read from the job file's folder."))
     if values.get("files"):
         values["files"] = _local_files(values["files"], base_dir, errors)
+    if values.get("project"):
+        values["project"] = _project(values["project"], base_dir, errors)
     if values.get("kind") == JobKind.HARNESS and module and Path(module).is_file():
         # Only here, where a user's file or form is read: a saved run's record is read back
         # through JobSpec as it was launched.
@@ -386,6 +398,17 @@ def _local_files(files: tuple[str, ...], base_dir: Path | None, errors: list) ->
     return tuple(out)
 
 
+def _project(text: str, base_dir: Path | None, errors: list) -> str:
+    """The project folder made absolute (against ``base_dir``, like ``module``): a folder, or a
+    run's packed copy (``project.tar``, as a launched run's record names it)."""
+    path = Path(os.path.expanduser(text))
+    path = (path if path.is_absolute() else Path(base_dir or Path.cwd()) / path).absolute()
+    if not (path.is_dir() or (path.name == "project.tar" and path.is_file())):
+        errors.append(SpecError("project", f"no folder at {path}",
+                                "Give your project's folder; a relative path is read from the job file's folder."))
+    return str(path)
+
+
 def job_to_dict(job: JobSpec) -> dict:
     out = {"kind": job.kind.value}
     if job.module is not None:
@@ -394,6 +417,8 @@ def job_to_dict(job: JobSpec) -> dict:
         out["command"] = list(job.command)
     if job.files:
         out["files"] = list(job.files)
+    if job.project:
+        out["project"] = job.project
     if job.params:
         out["params"] = dict(job.params)
     if job.env:
@@ -418,6 +443,8 @@ def save_job(job: JobSpec, path: str | Path) -> None:
     if job.files:
         data["files"] = [str(Path(f).relative_to(folder)) if Path(f).is_relative_to(folder) else f
                          for f in job.files]
+    if job.project and Path(job.project).is_relative_to(folder):
+        data["project"] = str(Path(job.project).relative_to(folder)) or "."
     write_yaml(data, path, private=True)   # its env may hold an API key
 
 

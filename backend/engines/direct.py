@@ -38,7 +38,18 @@ def bundle(job: JobSpec) -> bytes:
             tar.add(job.module, arcname=f"{layout.JOB}/{Path(job.module).name}")
         for path in job.files:   # a command job's own script(s), from the operator's machine
             tar.add(path, arcname=f"{layout.JOB}/{Path(path).name}")
+        if job.project:   # the run's packed copy of the project folder (backend/runs/project.py)
+            with tarfile.open(job.project) as kept:
+                for member in kept.getmembers():
+                    if member.isfile():
+                        tar.addfile(_renamed(member, f"{layout.JOB}/{member.name}"), kept.extractfile(member))
     return buf.getvalue()
+
+
+def _renamed(member: tarfile.TarInfo, name: str) -> tarfile.TarInfo:
+    out = tarfile.TarInfo(name)
+    out.size, out.mode, out.mtime = member.size, member.mode, member.mtime
+    return out
 
 
 def harness_bundle() -> bytes:
@@ -62,7 +73,7 @@ def _add_package(tar: tarfile.TarFile) -> None:
 def task_cwd(job: JobSpec, run_dir: str) -> str | None:
     """Where a command job with shipped files runs (RUN/job, so ``train.py`` names the shipped
     copy); None: the host's home, as before."""
-    return f"{run_dir}/{layout.JOB}" if job.files else None
+    return f"{run_dir}/{layout.JOB}" if job.files or job.project else None
 
 
 def task_argv(job: JobSpec, spec: TaskSpec, run_dir: str, run_id: str, attempt: int,

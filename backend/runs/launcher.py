@@ -16,7 +16,7 @@ from pathlib import Path
 
 from backend import engines
 from backend.alerts import outbox, settings as alert_settings
-from backend.runs import detached, record
+from backend.runs import detached, project, record
 from backend.runs.attempts import begin_attempt
 from backend.client.harness import layout
 from backend.hosts.pool import Pool
@@ -69,6 +69,9 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
 def _keep_module(job: JobSpec, local_dir: Path) -> JobSpec:
     """Copy the job module (or a command job's files) into the run's folder: edits or moves of
     the original change nothing, and a restart ships the same files."""
+    if job.project and Path(job.project).is_dir():   # packed once: every attempt ships this copy
+        tar_path, _ = project.keep(job.project, local_dir)
+        return replace(job, project=str(tar_path))
     if job.files:
         kept = []
         for path in job.files:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from backend.alerts import outbox, settings as alert_settings
 from backend.errors import ConsoleError
+from backend.runs import project
 from backend.runs.store import RunState, write_private
 
 RECORD = "record.json"
@@ -145,6 +146,7 @@ def view(state: RunState, run_dir: Path) -> dict:
         "code": {k: record[k] for k in ("module", "command", "git") if k in record},
         "hosts": record.get("hosts", {}), "packages": record.get("packages", []),
         "console": record.get("console", {}),
+        "project": project.read_info(run_dir),
         "alerts": {**alert_settings.shown(alerts),
                    "sent": [{k: e.get(k) for k in ("id", "state", "tries", "error")}
                             for e in outbox.read(run_dir)]} if alerts else {},
@@ -216,6 +218,12 @@ def summary(shown: dict) -> list[str]:
         lines.append("git: the job's folder is not in git")
     if git.get("untracked_count"):
         lines.append(f"untracked files: {git['untracked_count']} ({', '.join(git.get('untracked', [])[:5])})")
+    folder = shown.get("project") or {}
+    if folder:
+        lines.append(f"project: sha256 {folder.get('sha256', '?')[:16]}, {folder.get('files')} files, "
+                     f"{(folder.get('bytes') or 0) / 2**20:.2f} MiB, {folder.get('left_out')} left out"
+                     + (f" ({folder['ignore_file']})" if folder.get("ignore_file") else ""))
+        lines += [f"  {path} {size} B" for path, size in folder.get("listed", [])[:20]]
     lines += [f"param {k}: {v}" for k, v in (shown["job"].get("params") or {}).items()]
     for i, task in enumerate(shown["cluster"].get("tasks", [])):
         lines.append(f"task {i}: " + ", ".join(f"{k} {v}" for k, v in task.items()))

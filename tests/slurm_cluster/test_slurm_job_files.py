@@ -35,3 +35,26 @@ def test_a_local_script_shipped_with_files_runs_in_the_run_folder_on_every_slurm
     run_dir = run.state.chief.remote_run_dir
     for task in ("chief-0", "worker-0"):
         assert f"ran {task} cwd {run_dir}/job run {run_dir} settings laptop" in run.log_tail(task)
+
+
+PROJECT_SCRIPT = """import os, tfconsole
+from models.net import WIDTH
+print("ran", tfconsole.context().task, "cwd", os.getcwd(), "width", WIDTH,
+      "settings", open("config/settings.yaml").read().strip(), flush=True)
+"""
+
+
+def test_a_project_folder_runs_with_its_package_on_every_slurm_task(slurm_cluster, tmp_path, python_path):
+    """``project:`` (issue 49) on Slurm: the folder's tree lands in the run's ``job/`` (shared by
+    the nodes) and every task imports the project's package from there."""
+    from tests.unit.test_project import make_project
+    folder = make_project(tmp_path / "laptop")
+    (folder / "train.py").write_text(PROJECT_SCRIPT)
+    job = job_from_dict({"kind": "command", "command": ["train.py"], "project": str(folder)})
+    run = launcher.launch(slurm_cluster_spec(tmp_path, python_path), job, store=RunStore(tmp_path / "runs"))
+    run.wait(timeout=120)
+    assert run.state.phase == "finished", run.log_tail("chief-0")
+    run_dir = run.state.chief.remote_run_dir
+    for task in ("chief-0", "worker-0"):
+        assert f"ran {task} cwd {run_dir}/job width 8 settings lr: 0.1" in run.log_tail(task)
+    assert not (Path(run_dir) / "job" / "data").exists()

@@ -1,0 +1,134 @@
+"""A job's project folder (``project:``), packed once at launch as the run's own copy.
+
+What ships: every regular file below the folder, its tree kept (``models/net.py`` imports as at
+home), except what ``.tfconsoleignore`` (or, without one, the folder's ``.gitignore``) names, in
+gitignore's syntax (``pathspec``), and what never belongs to a run (``.git/``, ``__pycache__/``,
+``*.pyc``). A symlink or a special file is never followed or read: it is left out and listed,
+so no file outside the folder is ever read. Above ``MAX_BYTES`` the launch is refused, naming
+the largest files.
+
+The copy is ``runs/<id>/project.tar`` (deterministic: sorted names, no times or owners) with
+``project.json`` beside it (its content hash, every file and size, what was left out and why):
+every attempt, restart and Restore of the run ships that copy, whatever happens to the folder
+meanwhile, and ``runs show`` lists it.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import stat
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathspec
+
+from backend.errors import SpecError
+from backend.runs.store import write_private
+
+IGNORE_FILES = (".tfconsoleignore", ".gitignore")   # the first one present is read
+ALWAYS_LEFT_OUT = (".git/", "__pycache__/", "*.pyc")
+MAX_BYTES = 256 << 20
+TAR, INFO = "project.tar", "project.json"
+LISTED = 200   # files and left-out entries project.json names (the counts cover the rest)
+
+
+@dataclass(frozen=True)
+class Packed:
+    digest: str                             # sha256 over every file's name, mode and content
+    files: tuple[tuple[str, int], ...]      # (path in the folder, bytes), sorted
+    left_out: tuple[tuple[str, str], ...]   # (path, why): ignored, a symlink, a special file
+    ignore_file: str | None
+
+    @property
+    def size(self) -> int:
+        return sum(n for _, n in self.files)
+
+    def info(self) -> dict:
+        return {"sha256": self.digest, "files": len(self.files), "bytes": self.size,
+                "left_out": len(self.left_out), "ignore_file": self.ignore_file,
+                "listed": [list(f) for f in self.files[:LISTED]],
+                "left_out_listed": [list(x) for x in self.left_out[:LISTED]]}
+
+
+def _rules(folder: Path) -> tuple[pathspec.GitIgnoreSpec, str | None]:
+    for name in IGNORE_FILES:
+        path = folder / name
+        if path.is_file() and not path.is_symlink():
+            return pathspec.GitIgnoreSpec.from_lines([*ALWAYS_LEFT_OUT, *path.read_text().splitlines()]), name
+    return pathspec.GitIgnoreSpec.from_lines(ALWAYS_LEFT_OUT), None
+
+
+def scan(folder: str | Path, *, max_bytes: int = MAX_BYTES) -> Packed:
+    """What ``folder`` ships, or SpecError on ``project`` (no folder; too large, naming why)."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise SpecError("project", f"no folder at {root}", "Give the path of your project's folder.")
+    rules, ignore_file = _rules(root)
+    files, left_out, digest = [], [], hashlib.sha256()
+    for here, dirs, names in os.walk(root, followlinks=False):
+        rel_here = Path(here).relative_to(root)
+        for name in sorted(dirs):   # a folder a rule names is not walked at all
+            rel = (rel_here / name).as_posix()
+            if os.path.islink(os.path.join(here, name)):
+                left_out.append((rel, "a symlink (not followed)"))
+                dirs.remove(name)
+            elif rules.match_file(rel + "/"):
+                left_out.append((rel + "/", "ignored"))
+                dirs.remove(name)
+        dirs.sort()
+        for name in sorted(names):
+            rel = (rel_here / name).as_posix()
+            mode = os.lstat(os.path.join(here, name)).st_mode
+            if stat.S_ISLNK(mode):
+                left_out.append((rel, "a symlink (not followed)"))
+            elif not stat.S_ISREG(mode):
+                left_out.append((rel, "not a regular file"))
+            elif rules.match_file(rel):
+                left_out.append((rel, "ignored"))
+            else:
+                files.append((rel, os.path.getsize(os.path.join(here, name))))
+    total = sum(n for _, n in files)
+    if total > max_bytes:
+        largest = ", ".join(f"{p} ({n / 2**20:.1f} MiB)" for p, n in sorted(files, key=lambda f: -f[1])[:5])
+        raise SpecError("project", f"{root} holds {total / 2**20:.0f} MiB to ship, over the "
+                        f"{max_bytes / 2**20:.0f} MiB bound; the largest: {largest}",
+                        f"List data and outputs in {root / IGNORE_FILES[0]} (gitignore syntax); "
+                        "give the hosts large data another way")
+    files.sort()
+    for rel, _ in files:
+        path = root / rel
+        digest.update(f"{rel}\0{_mode(path)}\0".encode() + hashlib.sha256(path.read_bytes()).digest())
+    return Packed(digest.hexdigest(), tuple(files), tuple(sorted(left_out)), ignore_file)
+
+
+def _mode(path: Path) -> int:
+    return 0o755 if os.stat(path).st_mode & 0o100 else 0o644
+
+
+def keep(folder: str | Path, run_dir: Path) -> tuple[Path, Packed]:
+    """Pack ``folder`` into the run's own copy: (the tar's path, what it holds)."""
+    packed = scan(folder)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel, size in packed.files:
+            member = tarfile.TarInfo(rel)
+            member.size, member.mode, member.mtime = size, _mode(Path(folder) / rel), 0
+            with open(Path(folder) / rel, "rb") as fh:
+                tar.addfile(member, fh)
+    tar_path = run_dir / TAR
+    tar_path.write_bytes(buf.getvalue())
+    os.chmod(tar_path, 0o600)
+    write_private(run_dir / INFO, json.dumps(packed.info(), indent=1))
+    return tar_path, packed
+
+
+def read_info(run_dir: Path) -> dict:
+    """``project.json`` of a run, or {} (no project, a run from before projects)."""
+    try:
+        data = json.loads((Path(run_dir) / INFO).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

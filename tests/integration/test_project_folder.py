@@ -1,0 +1,65 @@
+"""Bring your project (issue 49): a folder with its own package, a config read by a relative path
+and files that must not leave this machine, launched over two loopback SSH hosts (separate run
+folders). No TensorFlow: what travels, where it lands, and which copy a restart runs.
+
+Real parts: two sshd hosts, the keeper restarting a failed attempt, `runs show --json`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from backend.config.spec import job_from_dict
+from backend.runs import launcher
+from backend.runs.store import RunStore
+from tests.conftest import processes_of, wait_for
+from tests.unit.test_project import make_project
+
+TRAIN = """import os, sys, time
+import models.net                          # the project's own package, as at home
+from models.net import WIDTH
+attempt = os.environ["TFCONSOLE_ATTEMPT"]
+print("attempt", attempt, "width", WIDTH, "settings", open("config/settings.yaml").read().strip(),
+      "cwd", os.getcwd(), flush=True)
+if attempt == "1":
+    time.sleep(4)                          # past launch's start check, then fail: the keeper restarts
+    sys.exit(1)
+"""
+
+
+def test_a_project_folder_runs_on_every_host_and_a_restart_runs_the_runs_own_copy(
+        ssh_cluster, ssh_options, tmp_path):
+    folder = make_project(tmp_path / "laptop")
+    (folder / "train.py").write_text(TRAIN)
+    job = job_from_dict({"kind": "command", "command": ["train.py"], "project": str(folder),
+                         "restart": {"mode": "on_failure", "max_restarts": 1, "backoff_s": 0}})
+    runs = tmp_path / "runs"
+    run = launcher.launch(ssh_cluster, job, store=RunStore(runs), options=ssh_options,
+                          preflight=launcher.Preflight.SKIP)
+    # The operator edits the folder while the run lives: the run keeps what it launched with.
+    (folder / "config" / "settings.yaml").write_text("lr: 0.5\n")
+    (folder / "models" / "net.py").write_text("WIDTH = 16\n")
+    try:
+        wait_for(lambda: (run.settle(), not run.state.live)[1], 120, "the run to end")
+    finally:
+        if run.state.live:
+            run.stop(grace_s=5)
+    assert run.state.phase == "finished" and run.state.attempt == 2, run.log_tail("chief-0")
+    for task in run.state.tasks:
+        shipped = f"{task.remote_run_dir}/job"
+        log = run.log_tail(task.name)
+        for attempt in ("1", "2"):
+            assert f"attempt {attempt} width 8 settings lr: 0.1 cwd {shipped}" in log, log
+        # What the ignore file names, the links and the FIFO never left this machine (bytecode:
+        # the host's own Python writes models/__pycache__ when train.py imports the package).
+        listing = run.transport(task.name).run(["find", shipped, "-mindepth", "1"]).stdout.split()
+        assert sorted(p[len(shipped) + 1:] for p in listing if "__pycache__" not in p) == [
+            ".gitignore", "config", "config/settings.yaml", "models", "models/__init__.py",
+            "models/net.py", "train.py"], listing
+    shown = subprocess.run([sys.executable, "-m", "backend", "--runs", str(runs), "runs", "show", run.run_id,
+                            "--json"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    kept = json.loads(shown.stdout)["project"]
+    assert kept["files"] == 5 and len(kept["sha256"]) == 64 and kept["ignore_file"] == ".gitignore"
+    assert ["models/net.py", 10] in kept["listed"]
+    assert processes_of(run) == []

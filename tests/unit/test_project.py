@@ -1,0 +1,96 @@
+"""A job's project folder (issue 49): what ships and what never leaves this machine, the run's
+content hash, the size bound and the fields' errors. Real files, a real symlink and a FIFO."""
+from __future__ import annotations
+
+import os
+import tarfile
+
+import pytest
+
+from backend.config.spec import job_from_dict
+from backend.errors import SpecError, SpecErrors
+from backend.runs import project
+
+
+def make_project(root):
+    """A project as people keep them: a package, a config, a script, a .gitignore'd large file,
+    a __pycache__, a symlink out of the folder and a FIFO."""
+    (root / "models").mkdir(parents=True)
+    (root / "models" / "__init__.py").write_text("")
+    (root / "models" / "net.py").write_text("WIDTH = 8\n")
+    (root / "config").mkdir()
+    (root / "config" / "settings.yaml").write_text("lr: 0.1\n")
+    (root / "train.py").write_text("import models.net\n")
+    os.chmod(root / "train.py", 0o755)
+    (root / ".gitignore").write_text("data/\n*.ckpt\n")
+    (root / "data").mkdir()
+    (root / "data" / "big.bin").write_bytes(b"x" * 4096)
+    (root / "old.ckpt").write_bytes(b"x")
+    (root / "models" / "__pycache__").mkdir()
+    (root / "models" / "__pycache__" / "net.cpython-311.pyc").write_bytes(b"\0")
+    (root / "secrets").symlink_to("/etc")
+    (root / "passwd").symlink_to("/etc/passwd")
+    os.mkfifo(root / "pipe")
+    return root
+
+
+def test_the_tree_ships_and_ignored_links_and_special_files_stay_here(tmp_path):
+    root = make_project(tmp_path / "proj")
+    kept, packed = project.keep(root, tmp_path)
+    assert [p for p, _ in packed.files] == [".gitignore", "config/settings.yaml", "models/__init__.py",
+                                             "models/net.py", "train.py"]
+    why = dict(packed.left_out)
+    assert why["data/"] == "ignored" and why["old.ckpt"] == "ignored"
+    assert why["models/__pycache__/"] == "ignored"
+    assert why["secrets"].startswith("a symlink") and why["passwd"].startswith("a symlink")
+    assert why["pipe"] == "not a regular file" and packed.ignore_file == ".gitignore"
+    with tarfile.open(kept) as tar:
+        assert sorted(tar.getnames()) == [p for p, _ in packed.files]
+        assert tar.getmember("train.py").mode == 0o755 and tar.getmember("models/net.py").mode == 0o644
+        assert tar.extractfile("models/net.py").read() == b"WIDTH = 8\n"
+    info = project.read_info(tmp_path)
+    assert info["sha256"] == packed.digest and info["files"] == 5 and info["left_out"] == len(packed.left_out)
+
+
+def test_a_tfconsoleignore_wins_over_the_gitignore(tmp_path):
+    root = make_project(tmp_path / "proj")
+    (root / ".tfconsoleignore").write_text("config/\n")
+    packed = project.scan(root)
+    assert packed.ignore_file == ".tfconsoleignore"
+    names = [p for p, _ in packed.files]
+    assert "config/settings.yaml" not in names and "data/big.bin" in names and "old.ckpt" in names
+
+
+def test_the_hash_is_the_content_and_changes_with_one_file(tmp_path):
+    root = make_project(tmp_path / "proj")
+    first = project.scan(root).digest
+    os.utime(root / "train.py", (1, 1))                 # a new time is not a new project
+    assert project.scan(root).digest == first
+    (root / "data" / "big.bin").write_bytes(b"y")     # nor is an ignored file
+    assert project.scan(root).digest == first
+    (root / "models" / "net.py").write_text("WIDTH = 16\n")
+    assert project.scan(root).digest != first
+
+
+def test_a_folder_over_the_bound_is_refused_naming_its_largest_files(tmp_path):
+    root = make_project(tmp_path / "proj")
+    (root / "weights.h5").write_bytes(b"w" * 300_000)
+    with pytest.raises(SpecError) as err:
+        project.scan(root, max_bytes=100_000)
+    text = str(err.value)
+    assert text.startswith("project: ") and "weights.h5 (0.3 MiB)" in text and ".tfconsoleignore" in text
+
+
+def test_the_fields_errors_name_the_field_and_what_to_do(tmp_path):
+    root = make_project(tmp_path / "proj")
+    job = job_from_dict({"kind": "command", "command": ["train.py"], "project": "proj"}, base_dir=tmp_path)
+    assert job.project == str(root)
+    with pytest.raises(SpecErrors) as err:
+        job_from_dict({"kind": "command", "command": ["x"], "project": "nowhere"}, base_dir=tmp_path)
+    assert [e.field for e in err.value.errors] == ["project"] and "no folder at" in str(err.value)
+    with pytest.raises(SpecErrors) as err:
+        job_from_dict({"kind": "command", "command": ["x"], "project": str(root), "files": [str(root / "train.py")]})
+    assert [e.field for e in err.value.errors] == ["files"] and "not both" in str(err.value)
+    with pytest.raises(SpecErrors) as err:
+        job_from_dict({"kind": "command", "command": ["x"], "project": "-rf"})
+    assert [e.field for e in err.value.errors] == ["project"]
