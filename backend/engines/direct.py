@@ -29,8 +29,9 @@ AGENT = Path(__file__).resolve().parents[1] / "watch" / "agent.py"
 START_CHECK_S = 3.0   # a task that dies this soon after starting failed to start (checked on the host)
 
 
-def bundle(job: JobSpec) -> bytes:
-    """The files every host needs, as one tar unpacked by ``remote.install``."""
+def bundle(job: JobSpec, *, project: bool = True) -> bytes:
+    """The files every host needs, as one tar unpacked by ``remote.install``. ``project=False``:
+    without the job's project folder, which our hosts take from their cache (``remote.project``)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         _add_package(tar)
@@ -38,7 +39,7 @@ def bundle(job: JobSpec) -> bytes:
             tar.add(job.module, arcname=f"{layout.JOB}/{Path(job.module).name}")
         for path in job.files:   # a command job's own script(s), from the operator's machine
             tar.add(path, arcname=f"{layout.JOB}/{Path(path).name}")
-        if job.project:   # the run's packed copy of the project folder (backend/runs/project.py)
+        if job.project and project:   # the run's packed copy of the project (backend/runs/project.py)
             with tarfile.open(job.project) as kept:
                 for member in kept.getmembers():
                     if member.isfile():
@@ -129,7 +130,8 @@ class HostsEngine(Capabilities):
 
     # -- the protocol ---------------------------------------------------------------------
     def begin(self, run: RunView, *, attempt: int, resume_step: int | None) -> dict[str, Started]:
-        files = bundle(run.job)
+        files = bundle(run.job, project=False)
+        kept = Path(run.job.project).read_bytes() if run.job.project else None
         addresses = tf_addresses(run.cluster, self.pool.options.ssh_config)  # what the workers dial
         started: dict[str, Started] = {}
 
@@ -137,6 +139,8 @@ class HostsEngine(Capabilities):
             spec, run_dir, tasks = group.spec, group.run_dir, group.tasks
             h = group.host(self.pool)
             remote.install(h, files)
+            if kept is not None:
+                remote.project(h, kept)
             answers = remote.start(h, [
                 {"task": t.name,
                  "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),

@@ -21,6 +21,7 @@ Every ``HostError`` names the host (a ``Result`` carries it).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +165,18 @@ def install(h: Host, bundle: bytes, *, timeout: float = 120) -> None:
                     timeout=timeout).check(f"cannot create {h.run_dir}", fix)
     h.transport.run([h.python, "-S", "-c", UNPACK, h.run_dir], stdin=bundle,
                     timeout=timeout).check(f"cannot unpack the harness into {h.run_dir}", fix)
+
+
+def project(h: Host, tar: bytes, *, timeout: float = 300) -> bool:
+    """The run's project folder into its ``job/``: from the host's cache when it has this tar
+    (nothing sent), else sent once. True when the host had it."""
+    digest = hashlib.sha256(tar).hexdigest()
+    try:
+        _call(h, "project", "--hash", digest, stdin=b"", timeout=TIMEOUT_S)
+        return True
+    except MissingFile:
+        _call(h, "project", "--hash", digest, stdin=tar, timeout=timeout)
+        return False
 
 
 def start(h: Host, tasks: list[dict], *, wait_s: float, settle_s: float,

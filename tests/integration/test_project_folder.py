@@ -6,6 +6,7 @@ Real parts: two sshd hosts, the keeper restarting a failed attempt, `runs show -
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 
@@ -36,6 +37,7 @@ def test_a_project_folder_runs_on_every_host_and_a_restart_runs_the_runs_own_cop
     runs = tmp_path / "runs"
     run = launcher.launch(ssh_cluster, job, store=RunStore(runs), options=ssh_options,
                           preflight=launcher.Preflight.SKIP)
+    sent = cached_tars(run)   # each host keeps the project it was sent, by its sha256
     # The operator edits the folder while the run lives: the run keeps what it launched with.
     (folder / "config" / "settings.yaml").write_text("lr: 0.5\n")
     (folder / "models" / "net.py").write_text("WIDTH = 16\n")
@@ -62,4 +64,34 @@ def test_a_project_folder_runs_on_every_host_and_a_restart_runs_the_runs_own_cop
     kept = json.loads(shown.stdout)["project"]
     assert kept["files"] == 5 and len(kept["sha256"]) == 64 and kept["ignore_file"] == ".gitignore"
     assert ["models/net.py", 10] in kept["listed"]
+    # The restart sent nothing: each host took the same cached tar (a new one would be a new file).
+    assert cached_tars(run) == sent and len(set(sent.values())) == 2, sent
     assert processes_of(run) == []
+
+    # Launched again, unchanged: nothing sent either; one file changed: one new tar a host.
+    (folder / "config" / "settings.yaml").write_text("lr: 0.1\n")
+    (folder / "models" / "net.py").write_text("WIDTH = 8\n")
+    again = launcher.launch(ssh_cluster, job, store=RunStore(runs), options=ssh_options,
+                            preflight=launcher.Preflight.SKIP)
+    assert cached_tars(again) == sent
+    again.stop(grace_s=5)
+    (folder / "models" / "net.py").write_text("WIDTH = 12\n")
+    changed = launcher.launch(ssh_cluster, job, store=RunStore(runs), options=ssh_options,
+                              preflight=launcher.Preflight.SKIP)
+    grown = cached_tars(changed, every=True)
+    changed.stop(grace_s=5)
+    assert all(len(tars) == 2 and sent[host] in {f"{n}:{i}" for n, i in tars.items()}
+               for host, tars in grown.items()), grown
+    assert processes_of(again) == [] and processes_of(changed) == []
+
+
+def cached_tars(run, *, every: bool = False) -> dict:
+    """Per host, the cached tar of this run's project (``{name: inode}`` of every tar: ``every``),
+    read on the host: ``<workdir>/projects/`` beside its ``runs/``."""
+    out = {}
+    for task in run.state.tasks:
+        cache = f"{task.remote_run_dir.rsplit('/runs/', 1)[0]}/projects"
+        listing = run.transport(task.name).run(["sh", "-c", f"cd {shlex.quote(cache)} && stat -c '%n %i' *.tar"]).stdout
+        tars = dict(line.split() for line in listing.splitlines())
+        out[task.host] = tars if every else next(f"{n}:{i}" for n, i in tars.items())
+    return out

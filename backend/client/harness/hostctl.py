@@ -26,9 +26,10 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 
-from . import entry, layout
+from . import entry, layout, project_cache
 from . import requests_dir
 from . import retention
 from . import spawn
@@ -129,6 +130,19 @@ def cmd_write(a) -> dict:
     if a.final:
         os.replace(part, path)
     return {"size": size, "final": a.final}
+
+
+def cmd_project(a) -> dict:
+    """The run's project into RUN/job/ from this host's cache (project_cache.py); the tar on
+    stdin when the console sends it. ``{"cached": bool}``; refused as missing when not cached
+    and nothing came."""
+    try:
+        return {"cached": project_cache.use(a.run, a.hash, sys.stdin.buffer.read(),
+                                            os.path.join(a.run, layout.JOB))}
+    except project_cache.NotCached:
+        raise Refused(f"project {a.hash[:12]} is not in this host's cache", missing=True) from None
+    except (ValueError, tarfile.TarError) as err:
+        raise Refused(f"project {a.hash[:12]}: {err}") from None
 
 
 def cmd_progress(a) -> dict:
@@ -392,6 +406,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--after", type=int, required=True)
     s.add_argument("--tag", required=True)
     s.add_argument("--keep-hold", default=None)
+    s = add("project", cmd_project, "the run's project folder from this host's cache, or from stdin")
+    s.add_argument("--hash", required=True, help="the project tar's sha256")
     s = add("resumed", cmd_resumed, "the step each task resumed from in an attempt")
     s.add_argument("--attempt", type=int, required=True)
     s.add_argument("--task", action="append", default=[])
