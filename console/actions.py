@@ -9,7 +9,7 @@ from typing import Callable
 from backend import checkpoints
 from backend.errors import ArtifactError, ConsoleError, SpecError
 from backend.client.harness import layout
-from backend.runs import restore as run_restore
+from backend.runs import project, restore as run_restore
 from backend.runs.launcher import Preflight, launch
 from backend.runs.store import new_run_id
 from backend.config.slurm_spec import SlurmSpec
@@ -64,7 +64,11 @@ def start(rows: list[dict], job: JobSpec, registry: Registry, *, run_id: str | N
         registry.store.require_writable()
     except ConsoleError as err:
         return StartResult(errors=[str(err)])
-    report = cluster_actions.preflight(cluster, registry.options)
+    try:
+        wanted = project.requirements(job.project)   # the project's requirements.txt, on every host
+    except ConsoleError as err:
+        return StartResult(errors=[str(err)])
+    report = cluster_actions.preflight(cluster, registry.options, requirements=wanted)
     if report["error"] or report["failures"]:
         return StartResult(errors=[report["error"] or "Preflight failed, nothing was started. "
                                    "Fix each host in the table, then start again."], preflight=report)

@@ -77,7 +77,8 @@ def export_script(cluster: ClusterSpec, options: SSHOptions) -> str:
 
 # ---- preflight and host keys ----------------------------------------------------------------
 
-def preflight(cluster: ClusterSpec, options: SSHOptions, *, spares: bool = False) -> dict:
+def preflight(cluster: ClusterSpec, options: SSHOptions, *, spares: bool = False,
+              requirements: tuple[str, ...] = ()) -> dict:
     """{"rows": table rows, "failures": ["task (host): problem; ..."], "error": text or "",
     "spare_failures": [...]}. ``spares``: check the spare hosts too, in the same round (so their
     TensorFlow is compared with the tasks'); a spare that fails is a warning, not a failure: the
@@ -85,7 +86,7 @@ def preflight(cluster: ClusterSpec, options: SSHOptions, *, spares: bool = False
     checked = ClusterSpec(cluster.tasks + cluster.spares) if spares and cluster.spares else cluster
     try:
         with Pool(options) as pool:
-            reports = run_preflight(checked, pool)
+            reports = run_preflight(checked, pool, requirements)
     except ConsoleError as err:
         return {"rows": [], "failures": [], "error": str(err), "spare_failures": []}
     tasks, spare_reports = reports[:len(cluster.tasks)], reports[len(cluster.tasks):]

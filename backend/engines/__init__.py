@@ -10,6 +10,7 @@ from backend.config import jobfit
 from backend.hosts.pool import Pool
 from backend.hosts.preflight import require_preflight
 from backend.hosts.resolve import tf_hosts
+from backend.runs import project
 from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict, slurm_to_dict
 from backend.config.spec import ClusterSpec, JobSpec, cluster_to_dict
 
@@ -24,7 +25,8 @@ def prepare(cluster, job: JobSpec, pool: Pool, *, preflight: bool) -> tuple[dict
         jobfit.require_valid(cluster, job)
         return slurm_to_dict(cluster), cluster.as_cluster(), []
     jobfit.require_valid(cluster, job, hosts=tf_hosts(cluster, pool.options.ssh_config))
-    return cluster_to_dict(cluster), cluster, require_preflight(cluster, pool) if preflight else []
+    wanted = project.requirements(job.project)   # checked on every host's Python too
+    return cluster_to_dict(cluster), cluster, require_preflight(cluster, pool, wanted) if preflight else []
 
 
 def tasks_view(saved_cluster: dict) -> ClusterSpec:

@@ -7,8 +7,11 @@ each peer host once, not each peer task (``peer_targets``). Each task still gets
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 from backend.errors import ConsoleError, HostError
 from backend.hosts.pool import Pool, connection_key, parallel
@@ -16,7 +19,7 @@ from backend.hosts.resolve import tf_addresses
 from backend.config.spec import ClusterSpec, TaskSpec
 
 PROBE = (Path(__file__).resolve().parents[1] / "client" / "harness" / "probe.py").read_text()
-CHECKS = ("ssh", "python", "tensorflow", "gpus", "port", "workdir", "peers")
+CHECKS = ("ssh", "python", "tensorflow", "gpus", "port", "workdir", "peers", "packages")
 
 
 @dataclass
@@ -63,6 +66,8 @@ def _detail(name: str, check: dict) -> str:
         return f"{check['peers']} reachable"
     if name == "gpus":
         return f"{len(check['gpus'])} GPU(s)" if check["gpus"] else "none (CPU)"
+    if name == "packages":
+        return f"{len(check.get('installed') or {})} required, all there"
     return ""
 
 
@@ -97,11 +102,30 @@ def _peers_check(name: str, addresses: dict[str, str], targets: dict[str, tuple[
     return {"ok": True, "peers": len(others)}
 
 
-def probe_host(pool: Pool, tasks: list[tuple[str, TaskSpec]], addresses: dict[str, str]) -> dict[str, HostReport]:
+def packages_check(wanted: list[Requirement], installed: dict, python: str) -> dict:
+    """The project's requirements against what the host's Python has: each one missing or at
+    another version, and the command that fixes them (run by the operator: nothing is installed)."""
+    wrong = []
+    for req in wanted:
+        have = installed.get(req.name)
+        if have is None:
+            wrong.append((req, f"{req.name} missing"))
+        elif req.specifier and not req.specifier.contains(have, prereleases=True):
+            wrong.append((req, f"{req.name} {have} (asked: {req.specifier})"))
+    if not wrong:
+        return {"ok": True, "installed": installed}
+    fix = " ".join(shlex.quote(str(r)) for r, _ in wrong)
+    return {"ok": False, "installed": installed,
+            "error": f"{'; '.join(w for _, w in wrong)}; install them: {python} -m pip install {fix}"}
+
+
+def probe_host(pool: Pool, tasks: list[tuple[str, TaskSpec]], addresses: dict[str, str],
+               wanted: list[Requirement] = ()) -> dict[str, HostReport]:
     """Check one host for ``tasks`` (name, spec; one transport and Python) in one command."""
     spec = tasks[0][1]
     targets = peer_targets([n for n, _ in tasks], addresses)
-    argv = [spec.python, "-c", PROBE, "--peers", json.dumps(list(targets.values()))]
+    argv = [spec.python, "-c", PROBE, "--peers", json.dumps(list(targets.values())),
+            "--packages", json.dumps(sorted({r.name for r in wanted}))]
     for _, t in tasks:
         argv += ["--port", str(t.tf_port), "--workdir", t.workdir]
     reports = {name: HostReport(name, t.host) for name, t in tasks}
@@ -126,16 +150,21 @@ def probe_host(pool: Pool, tasks: list[tuple[str, TaskSpec]], addresses: dict[st
         checks["port"] = found["ports"][str(t.tf_port)]
         checks["workdir"] = found["workdirs"][t.workdir]
         checks["peers"] = _peers_check(name, addresses, targets, found["peers"])
+        if wanted:
+            checks["packages"] = packages_check(wanted, found["packages"]["installed"], t.python)
     return reports
 
 
-def run_preflight(cluster: ClusterSpec, pool: Pool) -> list[HostReport]:
+def run_preflight(cluster: ClusterSpec, pool: Pool, requirements: tuple[str, ...] = ()) -> list[HostReport]:
+    """Every host's checks; ``requirements`` (a project's requirements.txt lines) are checked
+    against each host's Python too."""
+    wanted = [Requirement(line) for line in requirements]
     names = cluster.task_names()
     addresses = dict(zip(names, tf_addresses(cluster, pool.options.ssh_config)))
     hosts: dict[tuple, list[tuple[str, TaskSpec]]] = {}
     for name, task in zip(names, cluster.tasks):   # one probe per connection and Python
         hosts.setdefault((*connection_key(task), task.python), []).append((name, task))
-    results = parallel(lambda group: probe_host(pool, group, addresses),
+    results = parallel(lambda group: probe_host(pool, group, addresses, wanted),
                        [(group[0][0], group) for group in hosts.values()])
     reports = []
     for group in hosts.values():
@@ -174,8 +203,8 @@ class PreflightFailed(ConsoleError):
                          "Fix each host above, then launch again.")
 
 
-def require_preflight(cluster: ClusterSpec, pool: Pool) -> list[HostReport]:
-    reports = run_preflight(cluster, pool)
+def require_preflight(cluster: ClusterSpec, pool: Pool, requirements: tuple[str, ...] = ()) -> list[HostReport]:
+    reports = run_preflight(cluster, pool, requirements)
     if not all(r.ok for r in reports):
         raise PreflightFailed(reports)
     return reports

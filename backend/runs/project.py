@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pathspec
+from packaging.requirements import InvalidRequirement, Requirement
 
 from backend.errors import SpecError
 from backend.runs.store import write_private
@@ -123,6 +124,27 @@ def keep(folder: str | Path, run_dir: Path) -> tuple[Path, Packed]:
     os.chmod(tar_path, 0o600)
     write_private(run_dir / INFO, json.dumps(packed.info(), indent=1))
     return tar_path, packed
+
+
+def requirements(folder: str | Path | None) -> tuple[str, ...]:
+    """The project's ``requirements.txt`` as requirement lines (comments, blank lines and pip
+    options such as ``-r``/``--index-url`` left out: preflight checks names and versions only),
+    each checked to parse; () without a project or a file. SpecError names a bad line."""
+    path = Path(folder) / "requirements.txt" if folder and Path(folder).is_dir() else None
+    if path is None or not path.is_file():
+        return ()
+    out = []
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        try:
+            Requirement(line)
+        except InvalidRequirement as err:
+            raise SpecError("project", f"{path} line {number} is not a requirement ({err})",
+                            "Write it as pip reads it, like numpy>=1.26, or remove the line") from None
+        out.append(line)
+    return tuple(out)
 
 
 def read_info(run_dir: Path) -> dict:

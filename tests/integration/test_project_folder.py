@@ -95,3 +95,40 @@ def cached_tars(run, *, every: bool = False) -> dict:
         tars = dict(line.split() for line in listing.splitlines())
         out[task.host] = tars if every else next(f"{n}:{i}" for n, i in tars.items())
     return out
+
+
+def test_preflight_checks_the_projects_requirements_on_every_host(ssh_cluster, ssh_options, tmp_path):
+    """The folder's requirements.txt against each host's Python (issue 49): what is missing or at
+    another version, per host, with the command that fixes it; nothing started, nothing installed."""
+    from backend.errors import SpecError
+    from backend.hosts.preflight import PreflightFailed
+    folder = make_project(tmp_path / "laptop")
+    (folder / "requirements.txt").write_text(
+        "# what train.py needs\npyyaml==6.0.3\nnumpy>=99  # a version no host has\n"
+        "surely-not-installed-anywhere\n-r more.txt\n")
+    job = job_from_dict({"kind": "command", "command": ["train.py"], "project": str(folder)})
+    store = RunStore(tmp_path / "runs")
+    try:
+        launcher.launch(ssh_cluster, job, store=store, options=ssh_options)
+    except PreflightFailed as err:
+        failed = err
+    else:
+        raise AssertionError("launched with requirements no host meets")
+    for report in failed.reports:
+        check = report.checks["packages"]
+        assert not check["ok"] and check["installed"]["pyyaml"] == "6.0.3", check
+        assert "numpy 2." in check["error"] and "(asked: >=99)" in check["error"], check
+        assert "surely-not-installed-anywhere missing" in check["error"]
+        assert "-m pip install 'numpy>=99' surely-not-installed-anywhere" in check["error"], check
+        assert "pyyaml" not in check["error"]
+    assert store.list() == []   # nothing was started or recorded
+    (folder / "requirements.txt").write_text("pyyaml==6.0.3\nnumpy>=1.20\n")
+    run = launcher.launch(ssh_cluster, job, store=store, options=ssh_options)
+    run.stop(grace_s=5)
+    (folder / "requirements.txt").write_text("numpy>=>1\n")
+    try:
+        launcher.launch(ssh_cluster, job, store=store, options=ssh_options)
+    except SpecError as err:
+        assert str(err).startswith("project: ") and "line 1 is not a requirement" in str(err), str(err)
+    else:
+        raise AssertionError("a requirements.txt pip cannot read was accepted")

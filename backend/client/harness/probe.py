@@ -123,6 +123,7 @@ def main(argv):
     ports = [int(p) for p in _every(argv, "--port")]
     workdirs = _every(argv, "--workdir")
     peers = json.loads(argv[argv.index("--peers") + 1]) if "--peers" in argv else []
+    wanted = json.loads(argv[argv.index("--packages") + 1]) if "--packages" in argv else []
     by_port = {str(port): check_port(port) for port in ports}
     by_workdir = {path: check_workdir(path) for path in workdirs}
     report = {
@@ -135,6 +136,9 @@ def main(argv):
         "ports": by_port,
         "workdirs": by_workdir,
         "peers": check_peers(peers),
+        # The project's requirements: each distribution's installed version (None: missing);
+        # the console compares them with the versions asked for (backend/hosts/preflight.py).
+        "packages": {"ok": True, "installed": {name: _installed(name) for name in wanted}},
     }
     print(json.dumps(report))
 
