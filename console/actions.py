@@ -3,6 +3,7 @@ returns a result or raises ConsoleError, whose text the page shows as it is."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -23,6 +24,18 @@ class StartResult:
     live: LiveRun | None = None
     errors: list[str] = field(default_factory=list)
     preflight: dict | None = None
+
+
+def project_preview(folder: str, *, base_dir: Path) -> str:
+    """What a project folder typed on the Launch form will send (names and sizes, nothing read),
+    or what is wrong with it: one line either way."""
+    path = Path(folder.strip()).expanduser()
+    try:
+        return "Will send " + project.summary(project.scan(base_dir / path, digest=False))
+    except ConsoleError as err:
+        return str(err)
+    except OSError as err:
+        return f"project: cannot read {path}: {err.strerror or err}. Check the folder's permissions."
 
 
 def begin_start(rows: list[dict], job: JobSpec, registry: Registry) -> str:

@@ -247,12 +247,13 @@ def launch_form(job: dict, example_names: tuple[str, ...] = ()) -> dict:
     params = job.get("params", {})
     restart = job.get("restart") or {}
     form = {"job_source": "Example", "job_example": Path(job.get("module") or "synthetic.py").name,
-            "job_module": "", "job_command": "", "job_files": "", "restart_mode": restart.get("mode", "never"),
+            "job_module": "", "job_command": "", "job_files": "", "job_project": "",
+            "restart_mode": restart.get("mode", "never"),
             "max_restarts": int(restart.get("max_restarts", 3)),
             "stall_timeout_s": float(restart.get("stall_timeout_s", 300.0))}
     if job.get("kind") == "command":
         form.update(job_source="Command", job_command=shlex.join(job.get("command") or []),
-                    job_files=", ".join(job.get("files") or []))
+                    job_files=", ".join(job.get("files") or []), job_project=job.get("project") or "")
     elif example_names and form["job_example"] not in example_names:
         form.update(job_source="Module path", job_module=job.get("module") or "")
     form.update({f"param_{name}": _param(name, params.get(name, HARNESS_DEFAULTS[name])) for name in JOB_PARAMS})
@@ -298,14 +299,15 @@ def job_from_form(values: dict, examples_dir: Path, base_dir: Path | None = None
                "stall_timeout_s": values.get("stall_timeout_s", 300.0)}
     if values["job_source"] == "Command":
         return build_job(source="command", command=values["job_command"], files=values.get("job_files", ""),
-                         base_dir=base_dir, **restart)
+                         project=values.get("job_project", ""), base_dir=base_dir, **restart)
     module = (str(examples_dir / values["job_example"]) if values["job_source"] == "Example"
               else values["job_module"])
     return build_job(source="module", module=module, params={n: values[f"param_{n}"] for n in JOB_PARAMS},
                      base_dir=base_dir, **restart)
 
 
-def build_job(*, source: str, module: str = "", command: str = "", files: str = "", params: dict | None = None,
+def build_job(*, source: str, module: str = "", command: str = "", files: str = "", project: str = "",
+              params: dict | None = None,
               restart_mode: str = "never", max_restarts: int = 3, stall_timeout_s: float = 300.0,
               base_dir: Path | None = None) -> JobSpec:
     """A JobSpec from the launch form; raises SpecErrors (e.g. "no file at ...") for bad input.
@@ -314,9 +316,10 @@ def build_job(*, source: str, module: str = "", command: str = "", files: str = 
     """
     restart = {"mode": restart_mode, "max_restarts": int(max_restarts), "stall_timeout_s": stall_timeout_s}
     if source == "command":
-        shipped = _split_files(files)
-        data = {"kind": "command", "restart": restart, "files": shipped or None,
-                "command": _script_paths(_split_command(command), base_dir, tuple(Path(f).name for f in shipped))}
+        shipped, folder = _split_files(files), project.strip() or None
+        argv = _split_command(command)   # run in the shipped project folder: paths stay as typed
+        data = {"kind": "command", "restart": restart, "files": shipped or None, "project": folder,
+                "command": argv if folder else _script_paths(argv, base_dir, tuple(Path(f).name for f in shipped))}
     else:
         data = {"kind": "harness", "module": module.strip(), "restart": restart,
                 "params": {k: _param(k, v) for k, v in (params or {}).items() if v is not None}}

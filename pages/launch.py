@@ -48,6 +48,13 @@ def main() -> None:
                       help="Copied into the run's job/ folder on every host; the command runs there, "
                            "so name a shipped script by its file name: train.py --epochs 3",
                       **state.kept("job_files"))
+        folder = st.text_input("Project folder sent to every host (optional)", form.get("job_project", ""),
+                               placeholder="~/my_project",
+                               help="Its tree becomes the run's job/ folder on every host, where the command "
+                                    "runs; .tfconsoleignore or .gitignore say what stays here",
+                               **state.kept("job_project"))
+        if folder.strip():
+            st.caption(actions.project_preview(folder, base_dir=Path.cwd()))
 
     if source != "Command":
         cols = st.columns(len(forms.JOB_PARAMS))

@@ -62,13 +62,14 @@ def _rules(folder: Path) -> tuple[pathspec.GitIgnoreSpec, str | None]:
     return pathspec.GitIgnoreSpec.from_lines(ALWAYS_LEFT_OUT), None
 
 
-def scan(folder: str | Path, *, max_bytes: int = MAX_BYTES) -> Packed:
-    """What ``folder`` ships, or SpecError on ``project`` (no folder; too large, naming why)."""
+def scan(folder: str | Path, *, max_bytes: int = MAX_BYTES, digest: bool = True) -> Packed:
+    """What ``folder`` ships, or SpecError on ``project`` (no folder; too large, naming why).
+    ``digest=False``: names and sizes only, no file read (the Launch form's preview)."""
     root = Path(folder)
     if not root.is_dir():
         raise SpecError("project", f"no folder at {root}", "Give the path of your project's folder.")
     rules, ignore_file = _rules(root)
-    files, left_out, digest = [], [], hashlib.sha256()
+    files, left_out, hashed = [], [], hashlib.sha256()
     for here, dirs, names in os.walk(root, followlinks=False):
         rel_here = Path(here).relative_to(root)
         for name in sorted(dirs):   # a folder a rule names is not walked at all
@@ -99,10 +100,17 @@ def scan(folder: str | Path, *, max_bytes: int = MAX_BYTES) -> Packed:
                         f"List data and outputs in {root / IGNORE_FILES[0]} (gitignore syntax); "
                         "give the hosts large data another way")
     files.sort()
-    for rel, _ in files:
+    for rel, _ in files if digest else ():
         path = root / rel
-        digest.update(f"{rel}\0{_mode(path)}\0".encode() + hashlib.sha256(path.read_bytes()).digest())
-    return Packed(digest.hexdigest(), tuple(files), tuple(sorted(left_out)), ignore_file)
+        hashed.update(f"{rel}\0{_mode(path)}\0".encode() + hashlib.sha256(path.read_bytes()).digest())
+    return Packed(hashed.hexdigest() if digest else "", tuple(files), tuple(sorted(left_out)), ignore_file)
+
+
+def summary(packed: Packed) -> str:
+    """One line for the Launch form: what will be sent and what stays here."""
+    left = f"; {len(packed.left_out)} left out" if packed.left_out else ""
+    rule = f" ({packed.ignore_file})" if packed.ignore_file else ""
+    return f"{len(packed.files)} files ({packed.size / 2**20:.2f} MiB){left}{rule}"
 
 
 def _mode(path: Path) -> int:

@@ -131,3 +131,28 @@ def test_the_keras_fit_example_launches_from_the_form_as_a_command_job(page, run
     lines = run.transport(run.state.chief.name).run(
         ["cat", f"{run.state.chief.remote_run_dir}/metrics.jsonl"]).stdout.splitlines()
     assert {__import__("json").loads(x)["task"] for x in lines} == {"worker-0", "worker-1"}
+
+
+def test_a_project_folder_is_previewed_and_reaches_the_job(page, runs_dir, tmp_path):
+    """Issue 49: the Launch form takes a project folder, says what it will send and what stays
+    here before Start, and the started run ships it (its own copy, named in the run's job)."""
+    import sys
+    from tests.unit.test_project import make_project
+    folder = make_project(tmp_path / "laptop")
+    (folder / "train.py").write_text("import models.net\n")
+    at = page("launch", cluster_rows=local_rows())
+    at.radio(key="job_source").set_value("Command").run()
+    at.text_input(key="job_command").input(f"{sys.executable} train.py")
+    at.text_input(key="job_project").input(str(tmp_path / "nowhere")).run()
+    assert any(c.value.startswith("project: no folder at") for c in at.caption), [c.value for c in at.caption]
+    at.text_input(key="job_project").input(str(folder)).run()
+    assert any(c.value == "Will send 5 files (0.00 MiB); 6 left out (.gitignore)"
+               for c in at.caption), [c.value for c in at.caption]
+    at.button(key="start_button").click().run()
+    assert not at.exception and not errors(at), errors(at)
+    run_id = at.session_state["run_id"]
+    saved = wait_for(lambda: (RunStore(runs_dir).path(run_id) / "state.json").exists()
+                     and RunStore(runs_dir).load(run_id), 120, "the run's record")
+    assert saved.job["project"] == str(RunStore(runs_dir).path(run_id) / "project.tar")
+    wait_for(lambda: not RunStore(runs_dir).load(run_id).live, 120, "the one-line job to finish")
+    assert RunStore(runs_dir).load(run_id).phase == "finished"
