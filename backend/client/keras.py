@@ -38,7 +38,7 @@ import tensorflow as tf
 from .harness import ckpt_index, layout, metric_line, train_info
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
-from .sync import Meeting
+from .sync import Health, Meeting
 
 
 def keras_module():
@@ -63,9 +63,11 @@ class _Hooks:
     def __init__(self, *, every: int | None = None, checkpoint_every: int = 0, keep_checkpoints: int = 5,
                  batch_size: int | None = None, save_at_epoch_end: bool = True,
                  preempt_grace_s: float | None = None, exit_on_preempt: bool = True,
-                 keep_best: int = 0, best_metric: str = "loss", best_mode: str = "min") -> None:
+                 keep_best: int = 0, best_metric: str = "loss", best_mode: str = "min",
+                 stop_on_nan: bool = False) -> None:
         super().__init__()
         self.preempt_grace_s, self.exit_on_preempt = preempt_grace_s, exit_on_preempt
+        self.stop_on_nan = stop_on_nan   # every worker raises NonFiniteLoss at the first NaN/Inf
         # every=None: at most every 10 steps and no more often than MIN_SYNC_S (a gather costs
         # ~3 ms: at 5 ms steps, every 10 steps would cost 6 %); every=K: exactly every K steps.
         self.fixed_every = every is not None
@@ -111,6 +113,7 @@ class _Hooks:
                                            exit_on_preempt=self.exit_on_preempt)
         self.meeting = Meeting(self.strategy, self.ctx, self.save_on_signal, every=self.every,
                                fixed_every=self.fixed_every, step=self.step)
+        self.health = Health(self.ctx, kmod, stop=self.stop_on_nan)
 
     def _restore(self, step: int) -> None:
         opt = self.model.optimizer
@@ -249,6 +252,7 @@ class _Hooks:
                              metrics=values["metrics"], global_metrics=values["global"])
         if met.first and self.ctx.is_chief:
             self._write_model_config(keras_module())   # after a step: the model is built
+        self.health.check(self.step, met.rows)   # after the line: the NaN shows on the chart too
         if (save or met.save_now) and self.saved_at != self.step:
             self._save(values, save_now=met.save_now, preempting=met.preempting)
 

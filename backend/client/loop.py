@@ -49,7 +49,7 @@ import tensorflow as tf
 from .harness import ckpt_index, layout, metric_line, retention, train_info
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
-from .sync import Meeting
+from .sync import Health, Meeting
 
 LOSS_IS = ("global_average", "replica_mean")
 
@@ -58,7 +58,8 @@ class Loop:
     def __init__(self, strategy=None, checkpoint=None, *, model=None, build_model=None,
                  metrics=None, loss_is: str = "global_average", every: int | None = None,
                  keep_checkpoints: int = 5, epoch=None, total_steps: int | None = None,
-                 preempt_grace_s: float | None = None, exit_on_preempt: bool = True) -> None:
+                 preempt_grace_s: float | None = None, exit_on_preempt: bool = True,
+                 stop_on_nan: bool = False) -> None:
         if loss_is not in LOSS_IS:
             raise ValueError(f"tfconsole.Loop: loss_is={loss_is!r}; use \"global_average\" (the "
                              "step returns tf.nn.compute_average_loss(..., global_batch_size=...)) "
@@ -103,6 +104,8 @@ class Loop:
         self.signal = SaveOnSignal(self.ctx, grace_s=preempt_grace_s, exit_on_preempt=exit_on_preempt)
         self.meeting = Meeting(self.strategy, self.ctx, self.signal, every=self.every,
                                fixed_every=self.fixed_every, step=self.n)
+        self.health = Health(self.ctx, sys.modules.get(model_desc.keras_of(model)) if model is not None
+                             else None, stop=stop_on_nan)
 
     # ---- inside the step ----------------------------------------------------------------------
     def run(self, fn, args=(), kwargs=None):
@@ -174,6 +177,7 @@ class Loop:
                              global_metrics=self.last["global"])
             if met.first:
                 self._write_model_json()   # after a step: the model is built
+        self.health.check(self.n, met.rows)
         return met.save_now, met.preempting
 
     def _values(self, rows) -> dict:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from .harness import preempt
-from . import reporting
+from .harness import nonfinite, preempt
+from . import keras_metrics, reporting
 
 MIN_SYNC_S = 0.25   # by default, workers meet no more often than this (a gather costs ~3 ms)
 
@@ -81,3 +81,23 @@ class Meeting:
             return (step // self.every + 1) * self.every
         ahead = max(self.every, math.ceil(MIN_SYNC_S / step_time))
         return -(-(step + ahead) // self.every) * self.every
+
+
+class Health:
+    """NaN and Inf at every meeting, as the harness checks its own (harness/nonfinite.py): every
+    worker reads the same rows, so all find the same bad value at the same step. The chief writes
+    ``health.json``, every worker its versions (``status`` shows both); with ``stop=True`` every
+    worker raises ``NonFiniteLoss`` there, and none is left waiting in a collective. Only counted
+    values are looked at: a window a worker did not train in is no NaN."""
+
+    def __init__(self, ctx, keras, *, stop: bool) -> None:
+        self.ctx, self.keras, self.kept = ctx, keras, None
+        self.watch = nonfinite.Watch(ctx.run_dir, is_chief=ctx.is_chief, stop=stop)
+
+    def check(self, step: int, rows: list) -> None:
+        km, tasks = keras_metrics, self.ctx.tasks
+        values = {t: {**m, **km.per_worker(rows, tasks, km.VAL).get(t, {})}
+                  for t, m in km.per_worker(rows, tasks).items()}
+        if self.kept is None and nonfinite.non_finite(values):
+            self.kept = nonfinite.write_versions(self.ctx.run_dir, self.ctx.task, self.keras)
+        self.watch.check(step, values, self.kept or {})

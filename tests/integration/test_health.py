@@ -104,3 +104,50 @@ def test_a_nan_loss_is_alerted_while_a_run_without_restarts_trains_on(local_clus
     finally:
         receiver.close()
     wait_for(lambda: processes_of(run) == [], 30, "no process of the run")
+
+
+NAN_FIT = """
+import os, time
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import numpy as np, tensorflow as tf, tf_keras as keras, tfconsole
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+x = np.random.RandomState(0).normal(size=(12800, 4)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+y[6400:] = np.nan                                  # from global batch 200 on: finite, then NaN
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+slow = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: time.sleep(0.02))
+model.fit(ds, epochs=1, steps_per_epoch=400, verbose=0,
+          callbacks=[tfconsole.KerasCallback(every=5, stop_on_nan=True), slow])
+"""
+
+
+@pytest.mark.slow
+def test_a_fit_scripts_nan_loss_is_flagged_with_versions_and_stops_every_worker(
+        local_cluster, store, python_path, tmp_path):
+    """The harness's NaN watch for a `fit` script too (issue 46): health.json with each worker's
+    TensorFlow and Keras (tf_keras here), `status` says it, and `stop_on_nan=True` stops both
+    workers at the same step with the harness's words."""
+    import tf_keras
+    script = tmp_path / "nan_fit.py"
+    script.write_text(NAN_FIT)
+    job = job_from_dict({"kind": "command", "command": [python_path, str(script)],
+                         "env": {**TF_ENV, "TF_USE_LEGACY_KERAS": "1"}})
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    wait_for(lambda: (run.settle(), not run.state.live)[1], 240, "the run to end")
+    assert run.state.phase == "failed"
+    steps = set()
+    for task in ("worker-0", "worker-1"):
+        log = run.log_tail(task)
+        assert "NonFiniteLoss: loss is not finite at step" in log and "stop_on_nan is set" in log, log[-2000:]
+        steps.add(log.split("loss is not finite at step ", 1)[1].split()[0])
+    assert len(steps) == 1 and int(steps.pop()) >= 200
+    cli = subprocess.run([sys.executable, "-m", "backend", "--runs", str(store.root), "status", run.run_id],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert "Loss is not finite: worker-0 nan at step" in cli.stdout, cli.stdout
+    for task in ("worker-0", "worker-1"):
+        assert f"{task}: TensorFlow {tf.__version__}, Keras {tf_keras.__version__}" in cli.stdout, cli.stdout
+    wait_for(lambda: processes_of(run) == [], 30, "no process of the run")

@@ -25,8 +25,11 @@ class NonFiniteLoss(Exception):
     (``stop_on_nan``). The name stays: logs and diagnoses match on it."""
 
 
-def versions() -> dict:
-    import keras
+def versions(keras=None) -> dict:
+    """This worker's versions; ``keras``: the Keras module the job trains with (tf_keras for a
+    Keras 2 script), else Keras 3's."""
+    if keras is None:
+        import keras
     import tensorflow as tf
     build = tf.sysconfig.get_build_info()
     return {"tensorflow": tf.__version__, "keras": keras.__version__,
@@ -44,10 +47,10 @@ def packages() -> list[str]:
     return sorted(found, key=str.lower)[:MAX_PACKAGES]
 
 
-def write_versions(run: str, task: str) -> dict:
+def write_versions(run: str, task: str, keras=None) -> dict:
     """Write this task's versions and installed packages (the run's record keeps them); return
     the versions alone."""
-    info = versions()
+    info = versions(keras)
     path = layout.task_file(run, task, "versions.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(f"{path}.tmp", "w") as fh:
