@@ -27,7 +27,7 @@ import pathspec
 from packaging.requirements import InvalidRequirement, Requirement
 
 from backend.errors import SpecError
-from backend.runs.store import write_private
+from backend.runs.store import read_dict, write_private
 
 IGNORE_FILES = (".tfconsoleignore", ".gitignore")   # the first one present is read
 ALWAYS_LEFT_OUT = (".git/", "__pycache__/", "*.pyc")
@@ -157,8 +157,4 @@ def requirements(folder: str | Path | None) -> tuple[str, ...]:
 
 def read_info(run_dir: Path) -> dict:
     """``project.json`` of a run, or {} (no project, a run from before projects)."""
-    try:
-        data = json.loads((Path(run_dir) / INFO).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_dict(Path(run_dir) / INFO)

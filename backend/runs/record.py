@@ -23,7 +23,7 @@ from pathlib import Path
 from backend.alerts import outbox, settings as alert_settings
 from backend.errors import ConsoleError
 from backend.runs import project
-from backend.runs.store import RunState, write_private
+from backend.runs.store import RunState, read_dict, write_private
 
 RECORD = "record.json"
 MAX_DIFF = 64 * 1024        # bytes of `git diff` kept; a larger diff is cut and says so
@@ -90,11 +90,7 @@ def write(run_dir: Path, record: dict) -> None:
 
 def read(run_dir: Path) -> dict:
     """The run's record, or {} (a run launched before records, or a damaged file)."""
-    try:
-        data = json.loads((Path(run_dir) / RECORD).read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_dict(Path(run_dir) / RECORD)
 
 
 # ---- from the hosts -------------------------------------------------------------------------

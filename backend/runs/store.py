@@ -262,6 +262,15 @@ def write_private(path: Path, text: str) -> None:
         raise
 
 
+def read_dict(path: Path) -> dict:
+    """A small JSON file of a run's folder as a dict; {} when it is missing or damaged."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 class RunStore:
     """Runs under one root folder: create, load, list, and change under a lock."""
 
