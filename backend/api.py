@@ -66,7 +66,7 @@ class RunHandle:
     def status(self) -> dict:
         """What ``tfconsole status RUN --json`` prints: phase, attempt, each task's state, the
         attempts, health, and ``resume`` (warnings for attempts not confirmed as resumed)."""
-        from backend.cli.checkpoints import status_json
+        from backend.runs.status_view import status_json
         from backend.diagnosis import health
         from backend.runs import resume
         statuses = self._run.settle() or self._run.status()

@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
 
 from backend import checkpoints
 from backend.runs import launcher, restore
-from backend.runs.resume import warnings as resume_warnings
-from backend.runs.membership import shrink_shown
 from backend.errors import SpecError
 from backend.runs.store import RunStore
 
@@ -94,18 +91,6 @@ def cmd_restore(a) -> int:
     print(f"run {run.run_id}: attempt {result.attempt} started, NOT confirmed as resumed from step {a.step}")
     print(result.summary, file=sys.stderr)
     return 1
-
-
-def status_json(run, statuses, *, health_line: str) -> dict:
-    s = run.state
-    # phase: the record's (queued while Slurm holds every task); queue: Slurm's reason and place.
-    queue = statuses[0].queue if s.phase == "queued" and statuses and statuses[0].queue else None
-    return {"run_id": s.run_id, "phase": str(s.phase), "queue": queue, "attempt": s.attempt,
-            "tasks": [{"name": t.name, "host": t.host, "state": str(t.state), "label": t.label,
-                       "exit_code": t.exit_code, "diagnosis": t.diagnosis} for t in statuses],
-            "attempts": [asdict(t) for t in s.attempts], "unreachable": list(s.unreachable),
-            "keeper": run.keeper_note or None, "health": health_line or None,
-            "resume": resume_warnings(s) or None, "shrink": shrink_shown(run.job)}
 
 
 def add_commands(add) -> None:

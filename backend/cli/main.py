@@ -11,7 +11,8 @@ import threading
 
 from backend.runs import launcher
 from backend.config import tfconfig
-from backend.cli.checkpoints import EXIT_CODES, add_commands, print_json, print_table, status_json
+from backend.cli.checkpoints import EXIT_CODES, add_commands, print_json, print_table
+from backend.runs.status_view import status_json
 from backend.runs.membership import shrink_line
 from backend.cli.plain import SafeStream
 from backend.cli.metrics import add_command as metrics_command

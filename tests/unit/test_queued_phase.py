@@ -9,7 +9,7 @@ import time
 import pytest
 
 from backend import checkpoints
-from backend.cli.checkpoints import status_json
+from backend.runs.status_view import status_json
 from backend.engines.base import Capabilities, StopReport
 from backend.config.slurm_spec import slurm_from_dict, slurm_to_dict
 from backend.config.spec import JobKind, JobSpec, job_to_dict
