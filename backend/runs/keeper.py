@@ -46,13 +46,12 @@ from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.diagnosis import stacks
 from backend.runs.attempts import begin_attempt
-from backend.checkpoints import common_checkpoint
 from backend.errors import ConsoleError, RunError
 from backend.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.engines.direct import harness_bundle
-from backend.runs import membership
+from backend.runs import membership, restorable
 from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, POLL_S, keeper_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
@@ -401,13 +400,14 @@ class Keeper:
                     return moved
                 run, step = moved
             else:
-                step = common_checkpoint(run)
+                step = self._restorable_step(run)
         except ConsoleError as err:
             return self._cannot_restart(run, err)
         self.log(f"starting attempt {run.state.attempt + 1} from "
                  f"{'step ' + str(step) if step is not None else 'scratch'}")
         try:
-            begin_attempt(run, resume_step=step, expect=(Phase.RESTARTING,), on_fail=Phase.RESTARTING)
+            begin_attempt(run, resume_step=step, expect=(Phase.RESTARTING,), on_fail=Phase.RESTARTING,
+                          by="keeper's restart")
         except RunError as err:
             self.log(f"not restarting: {err}")
             return None if run.reload().live else run.state.phase
@@ -419,6 +419,21 @@ class Keeper:
         self.life = LifeWatch(changed=time.time())
         self.silent = {}
         return None
+
+    def _restorable_step(self, run: Run) -> int | None:
+        """The newest step every task holds and reads whole. A damaged one met on the way is moved
+        aside (kept) and named in the ended attempt's reason, so failure.log and the restart's
+        alert say it; a retry of this start finds it gone and adds nothing."""
+        choice = restorable.newest_common(run)
+        if choice.damaged:
+            kept = restorable.set_aside(run, choice, f"attempt-{run.state.attempt + 1}-unrestorable")
+            text = restorable.damaged_text(choice, kept)
+            self.log(f"not resuming from a damaged checkpoint: {text}")
+
+            def name_it(state) -> None:
+                state.attempts[-1].reason = f"{state.attempts[-1].reason or 'failed'}; {text}"
+            run.update(name_it)
+        return choice.step
 
     def _cannot_restart(self, run: Run, err: ConsoleError) -> Phase | None:
         """The next attempt did not start: the next poll tries again, for as long as a host has to
