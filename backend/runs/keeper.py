@@ -10,7 +10,8 @@ lets ``outcome.conclude`` judge the attempt:
   sign of life for ``stall_timeout_s`` (no new metrics, no task's log grew, no task's processes
   used CPU: ``outcome.LifeWatch``), so a job that writes no metrics is not taken for a hung one:
   every task is stopped (a survivor would only hang or abort), and after
-  ``backoff_s`` a new attempt starts from the newest checkpoint step that EVERY task holds;
+  ``backoff_s`` a new attempt starts from the newest checkpoint step that EVERY task holds and
+  TensorFlow can read whole (``restorable``: a damaged one is moved aside and named);
 - unknown (a host did not answer): nothing is touched; the host is asked again, less and less
   often, for ``unreachable_grace_s``, and only then counts as a failure.
 
@@ -400,7 +401,7 @@ class Keeper:
                     return moved
                 run, step = moved
             else:
-                step = self._restorable_step(run)
+                step = restorable.resume_step(run, self.log)
         except ConsoleError as err:
             return self._cannot_restart(run, err)
         self.log(f"starting attempt {run.state.attempt + 1} from "
@@ -419,21 +420,6 @@ class Keeper:
         self.life = LifeWatch(changed=time.time())
         self.silent = {}
         return None
-
-    def _restorable_step(self, run: Run) -> int | None:
-        """The newest step every task holds and reads whole. A damaged one met on the way is moved
-        aside (kept) and named in the ended attempt's reason, so failure.log and the restart's
-        alert say it; a retry of this start finds it gone and adds nothing."""
-        choice = restorable.newest_common(run)
-        if choice.damaged:
-            kept = restorable.set_aside(run, choice, f"attempt-{run.state.attempt + 1}-unrestorable")
-            text = restorable.damaged_text(choice, kept)
-            self.log(f"not resuming from a damaged checkpoint: {text}")
-
-            def name_it(state) -> None:
-                state.attempts[-1].reason = f"{state.attempts[-1].reason or 'failed'}; {text}"
-            run.update(name_it)
-        return choice.step
 
     def _cannot_restart(self, run: Run, err: ConsoleError) -> Phase | None:
         """The next attempt did not start: the next poll tries again, for as long as a host has to

@@ -10,6 +10,7 @@ why in the words export uses for a checkpoint it cannot restore.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from backend import checkpoints
@@ -44,6 +45,24 @@ def newest_common(run: Run) -> Choice:
     choice.step = common[0] if common else None
     choice.damaged = {t: bad for t, bad in choice.damaged.items() if bad}
     return choice
+
+
+def resume_step(run: Run, log) -> int | None:
+    """The keeper's step for the next attempt: ``newest_common``. A damaged checkpoint met on the
+    way is moved aside (kept) and named in the ended attempt's reason, so failure.log and the
+    restart's alert say it; a retry of this start finds it gone and adds nothing."""
+    began = time.time()
+    choice = newest_common(run)
+    log(f"newest step every task holds and reads whole: {choice.step} (checked in {time.time() - began:.1f} s)")
+    if choice.damaged:
+        kept = set_aside(run, choice, f"attempt-{run.state.attempt + 1}-unrestorable")
+        text = damaged_text(choice, kept)
+        log(f"not resuming from a damaged checkpoint: {text}")
+
+        def name_it(state) -> None:
+            state.attempts[-1].reason = f"{state.attempts[-1].reason or 'failed'}; {text}"
+        run.update(name_it)
+    return choice.step
 
 
 def refuse_damaged(run: Run, step: int, listed: list[int]) -> None:
