@@ -145,11 +145,25 @@ def release(run: Run, hold: Hold) -> None:
         remote.checkpoint_release(run.remote(hold.task), _folder(run, hold.task), hold.hold_id)
 
 
-def abandon_after(run: Run, task: str, step: int, *, tag: str, keep: Hold) -> list[int]:
-    """Move ``task``'s checkpoints newer than ``step`` aside (a restore); the steps moved."""
+def abandon_after(run: Run, task: str, step: int, *, tag: str, keep: Hold | None) -> list[int]:
+    """Move ``task``'s checkpoints newer than ``step`` aside (a restore, a resume past damaged
+    ones); the steps moved."""
     with _refusal_is_artifact(folder=checkpoint_dir(run, task)):
         return remote.checkpoint_abandon(run.remote(task), _folder(run, task), after=step, tag=tag,
-                                         keep_hold=keep.hold_id)
+                                         keep_hold=keep.hold_id if keep else None)
+
+
+VERIFY_TIMEOUT_S = 300   # TensorFlow's import on a loaded host, then a read of the files
+
+
+def verify(run: Run, task: str, steps: list[int]) -> tuple[int | None, dict[int, str]]:
+    """Read ``task``'s ``steps`` newest first on its host with TensorFlow's checkpoint reader,
+    until one reads whole: (that step or None, step -> why each newer one cannot be restored, in
+    export's words)."""
+    with _refusal_is_artifact(folder=checkpoint_dir(run, task)):
+        answer = remote.checkpoint_verify(run.remote(task), _folder(run, task), steps, timeout=VERIFY_TIMEOUT_S)
+    good, damaged = answer.get("good"), answer.get("damaged") or {}
+    return (None if good is None else int(good)), {int(s): str(why) for s, why in damaged.items()}
 
 
 @contextmanager

@@ -412,6 +412,13 @@ def checkpoint_abandon(h: Host, folder: str, *, after: int, tag: str, keep_hold:
     return list(_call(h, "ckpt-abandon", *args, *(["--keep-hold", keep_hold] if keep_hold else []))["moved"])
 
 
+def checkpoint_verify(h: Host, folder: str, steps: list[int], *, timeout: float) -> dict:
+    """Read ``steps`` of ``folder`` newest first with TensorFlow's checkpoint reader, until one
+    reads whole: ``{"good": step or None, "damaged": {"step": why}}``."""
+    args = [x for step in steps for x in ("--step", str(int(step)))]
+    return _call(h, "ckpt-verify", "--dir", folder, *args, timeout=timeout)
+
+
 def resumed(h: Host, attempt: int, tasks: list[str]) -> dict:
     """``{"resumed": {task: step}, "ended": [task]}`` for ``attempt``'s tasks in this run directory."""
     return _call(h, "resumed", "--attempt", str(attempt), *_tasks(tasks))

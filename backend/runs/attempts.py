@@ -17,13 +17,14 @@ START_STOP_GRACE_S = 5.0
 
 
 def begin_attempt(run: Run, *, resume_step: int | None, expect: tuple[Phase, ...],
-                  on_fail: Phase = Phase.FAILED) -> int:
+                  on_fail: Phase = Phase.FAILED, by: str = "launch") -> int:
     """Start every task of a new attempt from ``resume_step``; return the attempt's number.
 
     ``expect``: the phases the run may be in (launch: launching; the keeper: restarting;
     restore: an ended phase). Raises RunError if it is in another, ConsoleError if a task
     does not start; the run is then ``on_fail`` (the keeper retries from ``restarting``), or
-    ``stopping`` when a host could not be cleaned up.
+    ``stopping`` when a host could not be cleaned up. A user's Stop during the start raises
+    RunError saying so, naming ``by`` (who started it: launch, restore, the keeper's restart).
     """
     number = []
 
@@ -45,7 +46,11 @@ def begin_attempt(run: Run, *, resume_step: int | None, expect: tuple[Phase, ...
         # must not run on unwatched.
         reason = "failed to start" if isinstance(err, ConsoleError) else \
             f"launch interrupted: {type(err).__name__}: {err}".rstrip(": ")
-        _abandon(run, reason, on_fail)
+        moved, clean = _abandon(run, reason, on_fail)
+        if not moved and isinstance(err, ConsoleError) and run.state.phase in (Phase.STOPPING, Phase.STOPPED):
+            # The user's Stop ended the tasks as they started (a worker killed in its imports):
+            # that, not the import traceback it left, is what happened.
+            raise _stopped(run, by, clean) from None
         raise
 
     def record_pids(state: RunState) -> None:   # kept even if the run was stopped: stop reads them
@@ -64,18 +69,25 @@ def begin_attempt(run: Run, *, resume_step: int | None, expect: tuple[Phase, ...
             if not report.clean:
                 raise MultiHostError("stop", report.errors, "Those hosts may still run a task of this "
                                      "run started as it was stopped: end it there when they answer.")
-        raise RunError(f"run {run.run_id} was stopped while its tasks started",
-                       "Nothing is left running; start it again if that was not meant.")
+        raise _stopped(run, by, clean=True)
     return number[0]
 
 
-def _abandon(run: Run, reason: str, on_fail: Phase) -> None:
-    """Stop what started of a failed start and record it; a second Ctrl-C here still records."""
+def _stopped(run: Run, by: str, clean: bool) -> RunError:
+    return RunError(f"run {run.run_id} was stopped while the {by} started it",
+                    "Nothing is left running; start it again if that was not meant." if clean else
+                    "Its stop says what it left: see `python -m backend status RUN`.")
+
+
+def _abandon(run: Run, reason: str, on_fail: Phase) -> tuple[bool, bool]:
+    """Stop what started of a failed start and record it; a second Ctrl-C here still records.
+    Whether the record moved (not when someone stopped the run meanwhile), and the stop was clean."""
     clean, errors = False, {}
     try:
         report = run.stop_attempt(grace_s=START_STOP_GRACE_S)
         clean, errors = report.clean, report.errors
     except BaseException:   # noqa: BLE001 - the record below matters more than this stop
         pass
-    run.move(on_fail if clean else Phase.STOPPING, when=(Phase.LAUNCHING,), reason=reason,
-             unreachable=errors)
+    moved = run.move(on_fail if clean else Phase.STOPPING, when=(Phase.LAUNCHING,), reason=reason,
+                     unreachable=errors)
+    return moved, clean

@@ -10,7 +10,8 @@ lets ``outcome.conclude`` judge the attempt:
   sign of life for ``stall_timeout_s`` (no new metrics, no task's log grew, no task's processes
   used CPU: ``outcome.LifeWatch``), so a job that writes no metrics is not taken for a hung one:
   every task is stopped (a survivor would only hang or abort), and after
-  ``backoff_s`` a new attempt starts from the newest checkpoint step that EVERY task holds;
+  ``backoff_s`` a new attempt starts from the newest checkpoint step that EVERY task holds and
+  TensorFlow can read whole (``restorable``: a damaged one is moved aside and named);
 - unknown (a host did not answer): nothing is touched; the host is asked again, less and less
   often, for ``unreachable_grace_s``, and only then counts as a failure.
 
@@ -46,13 +47,12 @@ from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.diagnosis import stacks
 from backend.runs.attempts import begin_attempt
-from backend.checkpoints import common_checkpoint
 from backend.errors import ConsoleError, RunError
 from backend.client.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.engines.direct import harness_bundle
-from backend.runs import membership
+from backend.runs import membership, restorable
 from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, POLL_S, keeper_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
@@ -401,13 +401,14 @@ class Keeper:
                     return moved
                 run, step = moved
             else:
-                step = common_checkpoint(run)
+                step = restorable.resume_step(run, self.log)
         except ConsoleError as err:
             return self._cannot_restart(run, err)
         self.log(f"starting attempt {run.state.attempt + 1} from "
                  f"{'step ' + str(step) if step is not None else 'scratch'}")
         try:
-            begin_attempt(run, resume_step=step, expect=(Phase.RESTARTING,), on_fail=Phase.RESTARTING)
+            begin_attempt(run, resume_step=step, expect=(Phase.RESTARTING,), on_fail=Phase.RESTARTING,
+                          by="keeper's restart")
         except RunError as err:
             self.log(f"not restarting: {err}")
             return None if run.reload().live else run.state.phase

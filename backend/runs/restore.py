@@ -13,7 +13,7 @@ from backend.checkpoints import (CHOICE_TTL_S, Hold, abandon_after, host_name, l
 from backend.errors import ArtifactError
 from backend.client.harness import layout
 from backend.hosts import remote
-from backend.runs import detached, resume
+from backend.runs import detached, restorable, resume
 from backend.runs.attempts import begin_attempt
 from backend.runs.handle import Run
 from backend.runs.store import Phase
@@ -52,10 +52,14 @@ def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RE
     try:
         if hold.step != step:
             raise ArtifactError(f"the hold is on step {hold.step}, not {step}", "Pick the step again.")
-        chosen = {c["step"]: c for c in list_checkpoints(run)}.get(step)
+        listed = {c["step"]: c for c in list_checkpoints(run)}
+        chosen = listed.get(step)
         if chosen is None:   # the hold expired and retention took the step (was a raw KeyError)
             raise ArtifactError(f"step {step} is no longer on the chief: its hold expired",
                                 "Pick the checkpoint again, then press Restore.")
+        # Before anything stops: a step TensorFlow cannot restore used to fail as a launch
+        # failure, after the run was stopped, and use up an attempt.
+        restorable.refuse_damaged(run, step, sorted(listed))
         if run.state.live:
             run.stop(reason=f"restore from step {step}")
         attempt = run.state.attempt + 1
@@ -64,7 +68,8 @@ def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RE
         for t in run.state.tasks:
             if t.name != run.state.chief.name:
                 _ensure_copy(run, t.name, chosen)
-        begin_attempt(run, resume_step=step, expect=(Phase.STOPPED, Phase.FINISHED, Phase.FAILED))
+        begin_attempt(run, resume_step=step, expect=(Phase.STOPPED, Phase.FINISHED, Phase.FAILED),
+                      by="restore")
         if run.watched:
             _rekeep(run)
         result = RestoreResult(step, run.state.attempt, moved_aside={t: s for t, s in moved.items() if s})

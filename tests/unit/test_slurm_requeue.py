@@ -16,6 +16,7 @@ from backend.engines.base import Capabilities, StopReport
 from backend.engines.slurm_states import parse_scontrol
 from backend.hosts.pool import Pool
 from backend.runs import keeper as keeper_module
+from backend.runs import restorable
 from backend.runs.handle import Run
 
 from backend.runs.keeper import Keeper
@@ -112,7 +113,7 @@ def test_the_clusters_requeues_do_not_count_against_max_restarts(tmp_path, monke
     store.reserve("r1")
     store.save(state)
     engine = _Engine()
-    monkeypatch.setattr(keeper_module, "common_checkpoint", lambda run: 40)
+    monkeypatch.setattr(keeper_module.restorable, "newest_common", lambda run: restorable.Choice(40))
     keeper = Keeper("r1", store=store, poll_s=0.01, log=lambda msg: None)
     keeper._attach = lambda: Run(store.load("r1"), store, Pool(), engine=engine)
     assert keeper.check() is None

@@ -62,6 +62,10 @@ def parse_args(argv):
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override the run's parameters (default: RUN/train.json's)")
     p.add_argument("--verify", default=None, help=argparse.SUPPRESS)  # the fresh child process
+    p.add_argument("--check", default=None, metavar="DIR",
+                   help="only read --steps of the checkpoint folder DIR (newest first) with "
+                        "TensorFlow's checkpoint reader, until one reads whole (hostctl ckpt-verify)")
+    p.add_argument("--steps", default="", help="with --check: the steps, comma separated")
     return p.parse_args(argv)
 
 
@@ -80,6 +84,37 @@ def choose_checkpoint(run_dir: str, step: int | None) -> tuple[dict, str]:
             return c, hold["hold"]
     retention.release(folder, hold["hold"])
     raise Refused(f"checkpoint step {hold['step']} vanished from {folder} while held")
+
+
+def unrestorable(step: int, exc: BaseException, complete: list) -> str:
+    """The one wording of a checkpoint TensorFlow cannot restore: export's, a restore's refusal,
+    the keeper's fallback."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return (f"checkpoint step {step} cannot be restored ({type(exc).__name__}: {first}); "
+            f"{_next_good(complete, step)}")
+
+
+def check(folder: str, steps: list) -> dict:
+    """Read every tensor of each step in ``folder``, newest first, until one reads whole:
+    ``{"good": step or None, "damaged": {step: why}}``. The checkpoint reader builds no model, so
+    this costs TensorFlow's import and a read of the files: a resume can afford it."""
+    import tensorflow as tf
+    complete = {c["step"]: c for c in ckpt_index.list_complete(folder)}
+    good, damaged = None, {}
+    for step in sorted(set(steps), reverse=True):
+        try:
+            if step not in complete:
+                raise FileNotFoundError(f"no complete checkpoint step {step} in {folder}")
+            reader = tf.train.load_checkpoint(complete[step]["prefix"])
+            for name in reader.get_variable_to_dtype_map():
+                reader.get_tensor(name)   # a cut .data file fails here, not at the load
+        except Exception as exc:  # noqa: BLE001 - truncated files raise IndexError, OpError, ...
+            damaged[step] = exc
+            continue
+        good = step
+        break
+    left = [c for s, c in sorted(complete.items()) if s not in damaged]
+    return {"good": good, "damaged": {str(s): unrestorable(s, e, left) for s, e in damaged.items()}}
 
 
 def _next_good(complete: list, step: int) -> str:
@@ -273,9 +308,7 @@ def _export_into(args, chosen: dict, tmp: str, formats: list[str]) -> dict:
         status.expect_partial().assert_existing_objects_matched()
     except Exception as exc:  # noqa: BLE001 - truncated files raise IndexError, OpError, ...
         complete = ckpt_index.list_complete(chosen["dir"])
-        raise RuntimeError(f"checkpoint step {chosen['step']} cannot be restored "
-                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-                           f"{_next_good(complete, chosen['step'])}") from exc
+        raise RuntimeError(unrestorable(chosen["step"], exc, complete)) from exc
     expected = _flat(tf, model(probe, training=False))
     if "savedmodel" in formats:
         export_dir = os.path.join(tmp, PATHS["savedmodel"])
@@ -349,6 +382,10 @@ def main(argv=None) -> int:
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     limit_threads(args.threads, args.nice)
     try:
+        if args.check:
+            steps = [int(s) for s in args.steps.split(",") if s.strip()]
+            print(json.dumps(check(args.check, steps)), flush=True)
+            return 0
         bad = [f for f in formats if f not in FORMATS]
         if bad or not formats:
             raise Refused(f"--formats {args.formats!r}: choose from {','.join(FORMATS)}")
@@ -358,7 +395,7 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001 - one clear last line for the console
         import traceback
         traceback.print_exc()
-        return failed(f"EXPORT FAILED: {type(exc).__name__}: {exc}")
+        return failed(f"{'CHECK' if args.check else 'EXPORT'} FAILED: {type(exc).__name__}: {exc}")
     print(json.dumps(result), flush=True)
     return 0
 

@@ -328,11 +328,25 @@ def cmd_export(a) -> dict:
     # No job module (a command job): export.py builds the model from checkpoints/model.json.
     argv += ["--job", inside(a.run, a.job)] if a.job else []
     argv += (["--step", str(a.step)] if a.step is not None else []) + (["--name", a.name] if a.name else [])
+    return _tf_child(argv, "export")
+
+
+def cmd_ckpt_verify(a) -> dict:
+    """Read ``--step``s of a checkpoint folder, newest first, with TensorFlow's checkpoint reader
+    until one reads whole (export.py ``--check``, a child: ``-S`` leaves TensorFlow out here):
+    {"good": step or None, "damaged": {step: why}}. A resume asks before it picks a step."""
+    argv = entry.argv("export", "--run-dir", a.run, "--check", inside(a.run, a.dir),
+                      "--steps", ",".join(map(str, a.step)), site=True)
+    return _tf_child(argv, "checkpoint check")
+
+
+def _tf_child(argv: list, what: str) -> dict:
+    """Run export.py; its answer (the last stdout line, this protocol's JSON) becomes this one."""
     child = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=entry.env())
     answer = last_json(child.stdout.decode(errors="replace"))
     if child.returncode == 0 and answer is not None and "error" not in answer:
         return answer
-    raise Refused((answer or {}).get("error") or f"export failed (exit {child.returncode})")
+    raise Refused((answer or {}).get("error") or f"{what} failed (exit {child.returncode})")
 
 
 def last_json(text: str) -> dict | None:
@@ -408,6 +422,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--keep-hold", default=None)
     s = add("project", cmd_project, "the run's project folder from this host's cache, or from stdin")
     s.add_argument("--hash", required=True, help="the project tar's sha256")
+    s = add("ckpt-verify", cmd_ckpt_verify, "read steps with TensorFlow's reader until one reads whole")
+    s.add_argument("--dir", required=True)
+    s.add_argument("--step", type=int, action="append", required=True)
     s = add("resumed", cmd_resumed, "the step each task resumed from in an attempt")
     s.add_argument("--attempt", type=int, required=True)
     s.add_argument("--task", action="append", default=[])
