@@ -50,9 +50,33 @@ _PRIVATE = ("SSH_AUTH_SOCK", "SSH_AGENT_PID", "XDG_CONFIG_HOME", "XDG_CACHE_HOME
             "XDG_STATE_HOME", "TFCONSOLE_RUNS")
 
 
+# Everything a test starts (a task, a keeper, a CLI; the test sshd's sessions by SetEnv) gets
+# this session's own TMPDIR, so what a run leaves in its host's temp folder is this session's to
+# see (pytest_sessionfinish). The test processes keep the system's (tempfile.tempdir): TensorFlow
+# imported in a test removes its files at exit, after the check.
+TEST_TMPDIR = "TFCONSOLE_TEST_TMPDIR"
+_SYSTEM_TMP = "TFCONSOLE_TEST_SYSTEM_TMP"
+AUTOGRAPH = "__autograph_generated_file*"
+
+
+def _private_tmpdir() -> None:
+    os.environ.setdefault(_SYSTEM_TMP, tempfile.gettempdir())   # the controller's, before ours
+    tempfile.tempdir = os.environ[_SYSTEM_TMP]
+    if TEST_TMPDIR not in os.environ:   # the controller (xdist workers and nested runs inherit it)
+        os.environ[TEST_TMPDIR] = tempfile.mkdtemp(prefix="tfconsole-test-tmp-")
+        os.environ["TFCONSOLE_TEST_TMP_OWNER"] = str(os.getpid())
+    os.environ["TMPDIR"] = os.environ[TEST_TMPDIR]
+
+
+def autograph_files() -> set[Path]:
+    """TensorFlow's autograph files in the temp folder a run's hosts got from this session."""
+    return set(Path(os.environ[TEST_TMPDIR]).glob(AUTOGRAPH))
+
+
 def pytest_configure(config) -> None:
-    """A private HOME and runs folder for the whole session, set before anything reads them."""
+    """A private HOME, runs folder and TMPDIR for the whole session, set before anything reads them."""
     global HOME
+    _private_tmpdir()
     HOME = Path(tempfile.mkdtemp(prefix="tfconsole-test-home-"))
     for var in _PRIVATE:   # the real agent, XDG folders and runs folder stay out of the tests
         os.environ.pop(var, None)
@@ -269,23 +293,37 @@ def pytest_sessionfinish(session) -> None:
     deadline = time.monotonic() + LEFTOVER_GRACE_S
     while (left := leftovers(base)) and time.monotonic() < deadline:
         time.sleep(0.5)
-    if not left:
-        return
+    if left:
+        _fail(session, f"processes left behind {LEFTOVER_GRACE_S:.0f} s after the last test (killed)", left)
+        for line in left:
+            try:
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    # Issue 47: the harness ends with os._exit, so TensorFlow's autograph files outlived every
+    # run in the host's temp folder (4,000 after one `make test`). A task's TMPDIR is its own now.
+    files = sorted(autograph_files())
+    if files:
+        _fail(session, f"temporary files left behind in {os.environ[TEST_TMPDIR]} (removed)",
+              [str(f) for f in files])
+        for f in files:
+            f.unlink(missing_ok=True)
+
+
+def _fail(session, title: str, lines: list[str]) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     reporter.ensure_newline()
-    reporter.section(f"processes left behind {LEFTOVER_GRACE_S:.0f} s after the last test (killed)", red=True)
-    for line in left:
+    reporter.section(title, red=True)
+    for line in lines:
         reporter.write_line(line[:300])
-        try:
-            os.kill(int(line.split()[0]), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config) -> None:
     if HOME.name.startswith("tfconsole-test-home-"):
         shutil.rmtree(HOME, ignore_errors=True)
+    if os.environ.get("TFCONSOLE_TEST_TMP_OWNER") == str(os.getpid()):
+        shutil.rmtree(os.environ[TEST_TMPDIR], ignore_errors=True)
 
 
 def require(what: str, present: bool) -> None:
@@ -361,6 +399,20 @@ def ps(fields: str = "args=") -> list[str]:
     line at $COLUMNS, which pytest-xdist's workers set to 80, and a check that a run id or path is
     *not* listed would then pass without looking."""
     return subprocess.run(["ps", "-ww", "-eo", fields], capture_output=True, text=True).stdout.splitlines()
+
+
+def temp_left(run, before: set[Path], wait_s: float = 10.0) -> list[str]:
+    """What a run that has ended left in its hosts' temp folders: autograph files new since
+    ``before`` (``autograph_files()``) in the session's TMPDIR, where a host's /tmp stands, and its
+    tasks' own temp folders (RUN/tmp/<task>: a supervisor removes its task's as it ends, so they
+    get ``wait_s``). Empty: nothing left."""
+    def left() -> list[str]:
+        folders = [Path(HOME, t.remote_run_dir, "tmp", t.name) for t in run.state.tasks]
+        return sorted(map(str, (autograph_files() - before) | {f for f in folders if f.exists()}))
+    deadline = time.monotonic() + wait_s
+    while (found := left()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return found
 
 
 def processes_of(run) -> list[str]:

@@ -58,6 +58,8 @@ class SSHHost:
                  "StrictModes no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
                  "PermitRootLogin prohibit-password", "UsePAM no",
                  "AllowTcpForwarding yes", "LogLevel ERROR"]
+        if os.environ.get("TFCONSOLE_TEST_TMPDIR"):   # the session's TMPDIR (tests/conftest.py)
+            lines.append(f"SetEnv TMPDIR={os.environ['TFCONSOLE_TEST_TMPDIR']}")
         if sftp:
             lines.append(f"Subsystem sftp {sftp_server() if home else 'internal-sftp'}")
         if home:

@@ -35,6 +35,7 @@ class Journal:
         self.offsets: dict = state.get("offsets", {})
         self.sizes: dict[str, int] = state.get("mirror", {})
         self.skipped: dict[str, int] = state.get("skipped", {})
+        self.cut: dict[str, int] = state.get("cut", {})   # log -> earlier bytes cut (its note)
         self._files: dict[str, IO[bytes]] = {}
         self._state_every_s = state_every_s
         self._state_written = float("-inf")   # time.monotonic() of the last write
@@ -95,7 +96,8 @@ class Journal:
 
     def write_state(self) -> None:
         """The offsets and mirror sizes of the last commit, on disk (atomic rename)."""
-        state = {"offsets": self.offsets, "mirror": self.sizes, "skipped": self.skipped}
+        state = {"offsets": self.offsets, "mirror": self.sizes, "skipped": self.skipped,
+                 "cut": self.cut}
         tmp = f"{self.path}.tmp"
         with open(tmp, "w") as fh:
             json.dump(state, fh)
@@ -111,6 +113,27 @@ class Journal:
         fh.write(data)
         fh.flush()
         self.sizes[rel] = fh.tell()
+        if rel.startswith("logs/"):
+            from backend.watch import logcopy   # hosts and SSH: loaded only where logs are written
+            if self.sizes[rel] > logcopy.COPY_MAX:
+                self._trim(rel, logcopy.trimmed)
+
+    def _trim(self, rel: str, trimmed) -> None:
+        """A log mirror past ``logcopy.COPY_MAX`` rewritten as its newest half under a first line
+        saying what was cut, as the other log copies are (issue 47: a job printing 17 MB of lines
+        left a 17 MB mirror). Its new size goes to disk at once: a console that dies before that
+        finds a mirror smaller than the state says, keeps it, and gets this batch's lines again
+        (once, from the agent's saved offsets)."""
+        self._files.pop(rel).close()
+        path = os.path.join(self.mirror, rel)
+        with open(path, "rb") as fh:
+            data, self.cut[rel] = trimmed(fh.read(), self.cut.get(rel, 0))
+        tmp = os.path.join(self.dir, f"{MIRROR_DIR}.trim.tmp")   # off the mirror: never a task's log
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+        self.sizes[rel] = len(data)
+        self._state_written = float("-inf")   # commit writes the state now
 
     def close(self) -> None:
         if self._state_due:

@@ -7,10 +7,10 @@ are appended to ``runs/<id>/logs/<task>.log``, the file ``Run.mirror_logs`` fill
 ``Run.log_tail`` reads these copies when a host does not answer, so a finished run's logs read
 the same with every host down.
 
-Both copies are bounded as docs/reliability.md promises (issue 35): every line is kept as its
-first ``LINE_MAX`` bytes and `` ... [cut N bytes]``, and a copy over ``COPY_MAX`` keeps its newest
-half under a first line saying how many earlier bytes were cut (the whole log stays on the
-host). A copy grown here remembers where on the host it stopped in ``.<task>.log.copied.json``
+Both copies, and the watch mirror's logs (issue 47), are bounded as docs/reliability.md promises
+(issue 35): every line is kept as its first ``LINE_MAX`` bytes and `` ... [cut N bytes]``, and a
+copy over ``COPY_MAX`` keeps its newest half under a first line saying how many earlier bytes
+were cut (the whole log stays on the host). A copy grown here remembers where on the host it stopped in ``.<task>.log.copied.json``
 beside it: after a cut, the copy's size is no longer the host's offset.
 """
 from __future__ import annotations
@@ -81,6 +81,14 @@ def _keep_newest(data: bytes, dropped: int) -> tuple[bytes, int]:
         start = data.find(b"\n", start - 1) + 1 or start
         dropped, data = (dropped + start if dropped >= 0 else dropped), data[start:]
     return (_note(dropped) + data if dropped else data), dropped
+
+
+def trimmed(copy: bytes, dropped: int) -> tuple[bytes, int]:
+    """A copy (``copy``, its note included) cut to its newest half under a new note when it is
+    over ``COPY_MAX``; with the new count of earlier bytes cut. The one bounding routine of the
+    live copy here and of the watch mirror (``backend.watch.journal``)."""
+    note = _note(dropped) if dropped else b""   # the copy's first line
+    return _keep_newest(copy[len(note):] if copy.startswith(note) else copy, dropped)
 
 
 def _state_path(path: Path) -> Path:
@@ -220,10 +228,7 @@ class LogCopier:
         with open(path, "ab") as fh:
             fh.write(kept)
         if path.stat().st_size > COPY_MAX:   # rewritten whole, about once per COPY_MAX / 2 copied
-            old = path.read_bytes()
-            note = _note(state["dropped"]) if state["dropped"] else b""   # the copy's first line
-            data, state["dropped"] = _keep_newest(old[len(note):] if old.startswith(note) else old,
-                                                  state["dropped"])
+            data, state["dropped"] = trimmed(path.read_bytes(), state["dropped"])
             _write(path, data, state)
         else:
             _replace(_state_path(path), json.dumps(state).encode())

@@ -6,7 +6,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, autograph_files, temp_left
 from tests.sshd import free_port
 
 TIMEOUT = 120   # a Start runs the preflight (imports TensorFlow) and launches two processes
@@ -82,9 +82,11 @@ def finished_run(tmp_path_factory):
     job = job_from_dict({"kind": "harness", "module": str(ROOT / "examples" / "synthetic.py"),
                          "params": {"epochs": 2, "steps_per_epoch": 30, "checkpoint_every": 20,
                                     "log_every": 5}})
+    before = autograph_files()
     run = launch(cluster, job, store=RunStore(root), preflight=Preflight.SKIP)
     statuses = run.wait(timeout=180)
     assert all(s.exit_code == 0 for s in statuses), [run.log_tail(s.name, 2000) for s in statuses]
+    assert temp_left(run, before) == []   # issue 47: a finished run left TensorFlow's temp files
     yield root, run.run_id
     from console.ui import state
     state._registry(str(root.resolve())).close()

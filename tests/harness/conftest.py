@@ -46,8 +46,13 @@ def free_ports(n: int) -> list[int]:
     return [free_port() for _ in range(n)]
 
 
-def worker_env(tf_config: dict | None) -> dict:
+def worker_env(tf_config: dict | None, tmp: str | None = None) -> dict:
+    """``tmp``: the worker's TMPDIR, made, as a host's start gives each task its own (spawn.py):
+    the harness ends with os._exit, which leaves TensorFlow's temporary files behind."""
     env = dict(os.environ)
+    if tmp:
+        os.makedirs(tmp, exist_ok=True)
+        env["TMPDIR"] = tmp
     env.update({"CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
                 "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2",
                 "PYTHONUNBUFFERED": "1"})
@@ -102,7 +107,8 @@ class Launcher:
             log = os.path.join(run_dir, "logs", f"worker-{i}.a{attempt}.log")
             with open(log, "w") as fh:
                 procs.append(subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
-                                              env=worker_env(cfg), start_new_session=True))
+                                              env=worker_env(cfg, os.path.join(run_dir, "tmp", f"worker-{i}")),
+                                              start_new_session=True))
             logs.append(log)
         self.started += procs
         return Cluster(procs, logs, run_dir)

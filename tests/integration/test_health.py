@@ -13,7 +13,7 @@ import tensorflow as tf
 from backend.runs import launcher
 from backend.watch.metrics import MetricsStore
 from backend.config.spec import job_from_dict
-from tests.conftest import processes_of, wait_for
+from tests.conftest import autograph_files, processes_of, temp_left, wait_for
 from tests.faults.conftest import TF_ENV, store  # noqa: F401
 from tests.integration.test_hang import TINY_MODEL
 
@@ -54,6 +54,7 @@ def test_nan_loss_is_flagged_with_versions_and_stops_the_run(local_cluster, stor
                          "params": {"epochs": 1, "steps_per_epoch": 400, "log_every": 5,
                                     "checkpoint_every": 0, "global_batch_size": 16,
                                     "stop_on_nan": True, "pace_s": 0.02}})
+    before = autograph_files()
     run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
     metrics = MetricsStore()
     monitor = run.monitor(metrics).start()
@@ -77,6 +78,7 @@ def test_nan_loss_is_flagged_with_versions_and_stops_the_run(local_cluster, stor
     for task in ("worker-0", "worker-1"):
         assert f"{task}: TensorFlow {tf.__version__}, Keras {keras.__version__}" in cli.stdout
     wait_for(lambda: processes_of(run) == [], 30, "no process of the run")
+    assert temp_left(run, before) == []   # issue 47: a failed run left TensorFlow's temp files
 
 
 @pytest.mark.slow

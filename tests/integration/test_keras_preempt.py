@@ -36,7 +36,7 @@ def test_sigterm_to_one_fit_worker_saves_the_same_step_on_both(tmp_path):
     try:
         for i in range(2):
             env = worker_env({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-                              "task": {"type": "worker", "index": i}})
+                              "task": {"type": "worker", "index": i}}, str(run / "tmp" / f"worker-{i}"))
             env.update({"TFCONSOLE_RUN_DIR": str(run), "TFCONSOLE_RUN_ID": "k",
                         "TFCONSOLE_TASK": f"worker-{i}", "TF_USE_LEGACY_KERAS": "1",
                         "PYTHONPATH": str(run / "lib")})

@@ -13,7 +13,7 @@ from backend import checkpoints
 from backend.runs import launcher
 from backend.runs.store import RunStore
 from tests import sshd
-from tests.conftest import processes_of, wait_for
+from tests.conftest import autograph_files, processes_of, temp_left, wait_for
 from tests.integration.test_cli import ROOT, cli
 
 pytestmark = pytest.mark.slow
@@ -35,6 +35,7 @@ def files(tmp_path, python_path):
 
 def test_stop_save_saves_one_step_on_every_worker_and_says_which(files):
     runs = files / "runs"
+    before = autograph_files()
     run_id = cli("launch", str(files / "cluster.yaml"), str(files / "job.yaml"), runs=runs).stdout.strip()
     run = launcher.attach(run_id, store=RunStore(runs))
     try:
@@ -55,3 +56,4 @@ def test_stop_save_saves_one_step_on_every_worker_and_says_which(files):
     assert state.phase == "stopped" and f"saved at step {step}" in state.attempts[-1].reason
     assert state.attempts[-1].last_step == step
     assert processes_of(run) == []
+    assert temp_left(run, before) == []   # issue 47: TensorFlow's autograph files outlived the stop

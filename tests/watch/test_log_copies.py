@@ -81,3 +81,54 @@ def test_the_live_copy_and_the_copy_at_stop_are_bounded(tmp_path):
     wait_for(lambda: (run.local_dir / "logs" / "worker-0.log").exists(), 120, "worker-0's copy")
     for task in ("worker-0", "worker-1"):
         _check((run.local_dir / "logs" / f"{task}.log").read_bytes())
+
+
+MANY = 1_000_000   # short numbered lines: 18 MB of log (issue 47: the mirror kept every byte)
+CHATTY = f"""import signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+sys.stdout.writelines(f"line {{i:07d}} ssss\\n" for i in range({MANY}))
+sys.stdout.write("done\\n")
+sys.stdout.flush()
+time.sleep(120)
+"""
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(m.group(1)) for m in re.finditer(r"^line (\d{7}) ", text, re.M)]
+
+
+def test_the_watch_mirror_of_a_chatty_job_keeps_its_newest_lines_within_the_bound(tmp_path):
+    """The console's real monitor follows a job printing a million lines: its mirror stays under
+    the bound, keeps the newest lines under a first line saying what was cut, and a console
+    started again (replay) shows the same newest lines, none twice."""
+    from backend.watch.metrics import MetricsStore
+    job_file = tmp_path / "chatty.py"
+    job_file.write_text(CHATTY)
+    cluster = cluster_from_dict({"tasks": [
+        {"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": free_port(),
+         "python": sys.executable, "workdir": str(tmp_path / "host")}]})
+    run = launcher.launch(cluster, job_from_dict({"kind": "command", "command": [str(job_file)]}),
+                          store=RunStore(tmp_path / "runs"))
+    mirror = run.local_dir / "watch_mirror" / "logs" / "worker-0.log"
+    try:
+        mon = run.monitor(MetricsStore()).start()
+        try:
+            wait_for(lambda: mon.logs("worker-0")[-1:] == ["done"], 300, "the job's last line")
+        finally:
+            mon.stop()
+        copy = mirror.read_bytes()
+        assert len(copy) <= COPY_MAX, len(copy)
+        first = copy.split(b"\n", 1)[0]
+        assert first.startswith(b"... [cut ") and b"earlier bytes" in first, first
+        numbers = _numbers(copy.decode())
+        assert numbers == list(range(numbers[0], MANY)) and numbers[0] > 0   # the newest, once each
+        assert copy.endswith(b"done\n")
+        again = run.monitor(MetricsStore()).start()   # a console started again replays the mirror
+        try:
+            lines = wait_for(lambda: again.logs("worker-0"), 30, "the replayed lines")
+            assert lines[-1] == "done" and _numbers("\n".join(lines)) == list(range(MANY - 999, MANY))
+        finally:
+            again.stop()
+        assert mirror.read_bytes() == copy   # nothing sent twice after the replay
+    finally:
+        run.stop(grace_s=1)

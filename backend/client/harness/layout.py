@@ -25,6 +25,7 @@ REQUESTS = "requests"          # save-now requests, read by the chief
 EXPORTS = "exports"            # <name>/ with saved_model/, model.keras, result.json
 TENSORBOARD = "tensorboard"
 STACKS = "stacks"              # <task>.txt: Python stacks a task writes on SIGUSR1 (faulthandler)
+TMP = "tmp"                    # <task>/: the task's TMPDIR, removed once the task's processes are gone
 STATE = "state.json"           # the local run directory's persisted run state
 SLURM_RANK_LOG = "slurm-task-{rank}.log"   # in logs/: srun --output of rank N; logs/<task>.log links to it
 
@@ -56,6 +57,25 @@ def task_file(run: str, task: str, suffix: str) -> str:
 
 def log_file(run: str, task: str) -> str:
     return os.path.join(run, LOGS, f"{task}.log")
+
+
+def task_tmp(run: str, task: str) -> str:
+    """The task's temporary folder (its TMPDIR), absolute: TensorFlow's autograph writes
+    ``__autograph_generated_file*.py`` there and removes them only at a normal exit, which the
+    harness and the client skip (``os._exit``); in the host's /tmp, every run left thousands."""
+    return os.path.join(os.path.abspath(run), TMP, task)
+
+
+def fresh_task_tmp(run: str, task: str) -> str:
+    """``task_tmp``, emptied of an earlier attempt's files and made."""
+    remove_task_tmp(run, task)
+    os.makedirs(task_tmp(run, task))
+    return task_tmp(run, task)
+
+
+def remove_task_tmp(run: str, task: str) -> None:
+    import shutil   # here, not at the top: the harness's imports are being restructured
+    shutil.rmtree(task_tmp(run, task), ignore_errors=True)
 
 
 # What the supervisor (spawn.py, slurm_task.py on Slurm) writes first in a task's log for each

@@ -141,7 +141,8 @@ def run(run_dir: str, tf_port: int, argv: list[str], cwd: str | None = None) -> 
     lib = os.path.abspath(os.path.join(run_dir, layout.LIB))   # `import tfconsole` in the job
     env = {**os.environ, "TF_CONFIG": json.dumps(config), taskenv.TASK: name,
            taskenv.IS_CHIEF: "1" if rank == 0 else "0",
-           "PYTHONPATH": os.pathsep.join(p for p in (lib, os.environ.get("PYTHONPATH")) if p)}
+           "PYTHONPATH": os.pathsep.join(p for p in (lib, os.environ.get("PYTHONPATH")) if p),
+           "TMPDIR": layout.fresh_task_tmp(run_dir, name)}   # as spawn.start: gone with the task
     if cwd:   # a job's shipped files (RUN/job): the run's paths must not depend on where it starts
         env = run_paths_absolute(env)
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, preexec_fn=_default_signals)
@@ -150,6 +151,7 @@ def run(run_dir: str, tf_port: int, argv: list[str], cwd: str | None = None) -> 
         "job": os.environ.get("SLURM_JOB_ID"), "started": time.time(), "tf_config": config}))
     code = proc.wait()
     _write_atomic(exit_file, f"{code}\n")
+    layout.remove_task_tmp(run_dir, name)   # a scancel's KILL skips it: the files stay in the run folder
     if code == preempt.EXIT_CODE:
         # Saved on the signal: every peer saved the same step and is exiting 75 too. srun's
         # --kill-on-bad-exit would KILL a peer that is a moment behind (seen: the chief killed

@@ -110,6 +110,8 @@ def supervise(run: str, task: str, argv: list[str], cwd: str) -> int:
     _write_atomic(layout.task_file(run, task, "json"), json.dumps(info))
     code = proc.wait()
     _write_atomic(layout.task_file(run, task, "exit"), f"{code}\n")
+    if group_members(info["pgid"]) == [os.getpid()]:   # else what is left may still use it: the stop's
+        layout.remove_task_tmp(run, task)
     return 0
 
 
@@ -139,6 +141,9 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
     # The supervisor and everything the task starts inherit it, even what leaves the group
     # (setsid): how a stop finds them all (sweep.py). Set last: a job's env cannot change it.
     env[taskenv.GROUP] = _mark(run, task)
+    # Temporary files inside the run folder, gone with the task (supervise, sweep.stop): TensorFlow
+    # leaves its autograph files behind at an os._exit (layout.task_tmp). Set last, as the mark.
+    env["TMPDIR"] = layout.fresh_task_tmp(run, task)
     # The environment goes to the supervisor directly, never on a command line `ps` would show.
     return subprocess.Popen(
         entry.argv("hostctl", "supervise", "--run", run, "--task", task, "--cwd", cwd, "--", *argv),

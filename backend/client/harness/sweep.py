@@ -66,6 +66,9 @@ def stop(run: str, tasks: list[str], grace_s: float = spawn.KILL_AFTER_S,
            for task in tasks if task not in skipped}
     out.update({task: {"left": [], "skipped": "its process group now belongs to another program"}
                 for task in skipped})
+    for task, answer in out.items():
+        if not answer["left"]:   # nothing of the task left that could still use its temp folder
+            layout.remove_task_tmp(run, task)
     return out
 
 
