@@ -229,7 +229,7 @@ def _attempt_ended(run: Run, attempt: int) -> str | None:
     ended = next((a for a in state.attempts if a.number == attempt), None)
     reason = ended.reason if ended is not None and ended.reason else None
     if reason is None and failed:   # not recorded yet (its keeper's next poll): the tasks say
-        first = sorted(failed, key=lambda s: s.diagnosis == diagnose.PEER_DIED)[0]
+        first = sorted(failed, key=lambda s: diagnose.casualty(s.diagnosis))[0]
         reason = f"{first.name} {first.label}" + (
             f": {diagnose.on_host(first.diagnosis, first.host)}" if first.diagnosis else "")
     what = (f"run {run.run_id} ended ({state.phase})" if not state.live else

@@ -14,6 +14,12 @@ _KERAS_FIT = re.compile(r"Attempt to convert a value \(PerReplica")
 _PEER_DIED = re.compile(r"Collective ops is aborted|UnavailableError|"
                         r"DeadlineExceededError.*[Cc]ollective")
 _OUTCOME = re.compile(r"HARNESS (DONE|FAILED)")
+# TensorFlow's coordination service (TF 2.21, docs/facts.md #19) when a peer is alive but silent
+# (frozen, SIGSTOPped): "The following tasks are unhealthy (stopped sending heartbeats):" and
+# then one "/job:worker/replica:0/task:1" line per task.
+_UNHEALTHY = re.compile(r"tasks are unhealthy \(stopped sending heartbeats\):\s*\n"
+                        r"((?:\s*/job:\w+/replica:\d+/task:\d+\s*\n?)+)")
+_TF_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 # harness/deadline.py: faulthandler's header when no step finished for collective_timeout_s.
 _STEP_TIMEOUT = re.compile(r"Timeout \((\d+):(\d\d):(\d\d)(?:\.\d+)?\)!")
 _HARNESS_FAILED = re.compile(r"HARNESS FAILED: (.+)$", re.M)
@@ -50,6 +56,14 @@ PEER_DIED = (
     "A peer worker died or became unreachable, so the collective operation was aborted "
     "(UnavailableError: Collective ops is aborted). This worker is a casualty: open the other "
     "workers' logs to find the one that failed first, fix it, and restart or resume the run.")
+# A casualty of a peer that stopped sending heartbeats: the diagnosis names that peer, so the
+# run's reason can blame it (``silent_peers`` reads the names back; outcome.py decides).
+SILENT_PEER_HEAD = "TensorFlow says a peer stopped sending heartbeats: "
+SILENT_PEER = (
+    SILENT_PEER_HEAD + "{tasks}. It is hung (frozen, stopped, or cut off by the network) but "
+    "holds its connections, so this worker's collective was aborted (UnavailableError). This "
+    "worker is a casualty: while {tasks} still runs, see where it is stuck "
+    "(`python -m backend stacks RUN`), then restart or resume the run.")
 
 STEP_TIMEOUT = (
     "No training step finished for {seconds} s (collective_timeout_s, plus up to 1 s), so this "
@@ -89,6 +103,24 @@ def _startup(log_text: str) -> str | None:
         return f"{STARTUP_UNREACHABLE} from this worker ({waiting.strip()}). A restart cannot fix this. {_ADDRESS_FIX}"
     return (f"{STARTUP_TIMEOUT} ({after}: {waiting.strip()}). Open that peer's log: it may have failed "
             f"to start. If it runs, check the network between them. {_ADDRESS_FIX}")
+
+
+def silent_peers_in_log(log_text: str) -> list[str]:
+    """The tasks (``worker-1``) TensorFlow's last heartbeat error in ``log_text`` names, if any."""
+    hits = _UNHEALTHY.findall(log_text)
+    return list(dict.fromkeys(f"{job}-{i}" for job, i in _TF_TASK.findall(hits[-1]))) if hits else []
+
+
+def silent_peers(diagnosis: str | None) -> list[str]:
+    """The peers a ``SILENT_PEER`` diagnosis names; [] for any other diagnosis."""
+    if not (diagnosis or "").startswith(SILENT_PEER_HEAD):
+        return []
+    return diagnosis[len(SILENT_PEER_HEAD):].split(". ", 1)[0].split(", ")
+
+
+def casualty(diagnosis: str | None) -> bool:
+    """Whether a task failed only because a peer did (died, or stopped answering)."""
+    return diagnosis == PEER_DIED or bool(silent_peers(diagnosis))
 
 
 def current_attempt(log_text: str) -> str:
@@ -175,6 +207,9 @@ def diagnose(log_text: str) -> str | None:
     full = disk_full(last or (failed[-1] if failed else ""))   # what ended it, not an old warning
     if full:
         return full
+    silent = silent_peers_in_log(log_text)
+    if silent:
+        return SILENT_PEER.format(tasks=", ".join(silent))
     if _PEER_DIED.search(log_text):
         return PEER_DIED
     if last:

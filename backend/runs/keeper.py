@@ -442,7 +442,7 @@ class Keeper:
         except ConsoleError:
             failing = []
         # The task that failed first, not the peers whose collective it aborted.
-        first = [s for s in failing if s.diagnosis != diagnose.PEER_DIED] or failing
+        first = [s for s in failing if not diagnose.casualty(s.diagnosis)] or failing
         tails = [f"==> {s.name} ({s.label}) <==\n"
                  f"{traceback_tail(diagnose.current_attempt(run.log_tail(s.name)))}" for s in first]
         (run.local_dir / FAILURE_LOG).write_text(

@@ -77,6 +77,9 @@ def all_queued(statuses: list[TaskStatus]) -> bool:
     return bool(statuses) and all(s.state == TaskPhase.QUEUED for s in statuses)
 
 
+_ENDED = (TaskPhase.EXITED, TaskPhase.LOST)
+
+
 class Verdict(enum.StrEnum):
     GOING = "going"          # tasks run (or start); nothing failed
     FINISHED = "finished"    # every task exited 0
@@ -108,11 +111,14 @@ def conclude(statuses: list[TaskStatus]) -> Conclusion:
     if not statuses:
         return Conclusion(Verdict.UNKNOWN, "no task status")
     unreachable = tuple(s.name for s in statuses if s.state == TaskPhase.UNREACHABLE)
-    ended = all(s.state in (TaskPhase.EXITED, TaskPhase.LOST) for s in statuses)
+    ended = all(s.state in _ENDED for s in statuses)
     bad = [s for s in statuses if s.failed]
     if bad:
-        casualties = all(s.diagnosis == diagnose.PEER_DIED for s in bad) and not ended
-        return Conclusion(Verdict.FAILED, failure_reason(bad), unreachable, ended, casualties)
+        only_casualties = all(diagnose.casualty(s.diagnosis) for s in bad)
+        hung = hung_tasks(statuses) if only_casualties else []
+        reason = hung_reason(hung, bad) if hung else failure_reason(bad)
+        # A hung task is the cause already: no need to wait for a failure of its own.
+        return Conclusion(Verdict.FAILED, reason, unreachable, ended, only_casualties and not ended and not hung)
     if unreachable:
         return Conclusion(Verdict.UNKNOWN, "no answer from " + ", ".join(
             f"{s.name} ({s.host})" for s in statuses if s.state == TaskPhase.UNREACHABLE), unreachable)
@@ -147,11 +153,29 @@ def how_to_go_on(step: int | None, *, time_limit: str | None) -> str:
     return f"; to go on: {where}, or launch with restart: on_failure to resume by itself"
 
 
+def hung_tasks(statuses: list[TaskStatus]) -> list[str]:
+    """Who is the cause when peers gave up on a silent one: the tasks a failed task's log says
+    stopped sending heartbeats (``diagnose.silent_peers``) that have not failed themselves. A
+    frozen task keeps its process and its sockets, so it reads as running (or starting, or its
+    host as unreachable) and never shows a failure of its own for the keeper to wait for."""
+    names = {s.name: s for s in statuses}
+    named = [n for s in statuses if s.failed for n in diagnose.silent_peers(s.diagnosis)]
+    return [n for n in dict.fromkeys(named) if n in names and names[n].state not in _ENDED]
+
+
+def hung_reason(hung: list[str], bad: list[TaskStatus]) -> str:
+    """The attempt's reason when its failed tasks are casualties of hung ones: the hung task
+    first (the cause), then who gave up on it."""
+    gave_up = ", ".join(s.name for s in bad if diagnose.silent_peers(s.diagnosis))
+    return (f"{', '.join(hung)} hung: stopped sending heartbeats while still running (frozen, "
+            f"stopped or cut off), so {gave_up or 'its peers'} gave up on it")
+
+
 def failure_reason(bad: list[TaskStatus]) -> str:
     # A failure no restart can cure names the attempt (the keeper then gives up at once); else the
     # first real failure, not a peer whose collective it aborted.
     first = sorted(bad, key=lambda s: (not diagnose.permanent(s.diagnosis or ""),
-                                       s.diagnosis == diagnose.PEER_DIED))[0]
+                                       diagnose.casualty(s.diagnosis)))[0]
     detail = first.diagnosis if first.diagnosis and first.diagnosis != diagnose.PEER_DIED else ""
     detail = diagnose.on_host(detail, first.host)   # a full disk: say on which host
     return f"{first.name} {first.label}" + (f": {detail[:300]}" if detail else "")

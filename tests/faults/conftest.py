@@ -29,10 +29,11 @@ _RESULTS: dict[str, dict] = {}
 
 
 def harness_job(module: str = SYNTHETIC, *, max_restarts: int = 3, backoff_s: float = 1.0,
-                stall_timeout_s: float = 120.0, **params):
+                stall_timeout_s: float = 120.0, alerts: dict | None = None, **params):
     return job_from_dict({"kind": "harness", "module": module, "params": {**PARAMS, **params},
                           "env": TF_ENV, "restart": {"mode": "on_failure", "max_restarts": max_restarts,
-                                                     "backoff_s": backoff_s, "stall_timeout_s": stall_timeout_s}})
+                                                     "backoff_s": backoff_s, "stall_timeout_s": stall_timeout_s},
+                          **({"alerts": alerts} if alerts else {})})
 
 
 def command_job(code: str, python: str, **restart):
@@ -80,6 +81,15 @@ def kill_task(run, name: str) -> float:
     info = json.loads(Path(_local(run.task(name).remote_run_dir), "tasks", f"{name}.json").read_text())
     os.kill(info["pid"], signal.SIGKILL)
     return time.time()
+
+
+def freeze_task(run, name: str) -> tuple[int, float]:
+    """SIGSTOP the task's whole process group (its supervisor too), as a frozen host would be:
+    its processes and sockets stay, nothing answers. (the group, when)"""
+    info = json.loads(Path(_local(run.task(name).remote_run_dir), "tasks", f"{name}.json").read_text())
+    pgid = os.getpgid(info["pid"])
+    os.killpg(pgid, signal.SIGSTOP)
+    return pgid, time.time()
 
 
 def _local(path: str) -> str:

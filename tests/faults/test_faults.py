@@ -2,6 +2,7 @@
 a host whose sshd is down, a job that raises. Each records its measured figures (see record())."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from backend.errors import ConsoleError
 from backend.config.spec import cluster_to_dict, job_to_dict
 from tests import sshd
 from tests.conftest import ps
-from tests.faults.conftest import (PARAMS, assert_nothing_left, expected_steps, harness_job, kill_task,
+from tests.faults.conftest import (PARAMS, assert_nothing_left, expected_steps, freeze_task, harness_job, kill_task,
                                    metrics, record, steps_seen, wait_for, wait_phase)
 
 pytestmark = pytest.mark.slow
@@ -163,3 +164,57 @@ def test_job_raising_at_import_is_refused_by_launch(local_cluster, store, tmp_pa
     assert state.phase == "failed" and len(state.attempts) == 1
     assert detached.keeper_pid(store.path("imp-1")) is None
     assert_nothing_left(launcher.attach("imp-1", store=store), store)
+
+
+def test_a_hung_worker_is_named_and_the_run_recovers(local_cluster, store):
+    """A worker frozen mid-run (SIGSTOP: its sockets stay open, it never answers): its peer gives
+    up on TensorFlow's heartbeats, and every place that shows why the attempt ended names the hung
+    worker (the reason, `status`, the Monitor's attempts table, the alert), not the peer that exited."""
+    from console.monitor_view import attempt_rows
+    from tests.webhook import Receiver
+    receiver, group = Receiver(), None
+    try:
+        run = launcher.launch(local_cluster, harness_job(alerts={"webhook": receiver.url, "format": "json"}),
+                              store=store, preflight=launcher.Preflight.SKIP)
+        wait_for(lambda: _past_first_checkpoint(run), 150, "training past the first checkpoint")
+        group, frozen = freeze_task(run, "worker-1")
+        state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 240)
+        keeper_log = (run.local_dir / detached.KEEPER_LOG).read_text()
+        assert state.phase == "finished" and len(state.attempts) == 2, (state.attempts, keeper_log)
+        reason = state.attempts[0].reason
+        assert reason.startswith("worker-1 hung: stopped sending heartbeats"), reason
+        assert "worker-0 exited(1)" not in reason, reason
+        out = subprocess.run([sys.executable, "-m", "backend", "--runs", str(store.root), "status", run.run_id],
+                             capture_output=True, text=True, cwd=detached.REPO_ROOT).stdout
+        assert f"ended: {reason}" in out, out
+        assert attempt_rows(state)[0]["ended"] == reason
+        alerts = receiver.wait(2)
+        restarted = [b for b in alerts if b["event"] == "restarted"]
+        assert restarted and "worker-1 hung" in restarted[0]["text"], alerts
+        record("SIGSTOP non-chief worker (local)", detect_s=state.attempts[0].ended - frozen,
+               restart_issued_s=state.attempts[1].started - frozen,
+               stop_and_backoff_s=_between(keeper_log, "attempt 1 failed", "starting attempt 2"),
+               resumed_from=state.attempts[1].resume_step)
+        assert_nothing_left(run, store)   # the stopped group too: the stop must KILL or CONT it
+    finally:
+        receiver.close()
+        if group is not None:
+            signal_group(group, signal.SIGKILL)   # only after the checks: a failed one leaves none stopped
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _between(keeper_log: str, first: str, then: str) -> float | None:
+    """Seconds between the keeper's log lines containing ``first`` and ``then`` (HH:MM:SS)."""
+    stamps = {}
+    for line in keeper_log.splitlines():
+        for key in (first, then):
+            if key in line and key not in stamps:
+                h, m, s = (int(x) for x in line[:8].split(":"))
+                stamps[key] = h * 3600 + m * 60 + s
+    return stamps[then] - stamps[first] if len(stamps) == 2 else None

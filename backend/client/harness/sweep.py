@@ -48,7 +48,9 @@ def stop(run: str, tasks: list[str], grace_s: float = spawn.KILL_AFTER_S,
     found = {task: len(pids) for task, pids in members.items()}
     for task, _ in strays.values():
         found[task] = found.get(task, 0) + 1
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # CONT last: a stopped (SIGSTOP, frozen) task gets INT and TERM only once it runs again, and
+    # its stopped supervisor could not record its exit (the group's KILL waited GONE_WAIT_S more).
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCONT):
         for task in infos:
             scope.signal(task, sig)
         for pid in strays:
