@@ -148,7 +148,7 @@ def test_stop_ends_a_keeper_asleep_in_its_back_off(local_cluster, python_path, t
 def test_interrupted_launch_ends_failed(local_cluster, python_path, tmp_path, monkeypatch, interruption):
     from backend.engines import direct
 
-    def broken(job):
+    def broken(job, **how):
         raise interruption
     monkeypatch.setattr(direct, "bundle", broken)
     store = RunStore(tmp_path / "runs")
