@@ -72,3 +72,16 @@ class RunError(ConsoleError):
 
 class ArtifactError(ConsoleError):
     """A checkpoint or export is missing, partial or corrupt."""
+
+
+class DiskFullError(ConsoleError, OSError):
+    """The console machine's disk under the runs folder is full (ENOSPC, or the user's quota):
+    nothing of the run could be recorded. Still an OSError, so a best-effort write that shrugged
+    off a full disk before shrugs this off too; ``folder`` is where it failed."""
+
+    def __init__(self, folder: str, *, to: str = "") -> None:
+        self.folder = str(folder)
+        super().__init__(f"disk full on the console machine: free space in {folder}"
+                         + (f" (could not {to})" if to else "") + ".",
+                         "Free space on that disk; the run's keeper holds its run meanwhile and "
+                         "goes on by itself once there is room.")

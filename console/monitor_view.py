@@ -220,18 +220,33 @@ def waiting_for_first_points(live: LiveRun, *, now: float) -> bool:
 WARN_AFTER_S = 60.0   # no step for this long is worth a line, whatever the stall timeout
 
 
-def stall_warning(live: LiveRun, *, now: float) -> str:
+def chief_now(status: dict, *, now: float) -> float | None:
+    """The chief host's clock now, from its watch agent's last heartbeat (``status["chief_clock"]``:
+    its time, and ours when it came) and ``now`` on our clock; None before the first heartbeat.
+    A metrics line's time is the chief's: subtracting it from our clock counted a console 2 h
+    ahead as 7200 s without a step, and one 2 h behind would hide a real hang for 2 h."""
+    beat = status.get("chief_clock")
+    if not beat:
+        return None
+    host_time, received = beat
+    return host_time + (now - received)
+
+
+def stall_warning(live: LiveRun, status: dict, *, now: float) -> str:
     """Names the worker whose step stopped advancing, and says truly what happens next: only a
-    kept run (``restart: on_failure``, its keeper) with a stall timeout above 0 is stopped."""
-    if not live.run.state.live:
+    kept run (``restart: on_failure``, its keeper) with a stall timeout above 0 is stopped.
+    ``status``: the watch's (``RunMonitor.status``); ``now``: our clock. Time since a step is
+    measured on the chief's clock alone (``chief_now``); nothing is said before it is known."""
+    host_now = chief_now(status, now=now)
+    if not live.run.state.live or host_now is None:
         return ""
     restart = live.run.job.restart
     limit = restart.stall_timeout_s
     if restart.mode == RestartMode.ON_FAILURE and limit > 0:
-        return stacks.stall_note(stacks.progress(live.metrics), now=now, stall_timeout_s=limit,
+        return stacks.stall_note(stacks.progress(live.metrics), now=host_now, stall_timeout_s=limit,
                                  warn_after_s=min(WARN_AFTER_S, limit / 2))
     behind = stacks.stalled(stacks.progress(live.metrics))
-    idle = now - max(w.last_time for w in behind) if behind else 0.0
+    idle = host_now - max(w.last_time for w in behind) if behind else 0.0
     if not behind or idle < WARN_AFTER_S:
         return ""
     why = ("the stall timeout is off (stall_timeout_s: 0)" if limit <= 0

@@ -79,7 +79,7 @@ def main() -> None:
         nan = monitor_view.health_error(live)
         if nan:
             st.error(md_escape(nan))       # task names come from the job's metric lines
-        stall = monitor_view.stall_warning(live, now=time.time())
+        stall = monitor_view.stall_warning(live, snap.monitor, now=time.time())
         if stall:
             st.warning(md_escape(stall))
         waits, data_warnings = monitor_view.data_notes(live)

@@ -47,7 +47,8 @@ TRIES = 8
 BACKOFF_S = 2.0          # 2, 4, 8 ... s between tries of the webhook: about 6 minutes in all
 TIMEOUT_S = 10.0         # one POST, as a whole
 REPO_ROOT = Path(__file__).resolve().parents[2]
-KINDS = ("finished", "failed", "restarted", "preempted", "nan", "stall", "moved", "shrunk")
+KINDS = ("finished", "failed", "restarted", "preempted", "nan", "stall", "moved", "shrunk", "disk_full")
+NOW_TRIES = 3            # a disk-full alert, posted at once: the outbox lies on that full disk
 
 
 def kind_for(phase: str, reason: str | None) -> str | None:
@@ -73,7 +74,8 @@ def event(run_id: str, kind: str, *, reason: str | None, step: int | None, attem
     link = f"{console_url.rstrip('/')}/runs"
     words = {"finished": "finished", "failed": "failed", "restarted": "failed",
              "preempted": "was preempted", "nan": "has a NaN/Inf metric", "stall": "stalled",
-             "moved": "moved a lost host's task(s) to a spare", "shrunk": "shrank after losing a host"}[kind]
+             "moved": "moved a lost host's task(s) to a spare", "shrunk": "shrank after losing a host",
+             "disk_full": "is held: nothing can be recorded"}[kind]
     at = f" at step {step}" if step is not None else ""
     because = f": {reason}" if reason and reason != "finished" else ""
     because += f"; restarted as attempt {attempt + 1}" if phase == "restarted" else ""
@@ -149,9 +151,12 @@ def on_move(run_dir: Path, run_id: str, phase: str, *, reason: str | None, step:
     found = alert_settings.load(run_dir) if kind else {}
     if not found:
         return False
-    console_url = found.get("console_url") or os.environ.get("TFCONSOLE_URL") or alert_settings.DEFAULT_CONSOLE_URL
     return queue(run_dir, event(run_id, kind, reason=reason, step=step, attempt=attempt, phase=phase,
-                                console_url=console_url), key=f"{kind}-attempt-{attempt}-{phase}")
+                                console_url=_console_url(found)), key=f"{kind}-attempt-{attempt}-{phase}")
+
+
+def _console_url(found: dict) -> str:
+    return found.get("console_url") or os.environ.get("TFCONSOLE_URL") or alert_settings.DEFAULT_CONSOLE_URL
 
 
 def on_restart(run_dir: Path, state) -> bool:
@@ -182,9 +187,32 @@ def on_nonfinite(run_dir: Path, run_id: str, *, attempt: int, step: int | None, 
     found = alert_settings.load(run_dir)
     if not found:
         return False
-    console_url = found.get("console_url") or os.environ.get("TFCONSOLE_URL") or alert_settings.DEFAULT_CONSOLE_URL
     return queue(run_dir, event(run_id, "nan", reason=f"{metric} is {value}", step=step, attempt=attempt,
-                                phase="running", console_url=console_url), key=f"nan-attempt-{attempt}")
+                                phase="running", console_url=_console_url(found)), key=f"nan-attempt-{attempt}")
+
+
+def on_disk_full(run_dir: Path, run_id: str, *, problem: str, attempt: int, log) -> bool:
+    """The console machine's disk is full (``problem`` says where): the keeper holds the run. The
+    outbox lies on that disk, so this alert is not queued: it is posted now, from a thread
+    (``NOW_TRIES`` tries), and ``log`` is told how it went. False when the run has no webhook."""
+    found = alert_settings.load(run_dir)
+    if not found:
+        return False
+    alert = event(run_id, "disk_full", reason=problem, step=None, attempt=attempt, phase="running",
+                  console_url=_console_url(found))
+    threading.Thread(target=_post_now, args=(found, alert, log), daemon=True).start()
+    return True
+
+
+def _post_now(found: dict, alert: dict, log) -> None:
+    delay = BACKOFF_S
+    for _ in range(NOW_TRIES):
+        ok, again, why = post(found["webhook"], body(alert, found.get("format", "slack")))
+        if ok or not again:
+            break
+        time.sleep(delay)
+        delay *= 2
+    log(f"{alert['event']} alert to {alert_settings.mask(found['webhook'])}: {'sent' if ok else why}")
 
 
 def pending(run_dir: Path) -> list[dict]:

@@ -17,13 +17,13 @@ from backend.runs.membership import shrink_line
 from backend.cli.plain import SafeStream
 from backend.cli.metrics import add_command as metrics_command
 from backend.cli.tensorboard import add_command as tensorboard_command
-from backend.errors import ConsoleError, MultiHostError
+from backend.errors import ConsoleError, DiskFullError, MultiHostError
 from backend.hosts.resolve import tf_addresses, tf_hosts
 from backend.hosts.known_hosts import KnownHosts, OnChange, Verdict
 from backend.hosts.ssh import SSHOptions
 from backend.hosts.trust import fetch_host_key, trust_host_key
 from backend.hosts.preflight import CHECKS, run_preflight
-from backend.runs.store import RunStore
+from backend.runs.store import RunStore, room
 from backend.hosts.pool import Pool
 from backend.config.slurm_spec import load_any_cluster
 from backend.config.spec import load_cluster, load_job
@@ -75,16 +75,23 @@ def cmd_status(a) -> int:
     from backend.runs.keeper import FAILURE_LOG
     from backend.runs.detached import KEEPER_LOG, keeper_pid
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
-    statuses = run.settle() or run.status()   # settle: a run whose tasks all ended is recorded so
     from backend.diagnosis import data_checks, health
     from backend.runs import resume
-    resume.refresh(run)   # a restart nobody checked yet: did every worker resume from its step?
+    full = room(run.local_dir)
+    try:
+        statuses = run.settle() or run.status()   # settle: a run whose tasks all ended is recorded so
+        resume.refresh(run)   # a restart nobody checked yet: did every worker resume from its step?
+    except DiskFullError as err:   # nothing can be recorded: the tasks are still read, and why said
+        full, statuses = err, run.status()
     nan = health.status_line(run)
     same_data = data_checks.status_line(run)
     if a.json:
-        print_json({**status_json(run, statuses, health_line=nan), "same_data": same_data or None})
+        print_json({**status_json(run, statuses, health_line=nan), "same_data": same_data or None,
+                    "disk_full": str(full) if full else None})
         return 0
     print(f"run {run.run_id}: {run.shown_phase(statuses)}, attempt {run.state.attempt}")
+    if full:
+        print(f"  warning: {full}")
     for s in statuses:
         print(f"  {s.name:<10} {s.host:<20} {s.label}" + (f"  -- {s.diagnosis}" if s.diagnosis else ""))
     for t in run.state.attempts:
@@ -117,8 +124,13 @@ def cmd_status(a) -> int:
 def cmd_keep(a) -> int:
     from dataclasses import asdict
     from backend.runs.keeper import Keeper
+    from backend.runs.keeper_log import KeeperLog
     options = SSHOptions(**{**asdict(_options(a)), **json.loads(a.ssh_options or "{}")})
-    phase = Keeper(a.run, store=RunStore(a.runs), options=options, poll_s=a.poll).run(take_over=a.take_over)
+    # Everything the keeper prints goes to keeper.log, whole lines or none, and a full disk
+    # never raises out of a print (main() puts the streams back).
+    sys.stdout = sys.stderr = log = KeeperLog()
+    phase = Keeper(a.run, store=RunStore(a.runs), options=options, poll_s=a.poll,
+                   log=log).run(take_over=a.take_over)
     print(f"run {a.run}: {phase}")
     return 0
 

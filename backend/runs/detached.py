@@ -25,20 +25,59 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def keeper_pid(local_dir: Path) -> int | None:
-    """The pid of the run's live keeper, or None. A recycled pid of another program is not it."""
+    """The pid of the run's live keeper, or None. The pid file names it; where that names no live
+    keeper (a full disk kept the keeper from writing it), the holder of the keeper's lock is it."""
     try:
-        pid = int((local_dir / KEEPER_PID).read_text().strip())
+        named = int((local_dir / KEEPER_PID).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        named = None
+    if named is not None and _is_keeper(named, local_dir):
+        return named
+    holder = lock_holder(local_dir / KEEPER_LOCK)
+    return holder if holder is not None and _is_keeper(holder, local_dir) else None
+
+
+def lock_holder(path: Path) -> int | None:
+    """The process holding a flock on ``path`` (from /proc/locks), or None; read, never taken:
+    trying the lock would make a keeper starting at that moment take it for another's."""
+    try:
+        st = path.stat()
+        locks = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    me = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in locks.splitlines():
+        fields = line.split()   # "1: FLOCK ADVISORY WRITE 1234 00:2f:5678 0 EOF"; waiters have "->"
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == me and fields[4].isdigit():
+            return int(fields[4])
+    return None
+
+
+def write_pid(local_dir: Path, pid: int) -> bool:
+    """Name ``pid`` as the run's keeper in the pid file, whole or not at all; False when the disk
+    is full (``keeper_pid`` then finds the keeper by its lock)."""
+    tmp = local_dir / f".{KEEPER_PID}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(f"{pid}\n")
+        os.replace(tmp, local_dir / KEEPER_PID)
+        return True
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+
+
+def _is_keeper(pid: int, local_dir: Path) -> bool:
+    """Whether ``pid`` is this run's keeper, alive: a recycled pid of another program is not."""
+    try:
         cmdline = _cmdline(pid)
-    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-        return None
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
     if b"keep" not in cmdline or local_dir.name.encode() not in cmdline:
-        return None
-    try:
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return None   # exited, not yet reaped
+        return False
+    try:   # exited, not yet reaped: not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, IndexError):
-        return None
-    return pid
+        return False
 
 
 def _cmdline(pid: int, wait_s: float = 1.0) -> list[bytes]:
@@ -66,7 +105,12 @@ def start_keeper(run_id: str, runs_root: Path, options: SSHOptions, *, poll_s: f
     with open(local_dir / KEEPER_LOG, "ab") as log:
         proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-    (local_dir / KEEPER_PID).write_text(f"{proc.pid}\n")
+    # Named at once, so it is found before it has written its own name; but never over a live
+    # keeper's name (but a take-over's, meant to be the next): a reader that races another (both
+    # saw none) starts one that loses the lock and exits, and its name written last hid the winner
+    # from every Stop and status.
+    if take_over or keeper_pid(local_dir) is None:
+        write_pid(local_dir, proc.pid)
     # Reap it when it ends, so a long-lived console does not collect zombies.
     threading.Thread(target=proc.wait, daemon=True).start()
     return proc.pid

@@ -47,19 +47,20 @@ from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.diagnosis import stacks
 from backend.runs.attempts import begin_attempt
-from backend.errors import ConsoleError, RunError
+from backend.errors import ConsoleError, DiskFullError, RunError
 from backend.client.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.engines.direct import harness_bundle
 from backend.runs import membership, restorable
-from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, POLL_S, keeper_pid
+from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, POLL_S, keeper_pid, write_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
 from backend.runs.outcome import (PREEMPTED, Conclusion, LifeWatch, Signs, TaskPhase, Verdict, conclude,
                                   restarts_used, stall_reason)
 from backend.runs.handle import Run
-from backend.runs.store import UNDERWAY, Phase, RunStore
+from backend.runs.keeper_log import KeeperLog
+from backend.runs.store import UNDERWAY, Phase, RunStore, room
 
 STOP_GRACE_S = 5.0      # survivors of a failed attempt are casualties: no need to wait long
 MAX_POLL_S = 10.0       # the slowest poll while a host does not answer
@@ -85,13 +86,14 @@ class Keeper:
                  options: SSHOptions | None = None, poll_s: float = POLL_S, log=None) -> None:
         self.run_id, self.store = run_id, store or RunStore()
         self.pool, self.poll_s = Pool(options), poll_s
-        self.log = log or (lambda msg: print(time.strftime("%H:%M:%S"), msg, flush=True))
+        self.log = log or KeeperLog()   # never raises: a full disk must not end the keeper
         self.progress = MetricsSeen()
         self.life = LifeWatch(changed=time.time())
         self.unreachable_since: float | None = None
         self.casualties_since: float | None = None
         self.silent: dict[str, float] = {}   # host -> since when it has not answered over SSH
         self.restart_failing_since: float | None = None   # the next attempt has not started since
+        self.full_since: float | None = None   # the console's disk has had no room since
         self.delay = poll_s
 
     def run(self, *, take_over: bool = False) -> Phase:
@@ -110,7 +112,7 @@ class Keeper:
                          "waiting for it to exit, then keeping the run")
                 fcntl.flock(lock, fcntl.LOCK_EX)
             mine = f"{os.getpid()}\n"
-            (local_dir / KEEPER_PID).write_text(mine)
+            write_pid(local_dir, os.getpid())   # a full disk: found by its lock (keeper_pid)
             self.log(f"keeping run {self.run_id} (pid {os.getpid()})")
             try:
                 return self._loop()
@@ -121,6 +123,9 @@ class Keeper:
     def _loop(self) -> Phase:
         load_failures = 0
         while True:
+            if self._no_room():   # nothing it did could be recorded: hold the run as it is
+                time.sleep(self.delay)
+                continue
             try:
                 run = self._attach()
             except ConsoleError as err:
@@ -136,6 +141,9 @@ class Keeper:
             load_failures = 0
             try:
                 outcome = self.check(run)
+            except DiskFullError as err:   # filled since _no_room looked: every record is whole
+                outcome = None
+                self._disk_full(err)
             except ConsoleError as err:
                 outcome = None
                 if not (self.store.path(self.run_id) / layout.STATE).exists():
@@ -149,6 +157,36 @@ class Keeper:
                 self.log(f"run {self.run_id} is {outcome}; keeper exits")
                 return outcome
             time.sleep(self.delay)
+
+    def _no_room(self) -> bool:
+        """Whether the console's disk lacks room for the keeper's records (``store.room``): then
+        it says so once and looks again, less and less often; when room is back, it goes on."""
+        full = room(self.store.path(self.run_id))
+        if full:
+            self._disk_full(full)
+        elif self.full_since is not None:
+            self.log(f"room again on the console machine's disk after {time.time() - self.full_since:.0f} s: "
+                     f"keeping run {self.run_id} again")
+            self.full_since, self.delay = None, self.poll_s
+            # The time it could not look is no stall, no silence and no failing restart.
+            self.life = LifeWatch(changed=time.time())
+            self.unreachable_since = self.casualties_since = self.restart_failing_since = None
+            self.silent = {}
+        return bool(full)
+
+    def _disk_full(self, err: DiskFullError) -> None:
+        self.delay = min(MAX_POLL_S, self.delay * 2)
+        if self.full_since is not None:
+            return
+        self.full_since = time.time()
+        self.log(f"{err.problem}; holding run {self.run_id} as it is (nothing started, stopped or "
+                 "recorded) and looking again for room")
+        try:
+            attempt = self.store.load(self.run_id).attempt
+        except ConsoleError:
+            attempt = 0
+        outbox.on_disk_full(self.store.path(self.run_id), self.run_id, problem=err.problem,
+                            attempt=attempt, log=self.log)
 
     def _attach(self) -> Run:
         return Run(self.store.load(self.run_id), self.store, self.pool)

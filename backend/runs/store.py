@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import fcntl
 import json
 import os
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from backend.alerts import settings as alert_settings
-from backend.errors import RunError
+from backend.errors import DiskFullError, RunError
 from backend.client.harness import layout
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")   # \Z: no trailing newline
@@ -243,23 +244,58 @@ def _from_json(data: object) -> RunState:
     return RunState(**data)
 
 
+# A full disk or the user's quota: DiskFullError, never a bare OSError ("unexpected error").
+FULL = (errno.ENOSPC, errno.EDQUOT)
+# What a keeper needs free to record a step of its work (the state twice, a log line, an alert):
+# with less, it waits (``room``) rather than start what it could not record.
+ROOM_BYTES = 1 << 20
+
+
+def room(folder: Path, need: int = ROOM_BYTES) -> DiskFullError | None:
+    """The DiskFullError to say when ``folder``'s disk has less than ``need`` bytes or no inode
+    free for us (root may use the blocks reserved for it), else None. Asked, not tried: no write."""
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None   # gone, or not ours: whoever writes there says so
+    root = os.geteuid() == 0
+    free = (fs.f_bfree if root else fs.f_bavail) * fs.f_frsize
+    inodes = fs.f_ffree if root else fs.f_favail
+    return DiskFullError(str(folder)) if free < need or (fs.f_files and not inodes) else None
+
+
+@contextlib.contextmanager
+def full_disk_named(folder: Path | str, to: str) -> Iterator[None]:
+    """An ENOSPC or EDQUOT inside becomes DiskFullError naming ``folder`` and what failed."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except OSError as err:
+        if err.errno in FULL:
+            raise DiskFullError(str(folder), to=to) from None
+        raise
+
+
 def write_private(path: Path, text: str) -> None:
     """Atomically replace ``path`` with ``text``, readable by the owner only.
 
     A unique temporary name per writer (two writers never share one), fsync before the rename
-    (a crash leaves the old file or the new one, never an empty one).
+    (a crash leaves the old file or the new one, never an empty one). A full disk leaves the old
+    file whole and raises DiskFullError.
     """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:   # mkstemp creates the file 0600
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with full_disk_named(path.parent, f"write {path.name}"):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:   # mkstemp creates the file 0600
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
 
 def read_dict(path: Path) -> dict:
@@ -326,6 +362,8 @@ class RunStore:
             lock = open(folder / LOCK, "a")
         except OSError as err:   # a read-only, full or foreign folder: ours to say, not "a bug"
             self._require_folder()
+            if err.errno in FULL:
+                raise DiskFullError(str(folder), to=f"record run {run_id}") from None
             raise RunError(f"run {run_id}'s record in {folder} cannot be written ({err.strerror or err})",
                            "Make the runs folder writable, then run the command again.") from None
         with lock:

@@ -10,6 +10,7 @@ copies.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -320,7 +321,12 @@ class RunMonitor:
                 samples = self._gpu.setdefault(str(ev.get("host")), deque(maxlen=GPU_SAMPLES))
                 samples.append((float(ev.get("time") or time.time()), list(ev.get("gpus") or [])))
             elif kind == "heartbeat":
-                self._status["last_heartbeat"] = time.time()
+                got = self._status["last_heartbeat"] = time.time()
+                # The chief's clock, as (its time, our time of receipt): how long ago its last
+                # step was is then told on its own clock, whatever ours says (``chief_now``).
+                beat = ev.get("time")
+                if isinstance(beat, (int, float)) and math.isfinite(beat):
+                    self._status["chief_clock"] = (float(beat), got)
             elif kind == "error":
                 self._status["last_error"] = f"watch agent: {ev.get('message')}"
 

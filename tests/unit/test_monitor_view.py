@@ -18,18 +18,23 @@ def _live(mode: RestartMode, stall_timeout_s: float):
                                                job=SimpleNamespace(restart=restart)), metrics=store)
 
 
+# The chief's agent beat at 100 on its clock, received at 100 on ours: one clock.
+SAME_CLOCK = {"chief_clock": (100.0, 100.0)}
+HOUR = 3600.0
+
+
 def test_a_kept_run_counts_down_to_the_stall_timeout():
     live = _live(RestartMode.ON_FAILURE, 300)
-    assert monitor_view.stall_warning(live, now=130.0) == ""          # 33 s: not yet news
-    note = monitor_view.stall_warning(live, now=197.0)
+    assert monitor_view.stall_warning(live, SAME_CLOCK, now=130.0) == ""          # 33 s: not yet news
+    note = monitor_view.stall_warning(live, SAME_CLOCK, now=197.0)
     assert "worker-0, worker-1 stopped at step 7" in note
     assert "the stall timeout acts in 200 s" in note
 
 
 def test_stall_timeout_zero_is_off_not_due():
     live = _live(RestartMode.ON_FAILURE, 0)
-    assert monitor_view.stall_warning(live, now=130.0) == ""          # off: no warning at 0 s idle
-    note = monitor_view.stall_warning(live, now=197.0)
+    assert monitor_view.stall_warning(live, SAME_CLOCK, now=130.0) == ""          # off: no warning at 0 s idle
+    note = monitor_view.stall_warning(live, SAME_CLOCK, now=197.0)
     assert "stopped at step 7" in note
     assert "due" not in note and "acts in" not in note
     assert "the stall timeout is off (stall_timeout_s: 0): nothing will stop it" in note
@@ -38,10 +43,29 @@ def test_stall_timeout_zero_is_off_not_due():
 
 def test_restart_never_announces_no_timeout():
     """No keeper watches a ``restart: never`` run, so no stall timeout acts on it."""
-    note = monitor_view.stall_warning(_live(RestartMode.NEVER, 300), now=500.0)
+    note = monitor_view.stall_warning(_live(RestartMode.NEVER, 300), SAME_CLOCK, now=500.0)
     assert "stopped at step 7" in note
     assert "due" not in note and "acts in" not in note
     assert "restart: never, so no stall timeout acts: nothing will stop it" in note
+
+
+def test_no_step_since_is_told_on_the_chief_clock_whatever_the_console_clock_says():
+    """Issue 47: a console 2 h ahead said "No step since 7200 s" of a healthy run; one 2 h behind
+    would not warn of a real hang for 2 h. The metrics' times are the chief's: idle is measured
+    on the chief's clock (its heartbeat's time, plus our time since that heartbeat came)."""
+    live = _live(RestartMode.ON_FAILURE, 300)   # last step at 97 on the chief's clock
+    ahead = {"chief_clock": (98.0, 98.0 + 2 * HOUR)}   # a heartbeat a second after that step
+    assert monitor_view.chief_now(ahead, now=100.0 + 2 * HOUR) == 100.0
+    assert monitor_view.stall_warning(live, ahead, now=100.0 + 2 * HOUR) == ""   # 3 s: healthy
+    behind = {"chief_clock": (98.0, 98.0 - 2 * HOUR)}
+    note = monitor_view.stall_warning(live, behind, now=197.0 - 2 * HOUR)   # 100 s with no step
+    assert note.startswith("No step since 100 s: worker-0, worker-1 stopped at step 7"), note
+    never = _live(RestartMode.NEVER, 300)
+    assert monitor_view.stall_warning(never, ahead, now=100.0 + 2 * HOUR) == ""
+    assert "No step since 100 s" in monitor_view.stall_warning(never, behind, now=197.0 - 2 * HOUR)
+    # Before the chief's first heartbeat its clock is unknown: nothing is said.
+    assert monitor_view.chief_now({}, now=500.0) is None
+    assert monitor_view.stall_warning(live, {}, now=500.0) == ""
 
 
 def _starting(attempt_started: list[float], *, live: bool = True, rows: int = 0):
