@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from backend.config.spec import job_from_dict
 from backend.runs import launcher
 from backend.runs.launcher import Preflight
 from backend.runs.store import Phase, RunStore
+from tests.conftest import ps
 from tests.webhook import Receiver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,3 +130,11 @@ def test_a_dead_receiver_does_not_delay_the_runs_end(local_cluster, python_path,
     assert run.state.phase == Phase.FINISHED
     assert receiver.wait(1)          # the alert was on its way while the run ended
     assert took < 10, took            # well under the receiver's 60 s and the sender's timeouts
+    # The run's sender goes on trying the dead receiver for minutes (its own bound, by design):
+    # this test ends the one it caused, or the session's leftover check would find it when the
+    # test runs among the last (seen: the run of 2026-11-28).
+    sender = f"backend.alerts.outbox {run.local_dir.resolve()}"
+    for line in ps("pid=,args="):
+        pid, _, args = line.strip().partition(" ")
+        if args.strip().endswith(sender):
+            os.kill(int(pid), signal.SIGKILL)
