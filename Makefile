@@ -34,16 +34,17 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 # Debian packages the tests drive for real: OpenSSH server and client, Chromium, ps,
 # ip/unshare/nsenter for the jump-host test's private network (tests/netns.py), and Slurm with
 # munge for the one-node test cluster (tests/slurm.py; no systemd needed), and faketime for a
-# console clock skewed from its hosts' (tests/watch/test_clock_skew.py).
+# console clock skewed from its hosts' (tests/watch/test_clock_skew.py), and rsync, the yardstick
+# of bench/project_launch.py.
 system-deps:
 	@if ! command -v /usr/sbin/sshd >/dev/null || ! command -v chromium >/dev/null || ! command -v ps >/dev/null \
 	    || ! command -v ip >/dev/null || ! command -v nsenter >/dev/null \
 	    || ! command -v /usr/sbin/slurmctld >/dev/null || ! command -v /usr/sbin/slurmd >/dev/null \
 	    || ! command -v sbatch >/dev/null || ! command -v /usr/sbin/munged >/dev/null \
-	    || ! command -v faketime >/dev/null; then \
+	    || ! command -v faketime >/dev/null || ! command -v rsync >/dev/null; then \
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q openssh-server openssh-client chromium procps \
-	    iproute2 util-linux slurmctld slurmd slurm-client munge faketime; \
+	    iproute2 util-linux slurmctld slurmd slurm-client munge faketime rsync; \
 	fi
 
 # A new login token at every start; the URL to open (with it) is printed once the console answers.

@@ -5,7 +5,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RUNS = [
-    ["launch_scale.py"], ["many_tasks.py", "--rounds", "3"],
+    ["launch_scale.py"], ["many_tasks.py", "--rounds", "3"], ["project_launch.py", "--rounds", "3"],
     ["watch_latency.py"], ["watch_latency.py", "--ssh-loopback"],
     ["metrics_ingest.py"], ["figure_build.py"],
     ["watch_catchup.py", "--rounds", "3"], ["console_cpu.py", "--seconds", "30"], ["first_curves.py", "--rounds", "3"],

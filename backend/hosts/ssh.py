@@ -220,8 +220,7 @@ class SSHTransport:
         chan = self._start(command)
         try:
             chan.settimeout(timeout)
-            if stdin:
-                chan.sendall(stdin)
+            _send(chan, stdin)
             chan.shutdown_write()
             out, err = _drain(chan, timeout)
             code = chan.recv_exit_status()  # only after reading, or a full window deadlocks
@@ -305,6 +304,17 @@ def _close(chan: paramiko.Channel) -> None:
         chan.close()
     except IO_FAILURES:
         pass   # the connection is already gone: nothing left to release
+
+
+SEND_CHUNK = 256 * 1024
+
+
+def _send(chan, data: bytes | None) -> None:
+    """``data`` to the command's stdin in pieces: paramiko's ``sendall`` copies what is left after
+    every 32 KiB packet, so one call with a 50 MB project took 11 s on loopback (0.3 s in pieces)."""
+    view = memoryview(data or b"")
+    for start in range(0, len(view), SEND_CHUNK):
+        chan.sendall(bytes(view[start:start + SEND_CHUNK]))
 
 
 def _drain(chan: paramiko.Channel, timeout: float | None) -> tuple[bytes, bytes]:
