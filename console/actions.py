@@ -10,9 +10,10 @@ from typing import Callable
 from backend import checkpoints
 from backend.errors import ArtifactError, ConsoleError, SpecError
 from backend.client.harness import layout
-from backend.runs import project, restore as run_restore
+from backend.runs import restore as run_restore
+from backend.records import project
 from backend.runs.launcher import Preflight, launch
-from backend.runs.store import new_run_id
+from backend.records.state import new_run_id
 from backend.config.slurm_spec import SlurmSpec
 from backend.config.spec import JobSpec
 from console import cluster_actions, forms

@@ -19,10 +19,11 @@ from console.background import Actions
 from backend.hosts.ssh import SSHOptions
 from backend.runs.launcher import attach
 from backend.watch.logcopy import LogCopier, local_copy
-from backend.runs.outcome import TaskPhase, TaskStatus
+from backend.records.outcome import TaskPhase, TaskStatus
 from backend.runs.handle import SAVE_GRACE_S, Run
 from backend.watch.metrics import MetricsStore
-from backend.runs.store import Phase, RunStore
+from backend.runs.store import RunStore
+from backend.records.state import Phase
 from backend.watch.agent import cut_line
 
 CAUGHT_UP_S = 3.0     # the agent's heartbeat comes every 2 s: this long with no event = caught up

@@ -23,7 +23,8 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from backend.errors import ConsoleError, SpecError
-from backend.runs.store import default_root, write_private
+from backend.runs.store import default_root
+from backend.files import write_private
 
 ENV = "TFCONSOLE_AUTH"
 FILE_NAME = ".console-token"

@@ -36,7 +36,7 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 from backend.alerts import settings as alert_settings
-from backend.runs.store import write_private
+from backend.files import write_private
 
 OUTBOX = "outbox.json"
 LOCK = "outbox.lock"

@@ -231,7 +231,7 @@ class JobSpec:
     module: str | None = None  # HARNESS: a job module file (.py)
     command: tuple[str, ...] = ()  # COMMAND: argv
     files: tuple[str, ...] = ()  # COMMAND: local files shipped to RUN/job/ on every host (its cwd)
-    # COMMAND: a local folder shipped, tree and all, as RUN/job/ (its cwd): backend/runs/project.py.
+    # COMMAND: a local folder shipped, tree and all, as RUN/job/ (its cwd): backend/records/project.py.
     # Once launched, the run's own packed copy (runs/<id>/project.tar).
     project: str | None = None
     params: Mapping[str, int | float | str | bool] = field(default_factory=dict)

@@ -10,7 +10,7 @@ from backend.config import jobfit
 from backend.hosts.pool import Pool
 from backend.hosts.preflight import require_preflight
 from backend.hosts.resolve import tf_hosts
-from backend.runs import project
+from backend.records import project
 from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict, slurm_to_dict
 from backend.config.spec import ClusterSpec, JobSpec, cluster_to_dict
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Protocol
 
 from backend.hosts.base import Transport
-from backend.runs.outcome import TaskStatus
-from backend.runs.store import RunState, TaskState
+from backend.records.outcome import TaskStatus
+from backend.records.state import RunState, TaskState
 from backend.config.spec import ClusterSpec, JobSpec
 
 

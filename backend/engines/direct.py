@@ -20,7 +20,7 @@ from backend.client.harness import layout, taskenv
 from backend.hosts.resolve import tf_addresses
 from backend.hosts.pool import Pool, failures, parallel
 from backend.hosts.tasks import by_host, task_host
-from backend.runs.outcome import TaskPhase, TaskStatus
+from backend.records.outcome import TaskPhase, TaskStatus
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
 
 
@@ -39,7 +39,7 @@ def bundle(job: JobSpec, *, project: bool = True) -> bytes:
             tar.add(job.module, arcname=f"{layout.JOB}/{Path(job.module).name}")
         for path in job.files:   # a command job's own script(s), from the operator's machine
             tar.add(path, arcname=f"{layout.JOB}/{Path(path).name}")
-        if job.project and project:   # the run's packed copy of the project (backend/runs/project.py)
+        if job.project and project:   # the run's packed copy of the project (backend/records/project.py)
             with tarfile.open(job.project) as kept:
                 for member in kept.getmembers():
                     if member.isfile():

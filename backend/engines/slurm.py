@@ -24,8 +24,9 @@ from backend.engines.direct import bundle
 from backend.errors import ConsoleError, HostError
 from backend.client.harness import layout
 from backend.hosts.pool import Pool
-from backend.runs.outcome import TaskPhase, TaskStatus
-from backend.runs.store import Attempt, Phase, RunState, TaskState, check_run_id, write_private
+from backend.records.outcome import TaskPhase, TaskStatus
+from backend.records.state import Attempt, Phase, RunState, TaskState, check_run_id
+from backend.files import write_private
 from backend.engines import slurm_script as batch
 from backend.config.slurm_spec import SlurmSpec, slurm_to_dict
 from backend.engines.slurm_states import (JobInfo, SlurmPhase, parse_scontrol, scontrol_fields, task_statuses,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from backend.diagnosis import diagnose
 from backend.client.harness import preempt
-from backend.runs.outcome import TaskPhase, TaskStatus
+from backend.records.outcome import TaskPhase, TaskStatus
 
 _PAIR = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s[A-Za-z][\w/:]*=|\s*$)")
 

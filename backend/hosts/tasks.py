@@ -15,7 +15,7 @@ from backend.hosts.pool import Pool, connection_key
 
 
 class TaskPlace(Protocol):
-    """A task as the run's record places it (``backend.runs.store.TaskState`` is one)."""
+    """A task as the run's record places it (``backend.records.state.TaskState`` is one)."""
     name: str
     position: int          # index into the cluster's tasks
     host: str

@@ -10,8 +10,8 @@ import time
 
 from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.runs.handle import Run
-from backend.runs.outcome import CUT_OFF
-from backend.runs.store import Attempt, Phase, RunState, this_process
+from backend.records.outcome import CUT_OFF
+from backend.records.state import Attempt, Phase, RunState, this_process
 
 START_STOP_GRACE_S = 5.0
 

@@ -21,9 +21,10 @@ from backend.errors import ConsoleError, MultiHostError, RunError
 from backend.client.harness import layout, metric_line, preempt
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
-from backend.runs.outcome import (PREEMPTED, REQUEUED, Conclusion, TaskPhase, TaskStatus, Verdict, all_queued,
+from backend.records.outcome import (PREEMPTED, REQUEUED, Conclusion, TaskPhase, TaskStatus, Verdict, all_queued,
                                   conclude, cut_off_phase, how_to_go_on, preempted_reason, shown_phase)
-from backend.runs.store import UNDERWAY, Attempt, Phase, RunState, RunStore, TaskState
+from backend.runs.store import RunStore
+from backend.records.state import UNDERWAY, Attempt, Phase, RunState, TaskState
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
 SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (docs/facts.md #6)

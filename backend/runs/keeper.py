@@ -39,7 +39,6 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 
 from backend.alerts import outbox
 from backend.client.harness import metric_line
@@ -53,14 +52,16 @@ from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.engines.direct import harness_bundle
 from backend.runs import membership, restorable
-from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, POLL_S, keeper_pid, write_pid
+from backend.runs.detached import KEEPER_LOCK, POLL_S, keeper_pid, write_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
-from backend.runs.outcome import (PREEMPTED, Conclusion, LifeWatch, Signs, TaskPhase, Verdict, conclude,
+from backend.records.outcome import (PREEMPTED, Conclusion, LifeWatch, Signs, TaskPhase, Verdict, conclude,
                                   restarts_used, stall_reason)
 from backend.runs.handle import Run
 from backend.runs.keeper_log import KeeperLog
-from backend.runs.store import UNDERWAY, Phase, RunStore, room
+from backend.runs.store import RunStore
+from backend.records.state import UNDERWAY, Phase
+from backend.files import room
 
 STOP_GRACE_S = 5.0      # survivors of a failed attempt are casualties: no need to wait long
 MAX_POLL_S = 10.0       # the slowest poll while a host does not answer
@@ -111,14 +112,16 @@ class Keeper:
                 self.log(f"run {self.run_id} still has its keeper from before the restore: "
                          "waiting for it to exit, then keeping the run")
                 fcntl.flock(lock, fcntl.LOCK_EX)
-            mine = f"{os.getpid()}\n"
             write_pid(local_dir, os.getpid())   # a full disk: found by its lock (keeper_pid)
             self.log(f"keeping run {self.run_id} (pid {os.getpid()})")
+            # The pid file stays when it exits: the lock goes with this block, but the process
+            # lives on a moment (closing, the interpreter's exit), and a Stop's ``end_keeper``
+            # must find it until it is gone, or "nothing left" is checked too early (a keeper
+            # seen running right after a stop). ``keeper_pid`` passes over a pid that has ended.
             try:
                 return self._loop()
             finally:
                 self.pool.close()
-                _forget_pid(local_dir / KEEPER_PID, mine)
 
     def _loop(self) -> Phase:
         load_failures = 0
@@ -503,13 +506,3 @@ def traceback_tail(log: str, max_lines: int = 60) -> str:
     start = log.rfind("Traceback (most recent call last)")
     lines = (log[start:] if start >= 0 else log).splitlines()
     return "\n".join(lines[-max_lines:]) + "\n"
-
-
-def _forget_pid(path: Path, mine: str) -> None:
-    """Remove the pid file if it still names this keeper: a keeper started to take over after
-    a restore has written its own there, and it must stay findable while it waits."""
-    try:
-        if path.read_text() == mine:
-            path.unlink()
-    except FileNotFoundError:
-        pass

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 
-from backend.cli.plain import term_safe
+from backend.plain import term_safe
 
 HELD = 200
 

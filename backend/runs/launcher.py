@@ -16,13 +16,15 @@ from pathlib import Path
 
 from backend import engines
 from backend.alerts import outbox, settings as alert_settings
-from backend.runs import detached, project, record
+from backend.runs import detached, record
+from backend.records import project
 from backend.runs.attempts import begin_attempt
 from backend.client.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.runs.handle import Run
-from backend.runs.store import Phase, RunState, RunStore, TaskState, new_run_id
+from backend.runs.store import RunStore
+from backend.records.state import Phase, RunState, TaskState, new_run_id
 from backend.config.slurm_spec import SlurmSpec
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, job_to_dict
 

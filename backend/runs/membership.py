@@ -27,7 +27,7 @@ from backend.client.harness import layout, taskenv
 from backend.hosts import remote
 from backend.hosts.preflight import run_preflight
 from backend.runs.handle import Run
-from backend.runs.store import RunState
+from backend.records.state import RunState
 
 NO_SPARE_FIX = ("to survive this, list spare hosts under `spares:` in the cluster file (the keeper "
                 "moves a lost host's tasks there), or set `min_workers:` to go on with fewer tasks")

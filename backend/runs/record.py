@@ -22,8 +22,9 @@ from pathlib import Path
 
 from backend.alerts import outbox, settings as alert_settings
 from backend.errors import ConsoleError
-from backend.runs import project
-from backend.runs.store import RunState, read_dict, write_private
+from backend.records import project
+from backend.records.state import RunState
+from backend.files import read_dict, write_private
 
 RECORD = "record.json"
 MAX_DIFF = 64 * 1024        # bytes of `git diff` kept; a larger diff is cut and says so

@@ -16,7 +16,7 @@ from backend.hosts import remote
 from backend.runs import detached, restorable, resume
 from backend.runs.attempts import begin_attempt
 from backend.runs.handle import Run
-from backend.runs.store import Phase
+from backend.records.state import Phase
 
 RESUME_WAIT_S = 180      # a restored attempt's workers report their step once TensorFlow is up
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from backend.errors import ConsoleError
 from backend.hosts import remote
-from backend.runs.store import Attempt, RunState
+from backend.records.state import Attempt, RunState
 
 # What the script must do, said wherever an unconfirmed resume is reported.
 RESUME_FIX = ("Its script must restore tfconsole.context().resume_step on every worker with "

@@ -16,7 +16,8 @@ from backend.engines.direct import bundle
 from backend.client.harness.report import MetricsReporter
 from backend.hosts.local import LocalTransport
 from backend.hosts.remote import Host, install
-from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
+from backend.runs.store import RunStore
+from backend.records.state import Attempt, Phase, RunState, TaskState
 from console import monitor_view
 from console.ui import state
 from tests.app.test_monitor_page import _chart_messages

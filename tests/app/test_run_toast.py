@@ -7,7 +7,8 @@ import sys
 from streamlit.testing.v1 import AppTest
 
 from backend.config.spec import cluster_to_dict, default_cluster
-from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
+from backend.runs.store import RunStore
+from backend.records.state import Attempt, Phase, RunState, TaskState
 from tests.app.conftest import as_owner
 from tests.conftest import ROOT
 

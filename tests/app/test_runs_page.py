@@ -37,7 +37,8 @@ def test_metrics_read_back_from_the_local_mirror(tmp_path):
 def _saved_run(run_id: str, created: float, phase) -> None:
     """A run record only (no process): enough for the Runs page and ``current_run``."""
     import sys
-    from backend.runs.store import Attempt, RunState, RunStore, TaskState
+    from backend.runs.store import RunStore
+    from backend.records.state import Attempt, RunState, TaskState
     from backend.config.spec import cluster_to_dict, default_cluster
     store = RunStore()
     store.reserve(run_id)
@@ -48,7 +49,7 @@ def _saved_run(run_id: str, created: float, phase) -> None:
 
 
 def test_an_older_run_made_current_stays_current_while_a_newer_one_is_live(page):
-    from backend.runs.store import Phase
+    from backend.records.state import Phase
     _saved_run("old-run", 1000.0, Phase.FINISHED)
     _saved_run("new-run", 2000.0, Phase.RUNNING)
     at = page("runs")
@@ -106,7 +107,8 @@ def _mirror(store, run_id: str, val_accuracy: list[float]) -> None:
 
 def test_the_runs_table_answers_which_run_is_best_by_val_accuracy_and_compares_it(page):
     """Issue 34 item 6: last and best of every metric per run; any metric's curves compared."""
-    from backend.runs.store import Phase, RunStore
+    from backend.runs.store import RunStore
+    from backend.records.state import Phase
     _saved_run("run-low", 1000.0, Phase.FINISHED)
     _saved_run("run-high", 2000.0, Phase.FINISHED)
     store = RunStore()

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from backend.runs.store import Phase, RunStore
+from backend.runs.store import RunStore
+from backend.records.state import Phase
 from tests.conftest import wait_for
 from tests.e2e import browser as web
 

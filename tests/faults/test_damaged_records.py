@@ -12,7 +12,8 @@ import sys
 import pytest
 import yaml
 
-from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
+from backend.runs.store import RunStore
+from backend.records.state import Attempt, Phase, RunState, TaskState
 from tests import sshd
 from tests.app.conftest import open_page, runs_dir  # noqa: F401 - runs_dir: a fixture used below
 from tests.conftest import ROOT

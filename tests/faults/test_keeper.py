@@ -82,7 +82,7 @@ def test_the_attempt_names_the_cause_even_when_a_casualty_shows_first(local_clus
 def test_a_second_keeper_is_refused(local_cluster, store, python_path, tmp_path):
     import fcntl
     from backend.errors import RunError
-    from backend.runs.store import RunState
+    from backend.records.state import RunState
     store.save(RunState("r1", 0.0, {"tasks": []}, {"kind": "command", "command": ["x"]}, []))
     with open(store.path("r1") / detached.KEEPER_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -92,7 +92,7 @@ def test_a_second_keeper_is_refused(local_cluster, store, python_path, tmp_path)
 
 def test_conclude_names_the_first_failure_not_the_casualty():
     from backend.diagnosis import diagnose
-    from backend.runs.outcome import TaskStatus, Verdict, conclude
+    from backend.records.outcome import TaskStatus, Verdict, conclude
     found = conclude([TaskStatus("chief-0", "h", "exited", 1, diagnose.PEER_DIED),
                       TaskStatus("worker-0", "h", "exited", -9)])
     assert (found.verdict, found.reason, found.all_ended) == (Verdict.FAILED, "worker-0 exited(-9)", True)
@@ -111,7 +111,7 @@ def test_conclude_names_the_first_failure_not_the_casualty():
 
 
 def test_an_unreachable_host_is_unknown_not_failed_unless_another_task_failed():
-    from backend.runs.outcome import TaskStatus, Verdict, conclude
+    from backend.records.outcome import TaskStatus, Verdict, conclude
     found = conclude([TaskStatus("chief-0", "h2", "running"), TaskStatus("worker-0", "h3", "unreachable")])
     assert found.verdict == Verdict.UNKNOWN and found.unreachable == ("worker-0",)
     assert "worker-0 (h3)" in found.reason
@@ -155,7 +155,7 @@ def test_a_keeper_started_by_a_restore_waits_for_the_old_one_then_keeps_the_run(
     import signal
     from backend.hosts.ssh import SSHOptions
     from backend.runs.detached import KEEPER_LOCK, KEEPER_PID, start_keeper
-    from backend.runs.store import Phase, RunState
+    from backend.records.state import Phase, RunState
     from backend.config.spec import cluster_to_dict
     from tests.conftest import wait_for
     store.reserve("restored")
@@ -184,7 +184,7 @@ def test_a_keeper_started_by_a_restore_waits_for_the_old_one_then_keeps_the_run(
 
 def test_a_keeper_whose_run_folder_was_deleted_exits(store):
     """`make clean` (or a test's temp folder going) under a live keeper: it must not poll forever."""
-    from backend.runs.store import RunState
+    from backend.records.state import RunState
     store.reserve("gone")
     store.save(RunState("gone", 0.0, {"tasks": []}, {"kind": "command", "command": ["x"]}, []))
     k = keeper.Keeper("gone", store=store, poll_s=0.05, log=lambda msg: None)
@@ -257,7 +257,7 @@ def test_a_restart_that_cannot_start_ends_the_run_failed_saying_why(store, pytho
     once the hosts have had their time to answer, not try every few seconds for ever (a CI run
     left two such keepers polling after the suite had ended)."""
     import backend.cli.main as cli
-    from backend.runs.store import Phase, RunState, TaskState
+    from backend.records.state import Phase, RunState, TaskState
     from backend.config.spec import job_to_dict
     from tests import sshd
     job = command_job(HANG, python_path, max_restarts=3, backoff_s=0.2, unreachable_grace_s=2, host_gone_s=2)

@@ -147,7 +147,7 @@ def test_run_status_and_stop_over_a_cut_link(proxy, client_key, options, python_
     """A live run whose only host sits behind the cut: `status` answers `unreachable` within
     answer_timeout_s (no hang, no traceback), and once the link is back, stop ends it cleanly."""
     from backend.runs import launcher
-    from backend.runs.outcome import TaskPhase
+    from backend.records.outcome import TaskPhase
     from backend.config.spec import cluster_from_dict, job_from_dict
     from tests.conftest import processes_of
     cluster = cluster_from_dict({"tasks": [{

@@ -11,7 +11,7 @@ from backend.config.spec import job_to_dict
 from backend.hosts.pool import Pool
 from backend.runs import membership
 from backend.runs.handle import Run
-from backend.runs.store import RunState, TaskState
+from backend.records.state import RunState, TaskState
 from tests import sshd
 from tests.conftest import ssh_task
 from tests.faults.conftest import command_job

@@ -13,7 +13,7 @@ import pytest
 
 from backend.runs import detached
 from backend.runs import launcher
-from backend.runs.outcome import TaskPhase
+from backend.records.outcome import TaskPhase
 from backend.config.spec import cluster_from_dict
 from tests import conftest, sshd
 from tests.conftest import ssh_task

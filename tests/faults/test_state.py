@@ -14,7 +14,8 @@ import yaml
 from backend.runs import detached
 from backend.runs import launcher
 from backend.errors import MultiHostError
-from backend.runs.store import Attempt, Phase, RunState, RunStore
+from backend.runs.store import RunStore
+from backend.records.state import Attempt, Phase, RunState
 from backend.config.spec import cluster_from_dict, cluster_to_dict
 from tests import sshd
 from tests.conftest import ROOT, processes_of, ssh_task, wait_for

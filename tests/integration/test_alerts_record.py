@@ -16,7 +16,8 @@ import pytest
 from backend.config.spec import job_from_dict
 from backend.runs import launcher
 from backend.runs.launcher import Preflight
-from backend.runs.store import Phase, RunStore
+from backend.runs.store import RunStore
+from backend.records.state import Phase
 from tests.conftest import ps
 from tests.webhook import Receiver
 

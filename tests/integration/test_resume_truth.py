@@ -16,7 +16,8 @@ from pathlib import Path
 from backend.config.spec import job_from_dict
 from backend.runs import launcher, restore
 from backend.runs.launcher import Preflight
-from backend.runs.store import Phase, RunStore
+from backend.runs.store import RunStore
+from backend.records.state import Phase
 
 ROOT = Path(__file__).resolve().parents[2]
 

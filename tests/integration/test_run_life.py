@@ -15,7 +15,8 @@ import pytest
 from backend.runs import launcher
 from backend.runs.detached import keeper_pid
 from backend.runs.launcher import Preflight
-from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
+from backend.runs.store import RunStore
+from backend.records.state import Attempt, Phase, RunState, TaskState
 from backend.config.spec import JobSpec, cluster_to_dict, job_from_dict, job_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,7 +180,7 @@ def test_launching_run_whose_launcher_is_gone_reads_as_failed(local_cluster, tmp
 
 
 def test_launching_run_whose_launcher_lives_stays_launching(local_cluster, tmp_path):
-    from backend.runs.store import this_process
+    from backend.records.state import this_process
     store = RunStore(tmp_path / "runs")
     job = job_to_dict(JobSpec(kind="command", command=("true",)))
     _record(store, "busy", time.time(), job, cluster_to_dict(local_cluster), Phase.LAUNCHING,

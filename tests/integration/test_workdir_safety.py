@@ -16,7 +16,8 @@ from backend.hosts import remote
 from backend.config import spec
 from backend.errors import ConsoleError
 from backend.hosts.local import LocalTransport
-from backend.runs.store import RunStore, TaskState
+from backend.runs.store import RunStore
+from backend.records.state import TaskState
 
 
 def payload(marker) -> str:

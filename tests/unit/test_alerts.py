@@ -13,7 +13,7 @@ import pytest
 from backend.alerts import outbox, settings
 from backend.config.spec import job_from_dict, job_to_dict
 from backend.errors import ConsoleError, SpecErrors
-from backend.runs.store import Attempt, RunState
+from backend.records.state import Attempt, RunState
 from tests.conftest import ps
 from tests.webhook import Receiver
 

@@ -1,7 +1,7 @@
 """A full disk is named as one, with its host and the folder to free (issue 35)."""
 from backend.diagnosis import diagnose
 from backend.client.harness import ckpt_index
-from backend.runs.outcome import TaskStatus, conclude
+from backend.records.outcome import TaskStatus, conclude
 
 TF_SAVE = ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: {{function_node "
            "__wrapped__SaveV2_dtypes_23_device_/job:worker/replica:0/task:0/device:CPU:0}} "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from backend.config.spec import cluster_from_dict
 from backend.hosts.pool import Pool
 from backend.hosts.tasks import by_host, place, task_host
-from backend.runs.store import TaskState
+from backend.records.state import TaskState
 
 
 def test_tasks_sharing_a_connection_and_run_folder_form_one_group():

@@ -17,7 +17,7 @@ from backend import checkpoints
 from backend.errors import HostError
 from backend.hosts import remote
 from backend.hosts.base import Result
-from backend.runs.store import TaskState
+from backend.records.state import TaskState
 from backend.config.spec import JobKind, JobSpec, Role, TaskSpec, TransportKind
 from console import actions
 

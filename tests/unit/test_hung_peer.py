@@ -5,7 +5,7 @@ The log below is worker-0's, copied from a real two-worker run (TF 2.21) whose w
 SIGSTOPped mid-run (docs/facts.md #19); the full run is tests/faults/test_faults.py::
 test_a_hung_worker_is_named_and_the_run_recovers."""
 from backend.diagnosis import diagnose
-from backend.runs.outcome import TaskStatus, Verdict, conclude
+from backend.records.outcome import TaskStatus, Verdict, conclude
 
 CASUALTY_LOG = """\
 [worker-0] step 50/300 epoch 1 loss 1.49317 global_loss 1.22054 36.5 ms/step 439 ex/s

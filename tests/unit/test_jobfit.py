@@ -7,7 +7,7 @@ from backend.diagnosis import diagnose
 from backend.checkpoints import NAME
 from backend.errors import SpecErrors
 from backend.config.jobfit import check_job, module_defaults, replicas, require_valid
-from backend.runs.store import RUN_ID
+from backend.records.state import RUN_ID
 from backend.config.spec import cluster_from_dict, job_from_dict
 
 

@@ -74,3 +74,76 @@ def test_the_host_package_imports_only_itself_the_standard_library_and_tensorflo
                     continue
                 wrong += [f"{path.relative_to(ROOT)}:{sub.lineno} {t}" for t in tops if t not in allowed]
     assert wrong == [], wrong
+
+
+# The backend's floors, lowest first: a module may import its own room or a lower floor, never a
+# higher one or another room of its floor (docs/architecture in README's "Layout"). The record
+# types that engines, runs, alerts and pages share live on the low floors (files, records), so a
+# run drives its engine and the engine never reaches back into runs.
+FLOORS = (
+    {"backend.errors", "backend.plain", "backend.client"},   # the host package ships alone
+    {"backend.files"},
+    {"backend.alerts"},
+    {"backend.config"},
+    {"backend.hosts"},
+    {"backend.watch"},
+    {"backend.diagnosis"},
+    {"backend.records", "backend.checkpoints"},
+    {"backend.engines"},
+    {"backend.runs"},
+    {"backend.api", "backend.cli"},
+    {"backend.__main__"},
+)
+
+
+def room_of(module: str) -> tuple[int, str] | None:
+    """(floor, room) of a backend module: its top two name parts."""
+    room = ".".join(module.split(".")[:2])
+    for floor, rooms in enumerate(FLOORS):
+        if room in rooms:
+            return floor, room
+    return None
+
+
+def upward_imports(module: str, source: str) -> list[str]:
+    """Every import in ``source`` (at any depth: lazy imports count) that goes up a floor or
+    sideways to another room of the same floor."""
+    import ast
+    here = room_of(module)
+    wrong = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            targets = [node.module] if node.module != "backend" else [f"backend.{a.name}" for a in node.names]
+        else:
+            continue
+        for target in targets:
+            there = room_of(target) if target.startswith("backend.") else None
+            if there and here and there[1] != here[1] and there[0] >= here[0]:
+                wrong.append(f"{module}:{node.lineno} -> {target}")
+    return wrong
+
+
+def test_every_backend_module_has_a_floor():
+    assert [m for m in backend_modules() if m != "backend" and room_of(m) is None] == []
+
+
+def test_no_backend_import_goes_up_a_floor():
+    wrong = []
+    for path in sorted((ROOT / "backend").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if module != "backend":
+            wrong += upward_imports(module, path.read_text())
+    assert wrong == [], wrong
+
+
+def test_the_floor_check_sees_an_import_going_up():
+    """The imports this check removed (issue 46): an alert writing through runs' store, a run's
+    record reaching into the engines, and the keeper's log taking the CLI's text rule."""
+    assert upward_imports("backend.alerts.outbox", "from backend.runs.store import write_private")
+    assert upward_imports("backend.engines.base", "def f():\n    from backend.runs import store\n")
+    assert upward_imports("backend.records.state", "import backend.engines.slurm")
+    assert upward_imports("backend.api", "from backend.cli import main")          # sideways
+    assert not upward_imports("backend.runs.handle", "from backend.engines import engine_for")

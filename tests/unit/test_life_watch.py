@@ -1,5 +1,5 @@
 """The keeper's stall clock (outcome.LifeWatch): what counts as a sign of life."""
-from backend.runs.outcome import LifeWatch, Signs
+from backend.records.outcome import LifeWatch, Signs
 
 
 def test_log_growth_and_real_cpu_use_reset_the_clock_idle_threads_do_not():

@@ -1,6 +1,6 @@
 """How an attempt whose tasks saved and exited on a preemption signal is judged (issue 29)."""
 from backend.client.harness import preempt
-from backend.runs.outcome import TaskPhase, TaskStatus, Verdict, conclude, preempted_reason
+from backend.records.outcome import TaskPhase, TaskStatus, Verdict, conclude, preempted_reason
 
 
 def _t(name, state, code=None):
@@ -36,7 +36,7 @@ def test_a_save_on_the_time_limit_warning_says_it_was_the_time_limit_and_how_to_
     """Issue 35: a Slurm job's time limit is not a preemption by another job."""
     from backend.config.slurm_spec import slurm_from_dict
     from backend.engines.slurm import SlurmEngine
-    from backend.runs.outcome import how_to_go_on
+    from backend.records.outcome import how_to_go_on
     record = {"step": 10, "signal": "SIGUSR2", "seconds": 0.4}
     engine = SlurmEngine(None, slurm_from_dict({"kind": "slurm", "host": "login", "time_limit": "30"}))
     assert engine.time_limit(record) == "30"                       # the cluster file's word

@@ -9,7 +9,7 @@ import pytest
 
 from backend.config.spec import job_from_dict
 from backend.errors import SpecError, SpecErrors
-from backend.runs import project
+from backend.records import project
 
 
 def make_project(root):

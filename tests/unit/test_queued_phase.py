@@ -17,8 +17,9 @@ from backend.errors import RunError
 from backend.hosts.pool import Pool
 from backend.runs.handle import Run
 from backend.runs.keeper import Keeper
-from backend.runs.outcome import LifeWatch, TaskPhase, TaskStatus, Verdict, conclude
-from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
+from backend.records.outcome import LifeWatch, TaskPhase, TaskStatus, Verdict, conclude
+from backend.runs.store import RunStore
+from backend.records.state import Attempt, Phase, RunState, TaskState
 
 QUEUE = "Resources, 1st of 2 waiting"
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from backend.runs import record
-from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
+from backend.runs.store import RunStore
+from backend.records.state import Attempt, Phase, RunState, TaskState
 
 ROOT = Path(__file__).resolve().parents[2]
 

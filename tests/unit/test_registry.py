@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
+from backend.runs.store import RunStore
+from backend.records.state import Attempt, Phase, RunState, TaskState
 from backend.config.spec import cluster_to_dict, default_cluster
 from console.live_run import Registry
 

@@ -1,5 +1,5 @@
 """What the keeper's restart policy has used, and where a start cut off mid-way goes (issue 35)."""
-from backend.runs.outcome import FREE_INTERRUPTED_STARTS, cut_off_phase, restarts_used
+from backend.records.outcome import FREE_INTERRUPTED_STARTS, cut_off_phase, restarts_used
 
 CUT = "launch interrupted: the launching process (pid 7) is gone"
 

@@ -17,7 +17,8 @@ from backend.errors import SpecErrors
 from backend.hosts.pool import Pool
 from backend.runs import detached, membership
 from backend.runs.handle import Run
-from backend.runs.store import Phase, RunState, RunStore, TaskState
+from backend.runs.store import RunStore
+from backend.records.state import Phase, RunState, TaskState
 from tests.faults.conftest import SYNTHETIC
 
 HOSTS = ("127.0.0.1", "127.0.0.8", "127.0.0.9")   # worker-1's host is the one lost

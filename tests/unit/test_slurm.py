@@ -6,7 +6,7 @@ import pytest
 
 from backend.errors import SpecErrors
 from backend.client.harness import slurm_env
-from backend.runs.outcome import TaskPhase, Verdict, conclude
+from backend.records.outcome import TaskPhase, Verdict, conclude
 from backend.engines.slurm_script import batch_script
 from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict, slurm_from_dict, slurm_to_dict
 from backend.engines.slurm_states import SlurmPhase, parse_scontrol, parse_squeue, task_statuses
@@ -168,7 +168,7 @@ def test_the_batch_script_never_passes_the_run_folder_as_an_option():
 
 def test_a_queued_job_says_slurms_reason_and_its_place_and_the_run_shows_queued():
     from backend.engines.slurm_states import with_place
-    from backend.runs.outcome import shown_phase
+    from backend.records.outcome import shown_phase
     waiting = with_place(job("PENDING", "Priority", nodes="(null)"), ["40", "41", "42"])
     assert (waiting.position, waiting.waiting, waiting.queue) == (2, 3, "Priority, 2nd of 3 waiting")
     statuses = task_statuses(waiting, {}, NAMES)

@@ -20,8 +20,9 @@ from backend.runs import restorable
 from backend.runs.handle import Run
 
 from backend.runs.keeper import Keeper
-from backend.runs.outcome import TaskPhase, TaskStatus
-from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
+from backend.records.outcome import TaskPhase, TaskStatus
+from backend.runs.store import RunStore
+from backend.records.state import Attempt, Phase, RunState, TaskState
 
 
 

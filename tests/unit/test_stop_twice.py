@@ -9,8 +9,9 @@ from backend.engines.base import StopReport
 from backend.hosts.pool import Pool
 from backend.runs import handle
 from backend.runs.handle import Run
-from backend.runs.outcome import TaskPhase, TaskStatus
-from backend.runs.store import Attempt, Phase, RunState, RunStore, TaskState
+from backend.records.outcome import TaskPhase, TaskStatus
+from backend.runs.store import RunStore
+from backend.records.state import Attempt, Phase, RunState, TaskState
 from backend.config.spec import JobKind, JobSpec, job_to_dict
 
 

@@ -27,7 +27,7 @@ import pathspec
 from packaging.requirements import InvalidRequirement, Requirement
 
 from backend.errors import SpecError
-from backend.runs.store import read_dict, write_private
+from backend.files import read_dict, write_private
 
 IGNORE_FILES = (".tfconsoleignore", ".gitignore")   # the first one present is read
 ALWAYS_LEFT_OUT = (".git/", "__pycache__/", "*.pyc")
