@@ -20,6 +20,7 @@ import json
 import os
 import stat
 import tarfile
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,41 +119,83 @@ def _mode(path: Path) -> int:
 
 
 def keep(folder: str | Path, run_dir: Path) -> tuple[Path, Packed]:
-    """Pack ``folder`` into the run's own copy: (the tar's path, what it holds)."""
-    packed = scan(folder)
-    buf = io.BytesIO()
+    """Pack ``folder`` into the run's own copy: (the tar's path, what it holds). Each file is
+    read once, for the tar and the hash alike, so a file edited meanwhile cannot make them
+    differ; one that vanishes or cannot be read refuses the launch (SpecError naming it) and
+    leaves no copy behind."""
+    listed = scan(folder, digest=False)
+    buf, hashed, files = io.BytesIO(), hashlib.sha256(), []
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel, size in packed.files:
+        for rel, _ in listed.files:
+            path = Path(folder) / rel
+            try:
+                data, mode = path.read_bytes(), _mode(path)
+            except OSError as err:
+                raise SpecError("project", f"{rel} in {folder} changed while it was packed "
+                                f"({err.strerror or err})",
+                                "Launch again once nothing adds or removes files in the folder, "
+                                "or list that file in .tfconsoleignore") from None
             member = tarfile.TarInfo(rel)
-            member.size, member.mode, member.mtime = size, _mode(Path(folder) / rel), 0
-            with open(Path(folder) / rel, "rb") as fh:
-                tar.addfile(member, fh)
+            member.size, member.mode, member.mtime = len(data), mode, 0
+            tar.addfile(member, io.BytesIO(data))
+            hashed.update(f"{rel}\0{mode}\0".encode() + hashlib.sha256(data).digest())
+            files.append((rel, len(data)))
+    packed = Packed(hashed.hexdigest(), tuple(files), listed.left_out, listed.ignore_file)
     tar_path = run_dir / TAR
-    tar_path.write_bytes(buf.getvalue())
-    os.chmod(tar_path, 0o600)
+    part = run_dir / f".{TAR}.{os.getpid()}.part"
+    try:
+        part.write_bytes(buf.getvalue())
+        os.chmod(part, 0o600)
+        os.replace(part, tar_path)
+    finally:
+        part.unlink(missing_ok=True)
     write_private(run_dir / INFO, json.dumps(packed.info(), indent=1))
     return tar_path, packed
 
 
 def requirements(folder: str | Path | None) -> tuple[str, ...]:
-    """The project's ``requirements.txt`` as requirement lines (comments, blank lines and pip
-    options such as ``-r``/``--index-url`` left out: preflight checks names and versions only),
-    each checked to parse; () without a project or a file. SpecError names a bad line."""
-    path = Path(folder) / "requirements.txt" if folder and Path(folder).is_dir() else None
-    if path is None or not path.is_file():
+    """What the project says it needs, as requirement lines: its ``requirements.txt`` (comments,
+    blank lines and pip options such as ``-r``/``--index-url`` left out: preflight checks names
+    and versions only), or, without one, ``pyproject.toml``'s ``[project] dependencies``; each
+    checked to parse; () without a project or either file. SpecError names a bad line."""
+    root = Path(folder) if folder and Path(folder).is_dir() else None
+    if root is None:
+        return ()
+    if (root / "requirements.txt").is_file():
+        path = root / "requirements.txt"
+        lines = [(number, raw.split(" #", 1)[0].strip())
+                 for number, raw in enumerate(path.read_text().splitlines(), start=1)]
+    elif (root / "pyproject.toml").is_file():
+        path = root / "pyproject.toml"
+        lines = list(enumerate(_pyproject_dependencies(path), start=1))
+    else:
         return ()
     out = []
-    for number, raw in enumerate(path.read_text().splitlines(), start=1):
-        line = raw.split(" #", 1)[0].strip()
+    for number, line in lines:
         if not line or line.startswith(("#", "-")):
             continue
         try:
             Requirement(line)
         except InvalidRequirement as err:
-            raise SpecError("project", f"{path} line {number} is not a requirement ({err})",
-                            "Write it as pip reads it, like numpy>=1.26, or remove the line") from None
+            where = f"line {number}" if path.name == "requirements.txt" else f"dependency {number}"
+            raise SpecError("project", f"{path} {where} is not a requirement ({err})",
+                            "Write it as pip reads it, like numpy>=1.26, or remove it") from None
         out.append(line)
     return tuple(out)
+
+
+def _pyproject_dependencies(path: Path) -> list[str]:
+    """``[project] dependencies`` of a pyproject.toml ([] where it has none)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise SpecError("project", f"{path} is not TOML ({err})",
+                        "Fix the file (python -c 'import tomllib' reads it the same way), or remove it") from None
+    deps = data.get("project", {}).get("dependencies", []) if isinstance(data.get("project"), dict) else []
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise SpecError("project", f"{path}: [project] dependencies is not a list of strings",
+                        'Write it as dependencies = ["numpy>=1.26", "pyyaml"]')
+    return [d.strip() for d in deps]
 
 
 def read_info(run_dir: Path) -> dict:

@@ -94,3 +94,58 @@ def test_the_fields_errors_name_the_field_and_what_to_do(tmp_path):
     with pytest.raises(SpecErrors) as err:
         job_from_dict({"kind": "command", "command": ["x"], "project": "-rf"})
     assert [e.field for e in err.value.errors] == ["project"]
+
+
+def test_pyproject_dependencies_are_read_when_there_is_no_requirements_txt(tmp_path):
+    """A project that lists what it needs in pyproject.toml (issue 49): preflight checks those;
+    a requirements.txt beside it wins (it is what pip installs from); bad TOML names the file."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "pyproject.toml").write_text('[project]\nname = "nets"\ndependencies = [\n'
+                                         '  "numpy>=1.26",\n  "pyyaml",  # config files\n]\n')
+    assert project.requirements(root) == ("numpy>=1.26", "pyyaml")
+    (root / "requirements.txt").write_text("tensorflow\n")
+    assert project.requirements(root) == ("tensorflow",)
+    (root / "requirements.txt").unlink()
+    (root / "pyproject.toml").write_text('[project]\ndependencies = ["numpy>=>1"]\n')
+    with pytest.raises(SpecError, match="dependency 1 is not a requirement"):
+        project.requirements(root)
+    (root / "pyproject.toml").write_text('[project\n')
+    with pytest.raises(SpecError, match="pyproject.toml is not TOML"):
+        project.requirements(root)
+    (root / "pyproject.toml").write_text('[tool.black]\nline-length = 100\n')
+    assert project.requirements(root) == ()
+
+
+def test_a_file_that_vanishes_while_packing_refuses_the_launch_and_leaves_no_copy(tmp_path, monkeypatch):
+    """Another program removes a file between the listing and the packing (an editor's swap
+    file, a training script writing its outputs into the folder): the launch is refused naming
+    that file, and the run folder holds no copy (issue 49); an earlier run's copy is untouched."""
+    root = make_project(tmp_path / "proj")
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    kept, _ = project.keep(root, earlier)
+    before = kept.read_bytes()
+    listing = project.scan
+
+    def scan_then_remove(folder, **kw):
+        found = listing(folder, **kw)
+        (root / "config" / "settings.yaml").unlink()   # removed after it was listed
+        return found
+    monkeypatch.setattr(project, "scan", scan_then_remove)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with pytest.raises(SpecError, match="config/settings.yaml .* changed while it was packed"):
+        project.keep(root, run_dir)
+    assert list(run_dir.iterdir()) == []
+    assert kept.read_bytes() == before
+
+
+def test_the_runs_copy_holds_what_was_read_and_its_hash_says_so(tmp_path):
+    root = make_project(tmp_path / "proj")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    tar_path, packed = project.keep(root, run_dir)
+    assert packed.digest == project.scan(root).digest
+    with tarfile.open(tar_path) as tar:
+        assert {m.name: m.size for m in tar.getmembers()} == dict(packed.files)

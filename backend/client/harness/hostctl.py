@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import json
 import os
 import re
@@ -143,6 +144,13 @@ def cmd_project(a) -> dict:
         raise Refused(f"project {a.hash[:12]} is not in this host's cache", missing=True) from None
     except (ValueError, tarfile.TarError) as err:
         raise Refused(f"project {a.hash[:12]}: {err}") from None
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = os.path.dirname(os.path.dirname(os.path.abspath(a.run)))
+        raise Refused(f"no room for the project on this host's disk under {where} "
+                      f"({err.strerror}); nothing of it was kept. Free space there (`df -h {where}`), "
+                      "or give the task another workdir") from None
 
 
 def cmd_progress(a) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import tarfile
 
 KEEP = 8
@@ -41,9 +42,13 @@ def use(run: str, digest: str, data: bytes, job_dir: str) -> bool:
             raise ValueError("the project's bytes do not match their sha256 (cut short on the way?)")
         os.makedirs(cache, mode=0o700, exist_ok=True)
         part = f"{path}.{os.getpid()}.part"
-        with open(part, "wb") as fh:
-            fh.write(data)
-        os.replace(part, path)
+        try:
+            with open(part, "wb") as fh:
+                fh.write(data)
+            os.replace(part, path)
+        finally:   # a full disk: no half tar left in the cache
+            if os.path.exists(part):
+                os.unlink(part)
     os.utime(path)   # most recently used: kept by the sweep below
     unpack(path, job_dir)
     _sweep(cache)
@@ -51,19 +56,37 @@ def use(run: str, digest: str, data: bytes, job_dir: str) -> bool:
 
 
 def unpack(path: str, job_dir: str) -> None:
-    """Regular files only, none outside ``job_dir``; each written beside its name and renamed."""
-    with tarfile.open(path) as tar:
-        for member in tar.getmembers():
-            parts = member.name.split("/")
-            if not member.isfile() or member.name.startswith("/") or ".." in parts:
-                raise ValueError(f"refusing a project member outside its folder: {member.name!r}")
-            target = os.path.join(job_dir, *parts)
-            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-            part = f"{target}.{os.getpid()}.part"
-            with open(part, "wb") as out:
-                out.write(tar.extractfile(member).read())
-            os.chmod(part, member.mode & 0o755)
-            os.replace(part, target)
+    """Regular files only, none outside ``job_dir``. A first unpack goes into a folder beside it,
+    renamed into place once whole, so a full disk leaves no half project; a later attempt of the
+    same run (``job_dir`` there, maybe holding the job's own outputs) has each file written
+    beside its name and renamed."""
+    fresh = not os.path.exists(job_dir)
+    target_dir = f"{job_dir}.{os.getpid()}.part" if fresh else job_dir
+    try:
+        with tarfile.open(path) as tar:
+            for member in tar.getmembers():
+                parts = member.name.split("/")
+                if not member.isfile() or member.name.startswith("/") or ".." in parts:
+                    raise ValueError(f"refusing a project member outside its folder: {member.name!r}")
+                _write(tar, member, os.path.join(target_dir, *parts))
+        if fresh:
+            os.rename(target_dir, job_dir)
+    finally:
+        if fresh and os.path.exists(target_dir):
+            shutil.rmtree(target_dir, ignore_errors=True)
+
+
+def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, target: str) -> None:
+    os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+    part = f"{target}.{os.getpid()}.part"
+    try:
+        with open(part, "wb") as out:
+            out.write(tar.extractfile(member).read())
+        os.chmod(part, member.mode & 0o755)
+        os.replace(part, target)
+    finally:
+        if os.path.exists(part):
+            os.unlink(part)
 
 
 def _sweep(cache: str) -> None:
