@@ -266,20 +266,34 @@ _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,254}")
 
 
 def parse_job_files(value: object, where: str) -> tuple[str, ...]:
-    """A command job's local files: plain paths whose names are plain file names, since each
-    lands as RUN/job/<name> on every host and the command names it there."""
-    fix = "Give a list of local file paths, like [train.py, settings.json]."
+    """A command job's local files: plain paths. Each lands in RUN/job/ on every host: by its
+    name, or, given as a relative path with folders (``models/net.py``), with that tree, so
+    ``import models.net`` works there as at home. Every part is a plain name."""
+    fix = "Give a list of local file paths, like [train.py, models/net.py, settings.json]."
     if isinstance(value, (str, os.PathLike)) or not isinstance(value, (list, tuple)):
         raise SpecError(where, f"expected a list of paths, got {show_value(value)}", fix)
     out = []
     for i, item in enumerate(value):
         text = parse_plain_path(item, f"{where}[{i}]")
-        name = os.path.basename(text.rstrip("/"))
-        if not _FILE_NAME.fullmatch(name):
-            raise SpecError(f"{where}[{i}]", f"{show_value(name)} is not a plain file name",
-                            "Rename the file to letters, digits, '.', '_', '+' and '-', not starting with '.' or '-'.")
+        kept = landing_name(text) if not os.path.isabs(text) and ".." not in text.split("/") \
+            else os.path.basename(text.rstrip("/"))
+        bad = [part for part in kept.split("/") if not _FILE_NAME.fullmatch(part)]
+        if bad:
+            raise SpecError(f"{where}[{i}]", f"{show_value(bad[0])} is not a plain file or folder name",
+                            "Rename it to letters, digits, '.', '_', '+' and '-', not starting with '.' or '-'.")
         out.append(text)
     return tuple(out)
+
+
+def landing_name(path: str) -> str:
+    """Where a job file lands under RUN/job/: what follows a ``/./`` mark (rsync's way of saying
+    "keep the tree from here"; the spec puts it after the job file's folder), else the typed
+    relative path, else the name."""
+    if "/./" in path:
+        return path.split("/./", 1)[1]
+    if not os.path.isabs(path):
+        return os.path.normpath(path)
+    return os.path.basename(path)
 
 
 def _mapping(value: object, where: str, fix: str) -> Mapping:

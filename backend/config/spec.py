@@ -64,6 +64,7 @@ from backend.config.fields import (  # noqa: F401  (parsers shared by the field 
     parse_seconds,
     parse_module_path,
     parse_command,
+    landing_name,
     parse_job_files,
     parse_params,
     parse_env,
@@ -381,20 +382,28 @@ def job_from_dict(data: object, *, base_dir: Path | None = None) -> JobSpec:
 
 
 def _local_files(files: tuple[str, ...], base_dir: Path | None, errors: list) -> tuple[str, ...]:
-    """``files`` made absolute (against ``base_dir``, like ``module``); a missing one, or a second
-    file of the same name (both would land in RUN/job/), appended to ``errors``."""
+    """``files`` made absolute (against ``base_dir``, like ``module``), each marked with the tree
+    it keeps (``BASE/./models/net.py``: ``fields.landing_name``); a missing one, or two that
+    would land on one name in RUN/job/, appended to ``errors``."""
     out, names = [], set()
     for i, text in enumerate(files):
         path = Path(os.path.expanduser(text))
+        keeps_tree = not path.is_absolute() and ".." not in path.parts and len(path.parts) > 1
         path = (path if path.is_absolute() else Path(base_dir or Path.cwd()) / path).absolute()
         if not path.is_file():
             errors.append(SpecError(f"files[{i}]", f"no file at {path}",
                                     "Check the path; a relative path is read from the job file's folder."))
-        elif path.name in names:
-            errors.append(SpecError(f"files[{i}]", f"two files named {path.name!r}",
-                                    "Rename one: every file lands in the same folder of the run."))
-        names.add(path.name)
-        out.append(str(path))
+        if keeps_tree:
+            kept = f"{Path(base_dir or Path.cwd()).absolute()}/./{Path(text).as_posix()}"
+        else:   # a saved run's record holds the mark already: kept as it is
+            kept = text if os.path.isabs(text) and "/./" in text else str(path)
+        name = landing_name(kept)
+        if name in names:
+            errors.append(SpecError(f"files[{i}]", f"two files land as {name!r}",
+                                    "Rename one, or give it with its folder (models/net.py): "
+                                    "every file lands in the run's job/ folder."))
+        names.add(name)
+        out.append(kept)
     return tuple(out)
 
 
@@ -442,7 +451,7 @@ def save_job(job: JobSpec, path: str | Path) -> None:
         data["module"] = str(Path(job.module).relative_to(folder))
     if job.files:
         data["files"] = [str(Path(f).relative_to(folder)) if Path(f).is_relative_to(folder) else f
-                         for f in job.files]
+                         for f in job.files]   # Path drops a "/./" mark: models/net.py again
     if job.project and Path(job.project).is_relative_to(folder):
         data["project"] = str(Path(job.project).relative_to(folder)) or "."
     write_yaml(data, path, private=True)   # its env may hold an API key

@@ -14,6 +14,7 @@ from pathlib import Path
 from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.config import tfconfig
+from backend.config.fields import landing_name
 from backend.engines.base import Capabilities, RunView, Started, StopReport
 from backend.errors import HostError, MultiHostError
 from backend.client.harness import layout, taskenv
@@ -38,7 +39,7 @@ def bundle(job: JobSpec, *, project: bool = True) -> bytes:
         if job.kind == JobKind.HARNESS:
             tar.add(job.module, arcname=f"{layout.JOB}/{Path(job.module).name}")
         for path in job.files:   # a command job's own script(s), from the operator's machine
-            tar.add(path, arcname=f"{layout.JOB}/{Path(path).name}")
+            tar.add(path, arcname=f"{layout.JOB}/{landing_name(path)}")
         if job.project and project:   # the run's packed copy of the project (backend/records/project.py)
             with tarfile.open(job.project) as kept:
                 for member in kept.getmembers():

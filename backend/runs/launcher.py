@@ -25,6 +25,7 @@ from backend.hosts.ssh import SSHOptions
 from backend.runs.handle import Run
 from backend.runs.store import RunStore
 from backend.records.state import Phase, RunState, TaskState, new_run_id
+from backend.config.fields import landing_name
 from backend.config.slurm_spec import SlurmSpec
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, job_to_dict
 
@@ -76,11 +77,12 @@ def _keep_module(job: JobSpec, local_dir: Path) -> JobSpec:
         return replace(job, project=str(tar_path))
     if job.files:
         kept = []
-        for path in job.files:
-            target = local_dir / layout.JOB / Path(path).name
+        for path in job.files:   # each with the tree it keeps (models/net.py), marked as the spec marks it
+            name = landing_name(path)
+            target = local_dir / layout.JOB / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
-            kept.append(str(target))
+            kept.append(f"{local_dir / layout.JOB}/./{name}")
         return replace(job, files=tuple(kept))
     if job.kind != JobKind.HARNESS:
         return job

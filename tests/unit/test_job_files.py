@@ -60,7 +60,7 @@ def test_two_files_of_one_name_and_a_harness_job_with_files_are_refused(tmp_path
     (tmp_path / "other" / "train.py").write_text("")
     found = errors({"kind": "command", "command": ["train.py"],
                     "files": ["train.py", str(tmp_path / "other" / "train.py")]}, folder)
-    assert list(found) == ["files[1]"] and "two files named 'train.py'" in found["files[1]"]
+    assert list(found) == ["files[1]"] and "two files land as 'train.py'" in found["files[1]"]
     found = errors({"kind": "harness", "module": "train.py", "files": ["train.py"]}, folder)
     assert list(found) == ["files"] and "a harness job takes no files" in found["files"]
     assert list(errors({"kind": "command", "command": ["x"], "files": "train.py"}, folder)) == ["files"]
@@ -111,3 +111,33 @@ def test_run_paths_are_made_absolute_for_a_task_started_in_another_folder(tmp_pa
                               "OTHER": "rel"})
     assert env == {"TFCONSOLE_RUN_DIR": f"{tmp_path}/tfconsole/runs/r1",
                    "PYTHONPATH": f"{tmp_path}/tfconsole/runs/r1/lib:/opt/x", "OTHER": "rel"}
+
+
+def test_files_given_with_their_folders_keep_their_tree_on_every_host(tmp_path):
+    """``files: [train.py, models/net.py]`` (issue 49): the package lands as job/models/net.py, so
+    ``import models.net`` works on the host as at home; through the run's own copy, a saved job
+    file and the bundle alike. A path through ``..`` or an absolute one lands by its name."""
+    from backend.runs.launcher import _keep_module
+    folder = laptop(tmp_path, "train.py")
+    (folder / "models").mkdir()
+    (folder / "models" / "__init__.py").write_text("")
+    (folder / "models" / "net.py").write_text("WIDTH = 8\n")
+    (tmp_path / "shared.json").write_text("{}")
+    job = job_from_dict({"kind": "command", "command": ["train.py"],
+                         "files": ["train.py", "models/__init__.py", "models/net.py", "../shared.json"]},
+                        base_dir=folder)
+    save_job(job, folder / "job.yaml")
+    assert "- models/net.py" in (folder / "job.yaml").read_text()
+    assert load_job(folder / "job.yaml") == job
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    kept = _keep_module(job, run_dir)
+    assert (run_dir / "job" / "models" / "net.py").read_text() == "WIDTH = 8\n"
+    for shipped in (job, kept):
+        with tarfile.open(fileobj=io.BytesIO(direct.bundle(shipped))) as tar:
+            names = sorted(n for n in tar.getnames() if n.startswith("job/"))
+        assert names == ["job/models/__init__.py", "job/models/net.py", "job/shared.json", "job/train.py"]
+    (folder / "my models").mkdir()
+    (folder / "my models" / "net.py").write_text("")
+    found = errors({"kind": "command", "command": ["x"], "files": ["my models/net.py"]}, folder)
+    assert list(found) == ["files[0]"] and "'my models' is not a plain file or folder name" in found["files[0]"]
