@@ -79,7 +79,8 @@ def start(rows: list[dict], job: JobSpec, registry: Registry, *, run_id: str | N
     except ConsoleError as err:
         return StartResult(errors=[str(err)])
     try:
-        wanted = project.requirements(job.project)   # the project's requirements.txt, on every host
+        # The project's requirements, on every host (installed there instead when the job asks).
+        wanted = () if job.pip_install else project.requirements(job.project)
     except ConsoleError as err:
         return StartResult(errors=[str(err)])
     report = cluster_actions.preflight(cluster, registry.options, requirements=wanted)

@@ -247,13 +247,14 @@ def launch_form(job: dict, example_names: tuple[str, ...] = ()) -> dict:
     params = job.get("params", {})
     restart = job.get("restart") or {}
     form = {"job_source": "Example", "job_example": Path(job.get("module") or "synthetic.py").name,
-            "job_module": "", "job_command": "", "job_files": "", "job_project": "",
+            "job_module": "", "job_command": "", "job_files": "", "job_project": "", "job_pip_install": False,
             "restart_mode": restart.get("mode", "never"),
             "max_restarts": int(restart.get("max_restarts", 3)),
             "stall_timeout_s": float(restart.get("stall_timeout_s", 300.0))}
     if job.get("kind") == "command":
         form.update(job_source="Command", job_command=shlex.join(job.get("command") or []),
-                    job_files=", ".join(job.get("files") or []), job_project=job.get("project") or "")
+                    job_files=", ".join(job.get("files") or []), job_project=job.get("project") or "",
+                    job_pip_install=bool(job.get("pip_install")))
     elif example_names and form["job_example"] not in example_names:
         form.update(job_source="Module path", job_module=job.get("module") or "")
     form.update({f"param_{name}": _param(name, params.get(name, HARNESS_DEFAULTS[name])) for name in JOB_PARAMS})
@@ -299,7 +300,8 @@ def job_from_form(values: dict, examples_dir: Path, base_dir: Path | None = None
                "stall_timeout_s": values.get("stall_timeout_s", 300.0)}
     if values["job_source"] == "Command":
         return build_job(source="command", command=values["job_command"], files=values.get("job_files", ""),
-                         project=values.get("job_project", ""), base_dir=base_dir, **restart)
+                         project=values.get("job_project", ""), pip_install=values.get("job_pip_install", False),
+                         base_dir=base_dir, **restart)
     module = (str(examples_dir / values["job_example"]) if values["job_source"] == "Example"
               else values["job_module"])
     return build_job(source="module", module=module, params={n: values[f"param_{n}"] for n in JOB_PARAMS},
@@ -307,7 +309,7 @@ def job_from_form(values: dict, examples_dir: Path, base_dir: Path | None = None
 
 
 def build_job(*, source: str, module: str = "", command: str = "", files: str = "", project: str = "",
-              params: dict | None = None,
+              pip_install: bool = False, params: dict | None = None,
               restart_mode: str = "never", max_restarts: int = 3, stall_timeout_s: float = 300.0,
               base_dir: Path | None = None) -> JobSpec:
     """A JobSpec from the launch form; raises SpecErrors (e.g. "no file at ...") for bad input.
@@ -320,6 +322,8 @@ def build_job(*, source: str, module: str = "", command: str = "", files: str = 
         argv = _split_command(command)   # run in the shipped project folder: paths stay as typed
         data = {"kind": "command", "restart": restart, "files": shipped or None, "project": folder,
                 "command": argv if folder else _script_paths(argv, base_dir, tuple(Path(f).name for f in shipped))}
+        if pip_install:   # only asked for: a checkbox left off sends nothing the spec would refuse
+            data["pip_install"] = True
     else:
         data = {"kind": "harness", "module": module.strip(), "restart": restart,
                 "params": {k: _param(k, v) for k, v in (params or {}).items() if v is not None}}

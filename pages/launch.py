@@ -55,6 +55,10 @@ def main() -> None:
                                **state.kept("job_project"))
         if folder.strip():
             st.caption(actions.project_preview(folder, base_dir=Path.cwd()))
+            st.checkbox("Install its requirements on every host (pip)", form.get("job_pip_install", False),
+                        help="pip installs the folder's requirements.txt (or pyproject.toml dependencies) "
+                             "into each host's Python before the tasks start, logged in logs/pip-install.log; "
+                             "off, preflight only checks them", **state.kept("job_pip_install"))
 
     if source != "Command":
         cols = st.columns(len(forms.JOB_PARAMS))

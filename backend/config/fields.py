@@ -265,6 +265,13 @@ def parse_command(value: object, where: str) -> tuple[str, ...]:
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,254}")
 
 
+def parse_bool(value: object, where: str) -> bool:
+    """true or false, as YAML writes them (not "yes" in quotes, not 1)."""
+    if not isinstance(value, bool):
+        raise SpecError(where, f"expected true or false, got {show_value(value)}", "Write true or false.")
+    return value
+
+
 def parse_job_files(value: object, where: str) -> tuple[str, ...]:
     """A command job's local files: plain paths. Each lands in RUN/job/ on every host: by its
     name, or, given as a relative path with folders (``models/net.py``), with that tree, so

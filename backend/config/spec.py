@@ -65,6 +65,7 @@ from backend.config.fields import (  # noqa: F401  (parsers shared by the field 
     parse_module_path,
     parse_command,
     landing_name,
+    parse_bool,
     parse_job_files,
     parse_params,
     parse_env,
@@ -219,6 +220,7 @@ _JOB_FIELDS = {
     "command": (parse_command, ()),
     "files": (parse_job_files, ()),
     "project": (parse_plain_path, None),
+    "pip_install": (parse_bool, False),
     "params": (parse_params, {}),
     "env": (parse_env, {}),
     "restart": (_restart, RestartPolicy()),
@@ -235,6 +237,9 @@ class JobSpec:
     # COMMAND: a local folder shipped, tree and all, as RUN/job/ (its cwd): backend/records/project.py.
     # Once launched, the run's own packed copy (runs/<id>/project.tar).
     project: str | None = None
+    # COMMAND with a project: pip installs its requirements into each host's Python before the
+    # tasks start (logged in RUN/logs/pip-install.log); off, preflight only checks them.
+    pip_install: bool = False
     params: Mapping[str, int | float | str | bool] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     restart: RestartPolicy = RestartPolicy()
@@ -274,6 +279,10 @@ def _job_cross_errors(values: dict, prefix: str) -> list[SpecError]:
     if values.get("project") and values.get("files"):
         errors.append(SpecError(prefix + "files", "a job takes a project folder or files, not both",
                                 "Put the files in the project folder and remove files."))
+    if values.get("pip_install") and not values.get("project"):
+        errors.append(SpecError(prefix + "pip_install", "installs a project's requirements, and the job has no project",
+                                "Give project: (a folder with requirements.txt or pyproject.toml), "
+                                "or remove pip_install."))
     return errors
 
 
@@ -428,6 +437,8 @@ def job_to_dict(job: JobSpec) -> dict:
         out["files"] = list(job.files)
     if job.project:
         out["project"] = job.project
+    if job.pip_install:
+        out["pip_install"] = True
     if job.params:
         out["params"] = dict(job.params)
     if job.env:

@@ -7,6 +7,7 @@ nothing above ``Run`` knows which one it talks to.
 from __future__ import annotations
 
 from backend.config import jobfit
+from backend.errors import SpecError
 from backend.hosts.pool import Pool
 from backend.hosts.preflight import require_preflight
 from backend.hosts.resolve import tf_hosts
@@ -23,9 +24,14 @@ def prepare(cluster, job: JobSpec, pool: Pool, *, preflight: bool) -> tuple[dict
     Slurm's message."""
     if isinstance(cluster, SlurmSpec):
         jobfit.require_valid(cluster, job)
+        if job.pip_install:
+            raise SpecError("pip_install", "installs into our hosts' Python; a Slurm job runs in the "
+                            "cluster's own environment", "Install the project's requirements in the "
+                            "Python the cluster's nodes use (a venv on the shared disk), and remove pip_install.")
         return slurm_to_dict(cluster), cluster.as_cluster(), []
     jobfit.require_valid(cluster, job, hosts=tf_hosts(cluster, pool.options.ssh_config))
-    wanted = project.requirements(job.project)   # checked on every host's Python too
+    # Checked on every host's Python too, unless the job asked to have them installed there.
+    wanted = () if job.pip_install else project.requirements(job.project)
     return cluster_to_dict(cluster), cluster, require_preflight(cluster, pool, wanted) if preflight else []
 
 

@@ -142,6 +142,8 @@ class HostsEngine(Capabilities):
             remote.install(h, files)
             if kept is not None:
                 remote.project(h, kept)
+            if run.job.pip_install:   # asked for: into this host's Python, before any task starts
+                remote.pip_install(h)
             answers = remote.start(h, [
                 {"task": t.name,
                  "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),

@@ -179,6 +179,12 @@ def project(h: Host, tar: bytes, *, timeout: float = 300) -> bool:
         return False
 
 
+def pip_install(h: Host, *, timeout: float = 900) -> None:
+    """pip installs the run's project requirements into the host's Python (``pip_install: true``).
+    Refused (HostError) naming the host and what pip said when it fails."""
+    _call(h, "pip", timeout=timeout)
+
+
 def start(h: Host, tasks: list[dict], *, wait_s: float, settle_s: float,
           timeout: float = 120) -> dict[str, TaskInfo]:
     """Start ``tasks`` (``{"task", "argv", "env"}`` each) detached; the env goes on stdin only."""

@@ -148,11 +148,13 @@ def test_a_project_folder_is_previewed_and_reaches_the_job(page, runs_dir, tmp_p
     at.text_input(key="job_project").input(str(folder)).run()
     assert any(c.value == "Will send 5 files (0.00 MiB); 6 left out (.gitignore)"
                for c in at.caption), [c.value for c in at.caption]
+    at.checkbox(key="job_pip_install").check().run()   # it has no requirements: pip is not run
     at.button(key="start_button").click().run()
     assert not at.exception and not errors(at), errors(at)
     run_id = at.session_state["run_id"]
     saved = wait_for(lambda: (RunStore(runs_dir).path(run_id) / "state.json").exists()
                      and RunStore(runs_dir).load(run_id), 120, "the run's record")
     assert saved.job["project"] == str(RunStore(runs_dir).path(run_id) / "project.tar")
+    assert saved.job["pip_install"] is True
     wait_for(lambda: not RunStore(runs_dir).load(run_id).live, 120, "the one-line job to finish")
     assert RunStore(runs_dir).load(run_id).phase == "finished"

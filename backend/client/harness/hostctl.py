@@ -30,7 +30,7 @@ import sys
 import tarfile
 import time
 
-from . import entry, layout, project_cache
+from . import entry, layout, pip_install, project_cache
 from . import requests_dir
 from . import retention
 from . import spawn
@@ -151,6 +151,14 @@ def cmd_project(a) -> dict:
         raise Refused(f"no room for the project on this host's disk under {where} "
                       f"({err.strerror}); nothing of it was kept. Free space there (`df -h {where}`), "
                       "or give the task another workdir") from None
+
+
+def cmd_pip(a) -> dict:
+    """The project's requirements into this Python (pip_install.py): the job asked for it."""
+    try:
+        return pip_install.install(a.run)
+    except pip_install.PipFailed as err:
+        raise Refused(str(err)) from None
 
 
 def cmd_progress(a) -> dict:
@@ -428,6 +436,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--after", type=int, required=True)
     s.add_argument("--tag", required=True)
     s.add_argument("--keep-hold", default=None)
+    add("pip", cmd_pip, "pip install the project's requirements into this Python (pip_install: true)")
     s = add("project", cmd_project, "the run's project folder from this host's cache, or from stdin")
     s.add_argument("--hash", required=True, help="the project tar's sha256")
     s = add("ckpt-verify", cmd_ckpt_verify, "read steps with TensorFlow's reader until one reads whole")
