@@ -93,6 +93,10 @@ def scan(folder: str | Path, *, max_bytes: int = MAX_BYTES, digest: bool = True)
                 left_out.append((rel, "ignored"))
             else:
                 files.append((rel, os.path.getsize(os.path.join(here, name))))
+    if not files:
+        why = f"; {len(left_out)} left out by {ignore_file or 'the rules'}" if left_out else ""
+        raise SpecError("project", f"{root} holds no file to ship{why}",
+                        "Give the folder your script lives in, or check what the ignore file lists.")
     total = sum(n for _, n in files)
     if total > max_bytes:
         largest = ", ".join(f"{p} ({n / 2**20:.1f} MiB)" for p, n in sorted(files, key=lambda f: -f[1])[:5])

@@ -149,3 +149,36 @@ def test_the_runs_copy_holds_what_was_read_and_its_hash_says_so(tmp_path):
     assert packed.digest == project.scan(root).digest
     with tarfile.open(tar_path) as tar:
         assert {m.name: m.size for m in tar.getmembers()} == dict(packed.files)
+
+
+def test_an_empty_folder_is_refused_naming_what_was_left_out(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SpecError, match="holds no file to ship"):
+        project.scan(empty)
+    (empty / "__pycache__").mkdir()
+    (empty / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    with pytest.raises(SpecError, match="no file to ship; 1 left out"):
+        project.scan(empty)
+
+
+def test_a_host_refuses_an_archive_member_outside_the_run_and_keeps_no_half_folder(tmp_path):
+    """What a host unpacks (project_cache.py) is checked there too: a member named ``../x`` (an
+    archive made by hand, not by the console) is refused, nothing lands outside the run's job/,
+    and a first unpack leaves no half folder."""
+    import hashlib
+    import io as io_
+    from backend.client.harness import project_cache
+    buf = io_.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in ("train.py", "../escaped.py"):
+            member = tarfile.TarInfo(name)
+            member.size = 2
+            tar.addfile(member, io_.BytesIO(b"x\n"))
+    data = buf.getvalue()
+    run = tmp_path / "work" / "runs" / "r1"
+    run.mkdir(parents=True)
+    with pytest.raises(ValueError, match="outside its folder: '../escaped.py'"):
+        project_cache.use(str(run), hashlib.sha256(data).hexdigest(), data, str(run / "job"))
+    assert not (run / "escaped.py").exists() and not (run.parent / "escaped.py").exists()
+    assert sorted(p.name for p in run.iterdir()) == []     # no job/, no half job.part
