@@ -23,6 +23,7 @@ from backend.diagnosis import diagnose
 from backend.errors import ArtifactError, HostError, RunError
 from backend.client.harness import layout, metric_line
 from backend.hosts import remote
+from backend.records import audit
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")   # \Z: no trailing newline
 EXPORT_TIMEOUT_S = 900
@@ -175,6 +176,7 @@ def held(run: Run, step: int | None, *, purpose: str, ttl_s: float) -> Iterator[
         release(run, hold)
 
 
+@audit.recorded("save_now")
 def save_now(run: Run, *, wait_s: float = 0) -> int | None:
     """Ask every worker to save at the next sync point; with ``wait_s``, return the step saved."""
     if not run.state.live:
@@ -238,6 +240,14 @@ def _attempt_ended(run: Run, attempt: int) -> str | None:
     return f"{what} before it saved" + (f": {reason}" if reason else "")
 
 
+def require_export_name(name: str | None) -> None:
+    """An export's name (None: the default) must be a plain folder name on the chief."""
+    if name is not None and (not NAME.match(name) or ".." in name):
+        raise ArtifactError(f"export name {name!r} is not valid",
+                            "Use letters, digits, '.', '_' and '-' (no '/').")
+
+
+@audit.recorded("export", "step", "name", "formats")
 def export(run: Run, *, step: int | None = None, name: str | None = None,
            formats: tuple[str, ...] = ("savedmodel", "keras"),
            on_step: Callable[[int], None] | None = None) -> dict:
@@ -245,9 +255,7 @@ def export(run: Run, *, step: int | None = None, name: str | None = None,
 
     The step is held before anything else; ``on_step`` hears which one before the work starts.
     """
-    if name is not None and (not NAME.match(name) or ".." in name):
-        raise ArtifactError(f"export name {name!r} is not valid",
-                            "Use letters, digits, '.', '_' and '-' (no '/').")
+    require_export_name(name)
     with held(run, step, purpose="export", ttl_s=EXPORT_TIMEOUT_S + 300) as hold:
         if on_step is not None:
             on_step(hold.step)

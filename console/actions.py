@@ -202,8 +202,10 @@ def export(live: LiveRun, step: int | None, formats: tuple[str, ...], name: str 
 
 def begin_export(live: LiveRun, registry: Registry, step: int | None, formats: tuple[str, ...],
                  name: str | None):
-    """Export in the background: hold the step, export on the chief, verify in a fresh process."""
+    """Export in the background: hold the step, export on the chief, verify in a fresh process.
+    What the form holds is checked first, so a bad name is said at the click, not by the thread."""
     _require_formats(formats)
+    checkpoints.require_export_name(name or None)
 
     def work(action) -> dict:
         action.say("holding the checkpoint on the chief" if step is None else f"holding step {step} on the chief")

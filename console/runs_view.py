@@ -8,6 +8,7 @@ from pathlib import Path
 from backend.watch.metrics import MetricsStore
 from backend.runs import record
 from backend.runs.store import RunStore
+from backend.records import identity
 from backend.records.state import RunState
 from backend.watch import summary
 from console.plain import md_escape
@@ -26,6 +27,12 @@ def damaged_note(store: RunStore) -> str | None:
             "Inspect each file by hand; the runs' logs are still in their folders.")
 
 
+def mine(states: list[RunState]) -> list[RunState]:
+    """The runs this console's person started (``identity.current()``'s name)."""
+    me = identity.current().name
+    return [s for s in states if (identity.Identity.of(s.owner) or identity.Identity("", "", "")).name == me]
+
+
 def run_rows(states: list[RunState], root: RunStore | None = None) -> list[dict]:
     """A row per run: what it ran (job, parameters), how it went (phase, duration), and with
     ``root`` each metric's last and best global value from its local copy of the metrics
@@ -34,7 +41,9 @@ def run_rows(states: list[RunState], root: RunStore | None = None) -> list[dict]
     rows = []
     for s in states:
         job = s.job.get("module") or " ".join(map(str, s.job.get("command") or []))
-        row = {"run": s.run_id, "phase": s.phase, "live": s.live, "attempt": s.attempt,
+        owner = identity.Identity.of(s.owner)
+        row = {"run": s.run_id, "owner": owner.name if owner else "", "phase": s.phase, "live": s.live,
+               "attempt": s.attempt,
                "tasks": len(s.tasks), "job": Path(job).name if job else "",
                "params": params_text(s.job.get("params")),
                "duration": duration_text(s),

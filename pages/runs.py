@@ -23,6 +23,11 @@ def main() -> None:
         st.info(f"No run under {store.root} yet: start one on the Launch page.")
         return
 
+    if st.toggle("Only runs I started", key="runs_mine"):
+        states = runs_view.mine(states)
+        if not states:
+            st.info("You have started no run in this folder yet; switch off the filter to see everyone's.")
+            return
     live_ids = [s.run_id for s in states if s.live]
     st.caption(f"{len(states)} run(s) under {store.root}; {len(live_ids)} live. "
                f"Current run: {ss.run_id or 'none'}.")

@@ -15,6 +15,7 @@ from backend.cli.checkpoints import EXIT_CODES, add_commands, print_json, print_
 from backend.runs.status_view import status_json
 from backend.runs.membership import shrink_line
 from backend.cli.plain import SafeStream
+from backend.cli.audit import audit_command
 from backend.cli.metrics import add_command as metrics_command
 from backend.cli.tensorboard import add_command as tensorboard_command
 from backend.errors import ConsoleError, DiskFullError, MultiHostError
@@ -25,6 +26,7 @@ from backend.hosts.trust import fetch_host_key, trust_host_key
 from backend.hosts.preflight import CHECKS, run_preflight
 from backend.runs.store import RunStore
 from backend.files import room
+from backend.records import identity
 from backend.hosts.pool import Pool
 from backend.config.slurm_spec import load_any_cluster
 from backend.config.spec import load_cluster, load_job
@@ -228,7 +230,7 @@ def cmd_runs(a) -> int:
     if a.json:   # metrics: each one's last and best global value, as this machine copied them
         print_json([{"damaged": str(s)} if isinstance(s, ConsoleError) else
                     {"run_id": s.run_id, "phase": str(s.phase), "attempt": s.attempt, "tasks": len(s.tasks),
-                     "created": s.created,
+                     "created": s.created, "owner": s.owner,
                      "metrics": summary.of_mirror(runs.path(s.run_id))["global"]}
                     for s in found])
         return 0
@@ -236,7 +238,9 @@ def cmd_runs(a) -> int:
         if isinstance(state, ConsoleError):   # a damaged run is shown, never hidden
             print(f"(damaged) {state}")
             continue
-        print(f"{state.run_id}  {state.phase:<10} attempt {state.attempt}  tasks {len(state.tasks)}")
+        owner = identity.Identity.of(state.owner)
+        print(f"{state.run_id}  {state.phase:<10} attempt {state.attempt}  tasks {len(state.tasks)}"
+              + (f"  by {owner.shown()}" if owner else ""))
     return 0
 
 
@@ -354,6 +358,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("run"); r.add_argument("--json", action="store_true", help="print JSON for scripts")
     r.set_defaults(fn=cmd_runs_show)
     add_commands(add)
+    audit_command(add)
     metrics_command(add)
     tensorboard_command(add)
     s = add("console", cmd_console, "open the console in a browser (prints the URL with its login token)")
@@ -381,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     a = parser().parse_args(argv)
+    # Who acts: this OS user here; the keeper acts on its own (its lines say "keeper").
+    identity.set_default(identity.local("keeper" if a.command == "keep" else "cli"))
     try:
         return a.fn(a)
     except ConsoleError as err:

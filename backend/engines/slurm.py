@@ -27,6 +27,7 @@ from backend.hosts.pool import Pool
 from backend.records.outcome import TaskPhase, TaskStatus
 from backend.records.state import Attempt, Phase, RunState, TaskState, check_run_id
 from backend.files import write_private
+from backend.records import identity
 from backend.engines import slurm_script as batch
 from backend.config.slurm_spec import SlurmSpec, slurm_to_dict
 from backend.engines.slurm_states import (JobInfo, SlurmPhase, parse_scontrol, scontrol_fields, task_statuses,
@@ -240,7 +241,7 @@ def adopt(cluster: SlurmSpec, job_id: str, *, store, options=None) -> RunState:
     command = JobSpec(kind=JobKind.COMMAND, command=(fields.get("Command") or f"slurm job {job_id}",))
     state = RunState(run_id, time.time(), slurm_to_dict(cluster), job_to_dict(command),
                      [TaskState(n, i, t.host, work) for i, (n, t) in enumerate(zip(view.task_names(), view.tasks))],
-                     [Attempt(1, time.time())], Phase.RUNNING)
+                     [Attempt(1, time.time())], Phase.RUNNING, owner=identity.current().as_dict())
     store.save(state)
     write_private(local_dir / JOBS_FILE, json.dumps({"jobs": {"1": job_id},
                                                      "adopted": {"stdout": fields.get("StdOut", "")}}))

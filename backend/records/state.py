@@ -104,6 +104,8 @@ class RunState:
     # The process starting the current attempt ({"pid", "host", "start"}, ``this_process``): a
     # reader that finds the run ``launching`` with that process gone knows the launch was cut off.
     launcher: dict | None = None
+    # Who started it (``identity.Identity.as_dict``: name, via, host); None for a run from before.
+    owner: dict | None = None
 
     @property
     def attempt(self) -> int:
@@ -178,7 +180,8 @@ def process_alive(info: dict) -> bool:
 # reader later (a string `created` broke the sort of every run list; a null job, every page).
 NUMBER = (int, float)
 _RUN_TYPES = {"run_id": str, "created": NUMBER, "cluster": dict, "job": dict, "tasks": list,
-              "attempts": list, "phase": str, "unreachable": list, "launcher": (dict, type(None))}
+              "attempts": list, "phase": str, "unreachable": list, "launcher": (dict, type(None)),
+              "owner": (dict, type(None))}
 _TASK_TYPES = {"name": str, "position": int, "host": str, "remote_run_dir": str,
                "pid": (int, type(None)), "pgid": (int, type(None)), "started": (*NUMBER, type(None))}
 _ATTEMPT_TYPES = {"number": int, "started": NUMBER, "resume_step": (int, type(None)),

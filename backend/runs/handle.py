@@ -25,6 +25,7 @@ from backend.records.outcome import (PREEMPTED, REQUEUED, Conclusion, TaskPhase,
                                   conclude, cut_off_phase, how_to_go_on, preempted_reason, shown_phase)
 from backend.runs.store import RunStore
 from backend.records.state import UNDERWAY, Attempt, Phase, RunState, TaskState
+from backend.records import audit
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
 SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (docs/facts.md #6)
@@ -303,6 +304,7 @@ class Run:
             self.conclude_attempt(found, expect=UNDERWAY)
 
     # -- acting -------------------------------------------------------------------------
+    @audit.recorded("stop", "save")
     def stop(self, *, grace_s: float = STOP_GRACE_S, reason: str = "stopped", save: bool = False,
              save_grace_s: float = SAVE_GRACE_S) -> StopReport:
         """Stop every task and check that nothing is left; raise naming the hosts that remain.

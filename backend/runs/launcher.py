@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import secrets
+import shlex
 import shutil
 import time
 from dataclasses import replace
@@ -17,9 +18,10 @@ from pathlib import Path
 from backend import engines
 from backend.alerts import outbox, settings as alert_settings
 from backend.runs import detached, record
-from backend.records import project
+from backend.records import audit, identity, project
 from backend.runs.attempts import begin_attempt
 from backend.client.harness import layout
+from backend.errors import ConsoleError
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.runs.handle import Run
@@ -41,11 +43,29 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
     """Start every task, or none: if any fails to start, the started ones are stopped.
 
     ``cluster`` is a list of hosts, or a ``SlurmSpec`` (Slurm starts the tasks; its own checks
-    at ``sbatch`` time replace preflight, and refuse with Slurm's message).
+    at ``sbatch`` time replace preflight, and refuse with Slurm's message). Who launched it is
+    the run's owner, and the launch is a line of the runs folder's audit (records/audit.py).
     """
     store = store or RunStore()
+    run_id = run_id or new_run_id()
+    details = {"kind": job.kind.value,
+               "job": Path(job.module).name if job.module else shlex.join(job.command)[:200]}
+    try:
+        run = _launch(cluster, job, store, options, preflight, run_id)
+    except ConsoleError as err:
+        audit.append(store.root, "launch", run=run_id, args=details, outcome=f"refused: {err.problem}")
+        raise
+    except BaseException as err:
+        audit.append(store.root, "launch", run=run_id, args=details, outcome=f"failed: {type(err).__name__}")
+        raise
+    audit.append(store.root, "launch", run=run_id, args=details)
+    return run
+
+
+def _launch(cluster, job: JobSpec, store: RunStore, options: SSHOptions | None, preflight: Preflight,
+            run_id: str) -> Run:
     # Before preflight: a folder that cannot hold the run refuses it before any host is touched.
-    run_id = store.require_new(run_id or new_run_id())
+    run_id = store.require_new(run_id)
     pool = Pool(options)
     # checked: preflight's reports; each host's versions go into the record now, not at stop
     saved, cluster, checked = engines.prepare(cluster, job, pool, preflight=preflight == Preflight.REQUIRED)
@@ -60,7 +80,8 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
                              **record.host_part({r.task: r.versions() for r in checked}, chief="")})
     state = RunState(run_id, time.time(), saved, job_to_dict(job),
                      [TaskState(n, i, t.host, layout.run_dir(t.workdir, remote_name))
-                      for i, (n, t) in enumerate(zip(cluster.task_names(), cluster.tasks))])
+                      for i, (n, t) in enumerate(zip(cluster.task_names(), cluster.tasks))],
+                     owner=identity.current().as_dict())
     store.save(state)
     run = Run(state, store, pool)
     begin_attempt(run, resume_step=None, expect=(Phase.LAUNCHING,))

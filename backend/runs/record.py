@@ -22,7 +22,7 @@ from pathlib import Path
 
 from backend.alerts import outbox, settings as alert_settings
 from backend.errors import ConsoleError
-from backend.records import project
+from backend.records import identity, project
 from backend.records.state import RunState
 from backend.files import read_dict, write_private
 
@@ -136,7 +136,7 @@ def view(state: RunState, run_dir: Path) -> dict:
         job["env"] = {k: MASK for k in job["env"]}   # may hold API keys: names only
     alerts = alert_settings.load(run_dir)
     return {
-        "run_id": state.run_id, "phase": str(state.phase), "created": state.created,
+        "run_id": state.run_id, "phase": str(state.phase), "created": state.created, "owner": state.owner,
         "attempts": [{"number": a.number, "resume_step": a.resume_step, "last_step": a.last_step,
                       "reason": a.reason} for a in state.attempts],
         "cluster": state.cluster, "job": job,
@@ -209,6 +209,8 @@ def summary(shown: dict) -> list[str]:
     code = _code(shown["code"])
     git = shown["code"].get("git") or {}
     lines = [f"{k}: {v}" for k, v in code.items() if v]
+    owner = identity.Identity.of(shown.get("owner"))
+    lines.insert(0, f"started by: {owner.shown() if owner else 'not recorded (a run from before owners)'}")
     if git.get("error"):
         lines.append(f"git: {git['error']}")
     elif not git and shown["code"].get("module"):

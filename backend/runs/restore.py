@@ -17,6 +17,7 @@ from backend.runs import detached, restorable, resume
 from backend.runs.attempts import begin_attempt
 from backend.runs.handle import Run
 from backend.records.state import Phase
+from backend.records import audit
 
 RESUME_WAIT_S = 180      # a restored attempt's workers report their step once TensorFlow is up
 
@@ -41,6 +42,7 @@ class RestoreResult:
         return f"attempt {self.attempt} resumed: {tasks}"
 
 
+@audit.recorded("restore", "step")
 def restore(run: Run, step: int, *, hold: Hold | None = None, wait_s: float = RESUME_WAIT_S) -> RestoreResult:
     """Relaunch the job from checkpoint ``step`` on every worker, as a new attempt of this run.
 

@@ -1,6 +1,7 @@
 """The top of every page: the login gate, the session's state initialised once, the title."""
 import streamlit as st
 
+from backend.records import identity
 from console.ui import auth, state
 
 
@@ -11,6 +12,9 @@ def open_page(title: str):
     browser's page (docs/facts.md #15), so each page is a function that returns instead."""
     if not auth.guard():
         return None
+    # The token's holder acts as the OS user who started the console (one person, one machine):
+    # runs it starts are theirs, and the audit says "console".
+    identity.set_default(identity.local("console"))
     state.init()
     st.title(title)
     return st.session_state

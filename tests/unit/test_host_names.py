@@ -42,7 +42,7 @@ def fake_run(tmp_path: Path, stdout: str):
     host = Host(stdout)
     return SimpleNamespace(
         state=SimpleNamespace(chief=chief, tasks=[chief], live=False), task=lambda name: chief,
-        task_spec=lambda name: spec, transport=lambda name: host, local_dir=tmp_path / "runs" / "r1",
+        task_spec=lambda name: spec, transport=lambda name: host, local_dir=tmp_path / "runs" / "r1", run_id="r1",
         job=JobSpec(kind=JobKind.HARNESS, module=str(tmp_path / "job.py")),
         remote=lambda name: remote.Host(host, "python3", chief.remote_run_dir))
 

@@ -1,0 +1,93 @@
+"""A record of who did what: one JSON line per action in ``<runs>/audit.jsonl`` (issue 48).
+
+Launch, stop, save now, export and restore each append a line (who, when, from where, run,
+action, arguments, outcome) from the backend itself, so the console, the command line and the
+Python API are recorded alike. Lines are only ever appended, each in one ``write`` of a file
+opened ``O_APPEND`` (several processes append at once without mixing lines). Recording never
+stops an action: a full disk or an unwritable file loses the line, not the action. Readers skip
+lines that are not whole records and name them, as for run records.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from backend.errors import ConsoleError
+from backend.records import identity
+
+FILE = "audit.jsonl"
+FIELDS = ("time", "who", "action", "run", "args", "outcome")
+
+
+def append(root: Path, action: str, *, run: str | None, args: dict | None = None, outcome: str = "ok",
+           who: identity.Identity | None = None) -> bool:
+    """One line for ``action``; False when it could not be written (the action goes on)."""
+    line = {"time": time.time(), "who": (who or identity.current()).as_dict(), "action": action,
+            "run": run, "args": {k: v for k, v in (args or {}).items() if v is not None}, "outcome": outcome}
+    data = (json.dumps(line, default=str) + "\n").encode()
+    try:
+        fd = os.open(Path(root) / FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        return True
+    except OSError:
+        return False
+
+
+def recorded(action: str, *arg_names: str) -> Callable:
+    """Decorate a run action ``fn(run, ...)``: its line says the named arguments and how it
+    ended (``ok``, ``refused: ...`` for one of our errors, ``failed: ...`` for anything else)."""
+    def wrap(fn: Callable) -> Callable:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def inner(run, *args, **kw):
+            bound = signature.bind(run, *args, **kw)
+            details = {name: bound.arguments.get(name) for name in arg_names}
+            root = Path(run.local_dir).parent
+            try:
+                result = fn(run, *args, **kw)
+            except ConsoleError as err:
+                append(root, action, run=run.run_id, args=details, outcome=f"refused: {err.problem}")
+                raise
+            except BaseException as err:
+                append(root, action, run=run.run_id, args=details, outcome=f"failed: {type(err).__name__}")
+                raise
+            append(root, action, run=run.run_id, args=details)
+            return result
+        return inner
+    return wrap
+
+
+def read(root: Path) -> tuple[list[dict], list[str]]:
+    """Every whole line, oldest first, and what was skipped (``line N: why``)."""
+    try:
+        text = (Path(root) / FILE).read_bytes().decode(errors="replace")
+    except FileNotFoundError:
+        return [], []
+    entries, skipped = [], []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            skipped.append(f"line {number}: not a whole JSON line")
+            continue
+        who = identity.Identity.of(entry.get("who")) if isinstance(entry, dict) else None
+        if who is None or not isinstance(entry.get("action"), str) or not isinstance(entry.get("time"), (int, float)):
+            skipped.append(f"line {number}: not an audit record")
+            continue
+        entries.append({**entry, "who": who})
+    return entries, skipped
+
+
+def matching(entries: list[dict], *, run: str | None = None, user: str | None = None,
+             action: str | None = None) -> list[dict]:
+    return [e for e in entries if (run is None or e.get("run") == run)
+            and (user is None or e["who"].name == user) and (action is None or e["action"] == action)]

@@ -1,0 +1,59 @@
+"""Who started a run and who stopped it (issue 48), asked as an operator would: `tfconsole audit`
+answers "who stopped this run, and when", for the command line and a Python script alike; the
+run's owner is in `runs --json`, `runs show` and the Runs page's rows.
+
+Real parts: the command line in subprocesses, the Python API in this process, two local workers
+running a real command. No TensorFlow (a `sleep` command)."""
+from __future__ import annotations
+
+import getpass
+import json
+
+import yaml
+
+from backend import api
+from backend.runs.store import RunStore
+from console import runs_view
+from tests import sshd
+from tests.integration.test_cli import cli
+
+
+def test_the_audit_says_who_launched_and_stopped_each_run_from_the_cli_and_from_python(tmp_path, python_path):
+    cluster = {"tasks": [{"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": sshd.free_port(),
+                          "python": python_path, "workdir": str(tmp_path / "host")} for _ in range(2)]}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump({"kind": "command", "command": ["sleep", "60"]}))
+    runs = tmp_path / "runs"
+    by_cli = cli("launch", str(tmp_path / "cluster.yaml"), str(tmp_path / "job.yaml"), "--run-id", "from-cli",
+                 runs=runs).stdout.strip().splitlines()[-1]
+    assert "from-cli" in by_cli
+    refused = cli("launch", str(tmp_path / "cluster.yaml"), str(tmp_path / "job.yaml"), "--run-id", "from-cli",
+                  runs=runs, check=False)
+    assert refused.returncode == 2
+    cli("stop", "from-cli", runs=runs)
+
+    handle = api.launch(str(tmp_path / "cluster.yaml"), str(tmp_path / "job.yaml"), runs=runs,
+                        run_id="from-python", preflight=False)
+    handle.stop()
+
+    me = getpass.getuser()
+    said = json.loads(cli("audit", "--json", runs=runs).stdout)
+    assert said["skipped"] == []
+    lines = [(e["who"]["name"], e["who"]["via"], e["action"], e["run"], e["outcome"].split(":")[0])
+             for e in said["entries"]]
+    assert lines == [(me, "cli", "launch", "from-cli", "ok"), (me, "cli", "launch", "from-cli", "refused"),
+                     (me, "cli", "stop", "from-cli", "ok"),
+                     (me, "python", "launch", "from-python", "ok"), (me, "python", "stop", "from-python", "ok")]
+    stops = json.loads(cli("audit", "--json", "--run", "from-cli", "--action", "stop", runs=runs).stdout)["entries"]
+    assert len(stops) == 1 and stops[0]["time"] > said["entries"][0]["time"]
+    text = cli("audit", "--run", "from-python", runs=runs).stdout
+    assert "launch" in text and "stop" in text and "(python on" in text
+
+    owners = {r["run_id"]: r["owner"] for r in json.loads(cli("runs", "--json", runs=runs).stdout)}
+    assert {k: (v["name"], v["via"]) for k, v in owners.items()} == {"from-cli": (me, "cli"),
+                                                                  "from-python": (me, "python")}
+    shown = json.loads(cli("runs", "show", "from-python", "--json", runs=runs).stdout)
+    assert shown["owner"]["via"] == "python"
+    assert "started by: " + me in cli("runs", "show", "from-cli", runs=runs).stdout
+    rows = runs_view.run_rows(RunStore(runs).list())
+    assert sorted(r["owner"] for r in rows) == [me, me]
