@@ -16,6 +16,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from backend.diagnosis import diagnose
 from backend.hosts import remote
@@ -88,7 +89,9 @@ class SlurmEngine(Capabilities):
                                   attempt=attempt, resume_step=resume_step)
         path = batch.script_path(run_dir, attempt)
         h = remote.Host(login, self.spec.python, run_dir)
-        remote.install(h, bundle(run.job))
+        remote.install(h, bundle(run.job, project=False))
+        if run.job.project:   # the run's packed copy, from the login host's cache when it has it
+            remote.project(h, Path(run.job.project).read_bytes())
         login.run(["mkdir", "-p", "--", f"{run_dir}/{layout.LOGS}", f"{run_dir}/{layout.TASKS}"], timeout=60).check(
             f"cannot create {run_dir}", "Check that workdir is writable on the login host.")
         # 0600: the script holds the job's env, which may hold secrets.

@@ -12,6 +12,7 @@ import sys
 import pytest
 import yaml
 
+from backend.records import audit
 from backend.runs.store import RunStore
 from backend.records.state import Attempt, Phase, RunState, TaskState
 from tests import sshd
@@ -88,7 +89,9 @@ def test_a_runs_folder_left_with_a_run_named_like_its_webhook_file_says_so_at_la
     out = _cli("launch", str(cluster), str(job), runs=runs)
     assert out.returncode == 2, out.stderr
     assert "webhook.json is a folder" in out.stderr and "Move that folder" in out.stderr and BUG not in out.stderr
-    assert [p.name for p in runs.iterdir()] == ["webhook.json"]   # nothing launched
+    # Nothing launched: beside the webhook file only the audit, which says the launch was refused.
+    assert sorted(p.name for p in runs.iterdir()) == ["audit.jsonl", "webhook.json"]
+    assert [e["outcome"].split(":")[0] for e in audit.read(runs)[0]] == ["refused"]
 
 
 def test_a_runs_folder_that_is_a_file_is_named_by_every_command(tmp_path):

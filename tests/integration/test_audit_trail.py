@@ -2,20 +2,21 @@
 answers "who stopped this run, and when", for the command line and a Python script alike; the
 run's owner is in `runs --json`, `runs show` and the Runs page's rows.
 
-Real parts: the command line in subprocesses, the Python API in this process, two local workers
+Real parts: the command line and a Python script in subprocesses, two local workers
 running a real command. No TensorFlow (a `sleep` command)."""
 from __future__ import annotations
 
 import getpass
 import json
+import subprocess
+import sys
 
 import yaml
 
-from backend import api
 from backend.runs.store import RunStore
 from console import runs_view
 from tests import sshd
-from tests.integration.test_cli import cli
+from tests.integration.test_cli import ROOT, cli
 
 
 def test_the_audit_says_who_launched_and_stopped_each_run_from_the_cli_and_from_python(tmp_path, python_path):
@@ -32,9 +33,12 @@ def test_the_audit_says_who_launched_and_stopped_each_run_from_the_cli_and_from_
     assert refused.returncode == 2
     cli("stop", "from-cli", runs=runs)
 
-    handle = api.launch(str(tmp_path / "cluster.yaml"), str(tmp_path / "job.yaml"), runs=runs,
-                        run_id="from-python", preflight=False)
-    handle.stop()
+    script = (f"from backend import api\n"   # an operator's own script, in its own process
+              f"run = api.launch({str(tmp_path / 'cluster.yaml')!r}, {str(tmp_path / 'job.yaml')!r}, "
+              f"runs={str(runs)!r}, run_id='from-python', preflight=False)\n"
+              f"run.stop()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
 
     me = getpass.getuser()
     said = json.loads(cli("audit", "--json", runs=runs).stdout)

@@ -58,3 +58,12 @@ def test_a_project_folder_runs_with_its_package_on_every_slurm_task(slurm_cluste
     for task in ("chief-0", "worker-0"):
         assert f"ran {task} cwd {run_dir}/job width 8 settings lr: 0.1" in run.log_tail(task)
     assert not (Path(run_dir) / "job" / "data").exists()
+    # Sent once: the login host keeps the tar by its hash beside runs/; launched again unchanged,
+    # the same file serves (a tar that was sent again would be a new file: a new inode).
+    cache = Path(run_dir).parent.parent / "projects"
+    tars = {t.name: t.stat().st_ino for t in cache.glob("*.tar")}
+    assert len(tars) == 1, tars
+    again = launcher.launch(slurm_cluster_spec(tmp_path, python_path), job, store=RunStore(tmp_path / "runs"))
+    again.wait(timeout=120)
+    assert again.state.phase == "finished", again.log_tail("chief-0")
+    assert {t.name: t.stat().st_ino for t in cache.glob("*.tar")} == tars
