@@ -23,7 +23,7 @@ from backend.diagnosis import diagnose
 from backend.errors import ArtifactError, HostError, RunError
 from backend.client.harness import layout, metric_line
 from backend.hosts import remote
-from backend.records import audit
+from backend.access import audit
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")   # \Z: no trailing newline
 EXPORT_TIMEOUT_S = 900

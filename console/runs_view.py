@@ -8,7 +8,7 @@ from pathlib import Path
 from backend.watch.metrics import MetricsStore
 from backend.runs import record
 from backend.runs.store import RunStore
-from backend.records import identity
+from backend.access import identity
 from backend.records.state import RunState
 from backend.watch import summary
 from console.plain import md_escape

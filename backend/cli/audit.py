@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from backend.plain import term_safe
-from backend.records import audit
+from backend.access import audit
 from backend.runs.store import RunStore
 
 

@@ -26,7 +26,7 @@ from backend.hosts.trust import fetch_host_key, trust_host_key
 from backend.hosts.preflight import CHECKS, run_preflight
 from backend.runs.store import RunStore
 from backend.files import room
-from backend.records import identity
+from backend.access import identity
 from backend.hosts.pool import Pool
 from backend.config.slurm_spec import load_any_cluster
 from backend.config.spec import load_cluster, load_job

@@ -28,7 +28,7 @@ from backend.hosts.pool import Pool
 from backend.records.outcome import TaskPhase, TaskStatus
 from backend.records.state import Attempt, Phase, RunState, TaskState, check_run_id
 from backend.files import write_private
-from backend.records import identity
+from backend.access import identity
 from backend.engines import slurm_script as batch
 from backend.config.slurm_spec import SlurmSpec, slurm_to_dict
 from backend.engines.slurm_states import (JobInfo, SlurmPhase, parse_scontrol, scontrol_fields, task_statuses,

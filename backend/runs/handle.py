@@ -25,7 +25,7 @@ from backend.records.outcome import (PREEMPTED, REQUEUED, Conclusion, TaskPhase,
                                   conclude, cut_off_phase, how_to_go_on, preempted_reason, shown_phase)
 from backend.runs.store import RunStore
 from backend.records.state import UNDERWAY, Attempt, Phase, RunState, TaskState
-from backend.records import audit
+from backend.access import audit
 from backend.config.spec import ClusterSpec, JobSpec, RestartMode, TaskSpec
 
 SETTLE_STOP_GRACE_S = 5.0   # survivors of a failed task only abort or hang (docs/facts.md #6)

@@ -18,7 +18,8 @@ from pathlib import Path
 from backend import engines
 from backend.alerts import outbox, settings as alert_settings
 from backend.runs import detached, record
-from backend.records import audit, identity, project
+from backend.access import audit, identity
+from backend.records import project
 from backend.runs.attempts import begin_attempt
 from backend.client.harness import layout
 from backend.errors import ConsoleError
@@ -51,6 +52,7 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
     details = {"kind": job.kind.value,
                "job": Path(job.module).name if job.module else shlex.join(job.command)[:200]}
     try:
+        audit.allowed(store.root, "launch")
         run = _launch(cluster, job, store, options, preflight, run_id)
     except ConsoleError as err:
         audit.append(store.root, "launch", run=run_id, args=details, outcome=f"refused: {err.problem}")

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from backend.alerts import outbox, settings as alert_settings
 from backend.errors import ConsoleError
-from backend.records import identity, project
+from backend.access import identity
+from backend.records import project
 from backend.records.state import RunState
 from backend.files import read_dict, write_private
 

@@ -17,7 +17,7 @@ from backend.runs import detached, restorable, resume
 from backend.runs.attempts import begin_attempt
 from backend.runs.handle import Run
 from backend.records.state import Phase
-from backend.records import audit
+from backend.access import audit
 
 RESUME_WAIT_S = 180      # a restored attempt's workers report their step once TensorFlow is up
 

@@ -22,14 +22,14 @@ from backend.alerts import settings as alert_settings
 from backend.errors import DiskFullError, RunError
 from backend.client.harness import layout
 from backend.files import FULL, write_private
-from backend.records import audit
+from backend.access import audit, roles
 from backend.records.state import RUN_ID, Phase, RunState, check_run_id, from_json
 
 LOCK = "state.lock"
 # The runs folder's own files, beside the run folders: no new run may take one's name (a run
 # named webhook.json made the console's webhook file a folder, and every later launch failed).
 # The login token (.console-token) starts with a dot, which RUN_ID never matches.
-FOLDER_FILES = frozenset({alert_settings.CONSOLE_FILE, audit.FILE})
+FOLDER_FILES = frozenset({alert_settings.CONSOLE_FILE, audit.FILE, roles.FILE})
 FOLDER_FIX = "Make it writable by you, or choose another folder with --runs or $TFCONSOLE_RUNS."
 
 
@@ -41,7 +41,7 @@ def check_new_run_id(run_id: str) -> str:
     """``check_run_id``, and not the name of one of the runs folder's own files."""
     if check_run_id(run_id).lower() in FOLDER_FILES:
         raise RunError(f"run id {run_id!r} is the name of the runs folder's own file (the console's "
-                       "webhook settings, the audit)", "Choose another name with --run-id.")
+                       "webhook settings, the audit, the roles)", "Choose another name with --run-id.")
     return run_id
 
 

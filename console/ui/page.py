@@ -1,7 +1,7 @@
 """The top of every page: the login gate, the session's state initialised once, the title."""
 import streamlit as st
 
-from backend.records import identity
+from backend.access import identity
 from console.ui import auth, state
 
 

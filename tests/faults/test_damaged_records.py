@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from backend.records import audit
+from backend.access import audit
 from backend.runs.store import RunStore
 from backend.records.state import Attempt, Phase, RunState, TaskState
 from tests import sshd

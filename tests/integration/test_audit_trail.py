@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from backend.runs.store import RunStore
@@ -61,3 +62,42 @@ def test_the_audit_says_who_launched_and_stopped_each_run_from_the_cli_and_from_
     assert "started by: " + me in cli("runs", "show", "from-cli", runs=runs).stdout
     rows = runs_view.run_rows(RunStore(runs).list())
     assert sorted(r["owner"] for r in rows) == [me, me]
+
+
+def test_with_a_roles_file_a_viewer_or_another_operator_is_refused_and_audited(tmp_path, python_path, monkeypatch):
+    """Roles (issue 48) enforced where the actions are, not by hiding buttons: requests that reach
+    the backend as a viewer, or as an operator for someone else's run, are refused and recorded;
+    the owner stops their own run. A roles file with a mistake refuses every action, naming it."""
+    from backend.access import identity
+    from backend.access.roles import AccessDenied
+    from backend.runs import launcher
+    from backend.config.spec import load_cluster, load_job
+    monkeypatch.delenv("TFCONSOLE_ROLES", raising=False)
+    cluster = {"tasks": [{"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port": sshd.free_port(),
+                          "python": python_path, "workdir": str(tmp_path / "host")} for _ in range(2)]}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump({"kind": "command", "command": ["sleep", "60"]}))
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    me = getpass.getuser()
+    (runs / "roles.yaml").write_text(f"users:\n  {me}: operator\n  bob: operator\ndefault: viewer\n")
+    cli("launch", str(tmp_path / "cluster.yaml"), str(tmp_path / "job.yaml"), "--run-id", "mine", runs=runs)
+    run = launcher.attach("mine", store=RunStore(runs))
+    for who, said in ((identity.Identity("mallory@example.org", "console", "desk"), "is a viewer"),
+                      (identity.Identity("bob", "cli", "laptop"), f"and {me} started this one")):
+        with identity.acting_as(who), pytest.raises(AccessDenied, match=said):
+            run.stop()
+    with identity.acting_as(identity.Identity("mallory@example.org", "console", "desk")), \
+            pytest.raises(AccessDenied, match="is a viewer: launch"):
+        launcher.launch(load_cluster(tmp_path / "cluster.yaml"), load_job(tmp_path / "job.yaml"),
+                        store=RunStore(runs), preflight=launcher.Preflight.SKIP)
+    assert RunStore(runs).load("mine").live                       # nothing was done to it
+    (runs / "roles.yaml").write_text("users:\n  bob: superuser\n")  # a mistake: nobody may act
+    refused = cli("stop", "mine", runs=runs, check=False)
+    assert refused.returncode == 2 and "unknown role 'superuser'" in refused.stderr, refused.stderr
+    (runs / "roles.yaml").write_text(f"users:\n  {me}: operator\n")
+    cli("stop", "mine", runs=runs)
+    said = [(e["who"]["name"], e["action"], e["outcome"].split(":")[0])
+            for e in json.loads(cli("audit", "--json", runs=runs).stdout)["entries"]]
+    assert said == [(me, "launch", "ok"), ("mallory@example.org", "stop", "refused"), ("bob", "stop", "refused"),
+                    ("mallory@example.org", "launch", "refused"), (me, "stop", "refused"), (me, "stop", "ok")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from backend.records import audit, identity
+from backend.access import audit, identity
 
 
 def test_lines_are_appended_and_read_back_with_damaged_ones_named(tmp_path):

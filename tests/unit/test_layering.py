@@ -88,6 +88,7 @@ FLOORS = (
     {"backend.hosts"},
     {"backend.watch"},
     {"backend.diagnosis"},
+    {"backend.access"},
     {"backend.records"},
     {"backend.checkpoints", "backend.engines"},
     {"backend.runs"},

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from backend.errors import ConsoleError
-from backend.records import identity
+from backend.access import identity, roles
 
 FILE = "audit.jsonl"
 FIELDS = ("time", "who", "action", "run", "args", "outcome")
@@ -42,8 +42,9 @@ def append(root: Path, action: str, *, run: str | None, args: dict | None = None
 
 
 def recorded(action: str, *arg_names: str) -> Callable:
-    """Decorate a run action ``fn(run, ...)``: its line says the named arguments and how it
-    ended (``ok``, ``refused: ...`` for one of our errors, ``failed: ...`` for anything else)."""
+    """Decorate a run action ``fn(run, ...)``: first the roles file's say (roles.py; refused
+    before anything is done), then its line, with the named arguments and how it ended (``ok``,
+    ``refused: ...`` for one of our errors, ``failed: ...`` for anything else)."""
     def wrap(fn: Callable) -> Callable:
         signature = inspect.signature(fn)
 
@@ -53,6 +54,7 @@ def recorded(action: str, *arg_names: str) -> Callable:
             details = {name: bound.arguments.get(name) for name in arg_names}
             root = Path(run.local_dir).parent
             try:
+                allowed(root, action, run=run)
                 result = fn(run, *args, **kw)
             except ConsoleError as err:
                 append(root, action, run=run.run_id, args=details, outcome=f"refused: {err.problem}")
@@ -64,6 +66,13 @@ def recorded(action: str, *arg_names: str) -> Callable:
             return result
         return inner
     return wrap
+
+
+def allowed(root: Path, action: str, *, run=None) -> None:
+    """AccessDenied (or the roles file's own error) unless whoever acts may take ``action``."""
+    found = roles.load(root)
+    if found is not None:
+        roles.check(found, identity.current(), action, owner=run.state.owner if run is not None else None)
 
 
 def read(root: Path) -> tuple[list[dict], list[str]]:

@@ -25,16 +25,21 @@ class Identity:
     name: str        # an OS user, or a signed-in email
     via: str         # console, cli, python, keeper
     host: str        # the machine the action was taken on
+    groups: tuple[str, ...] = ()   # a signed-in user's groups claim (roles may name a group)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out["groups"] = list(self.groups)
+        return out if self.groups else {k: v for k, v in out.items() if k != "groups"}
 
     @classmethod
     def of(cls, data: object) -> "Identity | None":
         """From a record's dict; None for a record from before owners, or a damaged one."""
         if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("name", "via", "host")):
             return None
-        return cls(data["name"], data["via"], data["host"])
+        groups = data.get("groups") or []
+        return cls(data["name"], data["via"], data["host"],
+                   tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else ())
 
     def shown(self) -> str:
         """``name (via on host)``, made plain: a name holding control characters or markup from

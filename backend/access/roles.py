@@ -1,0 +1,120 @@
+"""What each person may do (issue 48): viewer, operator, admin, from one small YAML file.
+
+The file is ``$TFCONSOLE_ROLES``, or ``roles.yaml`` in the runs folder. Without one, nothing is
+enforced: one person on one machine (the token holder, the CLI's user) may do everything, as
+before. With one, whoever it does not name has no access at all (``default:`` can say otherwise)::
+
+    users:                      # a signed-in email, or an OS user for the CLI and Python
+      alice@example.org: admin
+      bob: operator
+    groups:                     # a signed-in user's groups claim
+      ml-team: operator
+    default: viewer             # everyone else (leave it out: no access)
+    operators_act_on: own       # own (their runs only) or all
+
+viewer: sees runs, logs and curves. operator: launches, and stops, saves, exports and restores
+the runs they own (or every run, ``operators_act_on: all``). admin: everything.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from backend.access.identity import Identity
+from backend.errors import ConsoleError, SpecError
+
+FILE = "roles.yaml"
+ROLES = ("viewer", "operator", "admin")
+RUN_ACTIONS = ("stop", "save_now", "export", "restore")   # on one run: its owner matters
+FIX = "Ask an admin of this console to give you a role in its roles file."
+
+
+class AccessDenied(ConsoleError):
+    """The identity's role does not allow the action; the message names both."""
+
+
+@dataclass(frozen=True)
+class Roles:
+    users: dict = field(default_factory=dict)
+    groups: dict = field(default_factory=dict)
+    default: str | None = None
+    all_runs: bool = False
+    source: str = ""
+
+    def role_of(self, who: Identity) -> str | None:
+        if who.name in self.users:
+            return self.users[who.name]
+        found = [self.groups[g] for g in who.groups if g in self.groups]
+        return max(found, key=ROLES.index) if found else self.default
+
+
+def path_for(runs_root: Path) -> Path:
+    return Path(os.environ.get("TFCONSOLE_ROLES") or Path(runs_root) / FILE)
+
+
+def load(runs_root: Path) -> Roles | None:
+    """The roles file, or None when there is none (nothing enforced). SpecError naming the line
+    for bad YAML, an unknown role or a field it does not know: never access by default."""
+    path = path_for(runs_root)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if os.environ.get("TFCONSOLE_ROLES"):
+            raise SpecError("TFCONSOLE_ROLES", f"no roles file at {path}",
+                            "Point it at your roles.yaml, or unset it for a one-person console.") from None
+        return None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        marked = isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None
+        where = f" line {err.problem_mark.line + 1}" if marked else ""
+        raise SpecError(str(path), f"is not YAML{where}: {err.problem if marked else err}",
+                        "Fix that line (users: / groups: mappings of name: role).") from None
+    if not isinstance(data, dict):
+        raise SpecError(str(path), "must be a mapping (users:, groups:, default:)", "See the README's roles file.")
+    unknown = set(data) - {"users", "groups", "default", "operators_act_on"}
+    if unknown:
+        raise SpecError(str(path), f"unknown field {sorted(unknown)[0]!r}",
+                        "Use users, groups, default and operators_act_on.")
+    users, groups = _mapping(data, "users", path), _mapping(data, "groups", path)
+    default = data.get("default")
+    if default is not None:
+        _role(default, "default", path)
+    scope = data.get("operators_act_on", "own")
+    if scope not in ("own", "all"):
+        raise SpecError(str(path), f"operators_act_on is {scope!r}", "Write own or all.")
+    return Roles(users, groups, default, scope == "all", str(path))
+
+
+def _mapping(data: dict, key: str, path: Path) -> dict:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise SpecError(str(path), f"{key} must be a mapping of name: role", f"Write {key}:, then one name: role a line.")
+    for name, role in value.items():
+        _role(role, f"{key}.{name}", path)
+    return {str(k): v for k, v in value.items()}
+
+
+def _role(role: object, where: str, path: Path) -> None:
+    if role not in ROLES:
+        raise SpecError(str(path), f"{where}: unknown role {role!r}", f"Use one of {', '.join(ROLES)}.")
+
+
+def check(roles: Roles | None, who: Identity, action: str, *, owner: dict | None = None) -> None:
+    """Raise AccessDenied unless ``who`` may take ``action`` (on a run that ``owner`` started)."""
+    if roles is None:
+        return   # no roles file: one person's console, as before
+    role = roles.role_of(who)
+    if role == "admin":
+        return
+    if role is None:
+        raise AccessDenied(f"{who.shown()} has no role on this console ({roles.source})", FIX)
+    if role == "viewer":
+        raise AccessDenied(f"{who.shown()} is a viewer: {action} is for operators and admins", FIX)
+    if action in RUN_ACTIONS and not roles.all_runs and (owner or {}).get("name") != who.name:
+        started = (owner or {}).get("name") or "someone else"
+        raise AccessDenied(f"{who.shown()} is an operator: {action} acts on the runs they started, and "
+                           f"{started} started this one", "Ask its owner or an admin.")
