@@ -10,7 +10,7 @@ returns at once and shows their progress); an action holds its step on the chief
 import pandas as pd
 import streamlit as st
 
-from console import actions
+from console import access_view, actions
 from console.ui import auth, page, state, widgets
 from console.errors import ConsoleError
 from console.plain import md_escape
@@ -34,6 +34,10 @@ def main() -> None:
     # Button actions (``widgets.action_button``): run in the click's callback, before the page is
     # drawn, so the page drawn next shows their progress; they read the other widgets' values from
     # the session, as they stood at the click.
+    def may(action: str) -> str | None:
+        """Why this console's person may not take ``action`` on this run (roles), or None."""
+        return access_view.refusal(live.run.store.root, action, live.run.state.owner)
+
     def submit(live, begin, *args) -> None:
         """Hand an action to the background; the page shows its progress."""
         ss.action_run_id = begin(live, state.registry(), *args).run_id
@@ -94,13 +98,15 @@ def main() -> None:
                        f"checkpoints); it may already be gone. Pick another step.")
 
     st.subheader("Save now")
-    widgets.action_button("Save now", "save_now", submit, live, actions.begin_save, disabled=busy)
+    widgets.action_button("Save now", "save_now", submit, live, actions.begin_save,
+                          disabled=busy or may("save_now") is not None, help=may("save_now"))
 
     st.subheader("Export")
     e2, e3 = st.columns(2)
     e2.multiselect("Formats", ["savedmodel", "keras"], ["savedmodel", "keras"], key="export_formats")
     e3.text_input("Name (optional)", key="export_name")
-    widgets.action_button("Export", "export_button", export, live, disabled=busy)
+    widgets.action_button("Export", "export_button", export, live, disabled=busy or may("export") is not None,
+                          help=may("export"))
     if action is not None and action.kind == "export" and action.done and not action.error:
         ss.last_export = action.result   # kept after the action's notice is gone
     result = ss.last_export
@@ -117,7 +123,8 @@ def main() -> None:
     st.subheader("Restore")
     st.caption("Restore stops the run if it is live and relaunches every worker from the step picked above, "
                "as a new attempt of the same run. Newer checkpoints are moved aside (kept, not used).")
-    widgets.action_button("Restore", "restore_button", hold_picked, live, disabled=busy)
+    widgets.action_button("Restore", "restore_button", hold_picked, live,
+                          disabled=busy or may("restore") is not None, help=may("restore"))
     pending = ss.confirm_restore
     if pending is not None and pending.run_id != live.run_id:
         state.release_pending_restore()   # held on another run, before the current run changed

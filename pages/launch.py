@@ -3,7 +3,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from console import actions, forms
+from console import access_view, actions, forms
 from console.ui import host_checks, page, state, widgets
 
 
@@ -91,8 +91,9 @@ def main() -> None:
         job = forms.job_from_form(values, state.EXAMPLES, base_dir=Path.cwd())
         ss.run_id = ss.action_run_id = actions.begin_start(state.cluster_choice(), job, state.registry())
 
-    widgets.action_button("Start", "start_button", start, type="primary", disabled=running,
-                          help="Disabled while the current run is live" if running else None)
+    refused = access_view.refusal(state.run_store().root, "launch")
+    widgets.action_button("Start", "start_button", start, type="primary", disabled=running or refused is not None,
+                          help="Disabled while the current run is live" if running else refused)
 
     action = state.current_action()
     widgets.action_panel(action, key="launch")

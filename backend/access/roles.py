@@ -61,11 +61,14 @@ def load(runs_root: Path) -> Roles | None:
     path = path_for(runs_root)
     try:
         text = path.read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):   # (a runs "folder" that is a file: said elsewhere)
         if os.environ.get("TFCONSOLE_ROLES"):
             raise SpecError("TFCONSOLE_ROLES", f"no roles file at {path}",
                             "Point it at your roles.yaml, or unset it for a one-person console.") from None
         return None
+    except OSError as err:
+        raise SpecError(str(path), f"cannot be read ({err.strerror or err})",
+                        "Make it readable by the console's user; it decides who may do what.") from None
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
@@ -118,3 +121,12 @@ def check(roles: Roles | None, who: Identity, action: str, *, owner: dict | None
         started = (owner or {}).get("name") or "someone else"
         raise AccessDenied(f"{who.shown()} is an operator: {action} acts on the runs they started, and "
                            f"{started} started this one", "Ask its owner or an admin.")
+
+
+def refusal(roles: Roles | None, who: Identity, action: str, *, owner: dict | None = None) -> str | None:
+    """What ``check`` would say, or None: a page asks before it offers a button."""
+    try:
+        check(roles, who, action, owner=owner)
+    except AccessDenied as err:
+        return str(err)
+    return None

@@ -8,7 +8,7 @@ from typing import Callable
 import pandas as pd
 import streamlit as st
 
-from console import live_run as live_mod, monitor_view
+from console import access_view, live_run as live_mod, monitor_view
 from console.errors import ConsoleError, messages
 from console.ui import auth, state
 from console.plain import md_escape
@@ -117,7 +117,9 @@ def stop_controls(live, *, key: str) -> None:
     in their callbacks (``action_button``): a Stop click must never be lost."""
     ss = st.session_state
     flag = f"{key}_confirm"
-    action_button("Stop run", f"{key}_stop", ss.__setitem__, flag, True, disabled=live is None)
+    refused = access_view.refusal(live.run.store.root, "stop", live.run.state.owner) if live is not None else None
+    action_button("Stop run", f"{key}_stop", ss.__setitem__, flag, True, disabled=live is None or refused is not None,
+                  help=refused)
     if live is not None and ss.get(flag):
         st.warning(f"Stop run {live.run_id}? **Save, then stop**: every worker first saves the step "
                    f"it is at (up to {live_mod.SAVE_GRACE_S:.0f} s), and Restore offers that step first. "

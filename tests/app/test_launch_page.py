@@ -158,3 +158,22 @@ def test_a_project_folder_is_previewed_and_reaches_the_job(page, runs_dir, tmp_p
     assert saved.job["pip_install"] is True
     wait_for(lambda: not RunStore(runs_dir).load(run_id).live, 120, "the one-line job to finish")
     assert RunStore(runs_dir).load(run_id).phase == "finished"
+
+
+def test_a_viewer_is_offered_no_start_and_is_told_why(page, runs_dir, monkeypatch):
+    """Roles (issue 48): the page asks the same roles file the backend enforces, so it offers no
+    button its user may not use; a mistake in the file says what to fix there too."""
+    import getpass
+    monkeypatch.delenv("TFCONSOLE_ROLES", raising=False)
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    (runs_dir / "roles.yaml").write_text("users:\n  alice@example.org: admin\ndefault: viewer\n")
+    at = page("launch", cluster_rows=local_rows())
+    start = at.button(key="start_button")
+    assert start.disabled and "is a viewer: launch is for operators" in start.help, start.help
+    (runs_dir / "roles.yaml").write_text(f"users:\n  {getpass.getuser()}: operator\n")
+    at.run()
+    assert not at.button(key="start_button").disabled
+    (runs_dir / "roles.yaml").write_text("users:\n  bob: superuser\n")
+    at.run()
+    assert at.button(key="start_button").disabled
+    assert "unknown role 'superuser'" in at.button(key="start_button").help

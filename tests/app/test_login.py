@@ -12,9 +12,10 @@ from tests.app.conftest import as_owner
 from tests.conftest import ROOT
 
 SCRIPTS = ["console/app.py"] + [f"pages/{name}.py" for name in
-                                ("launch", "monitor", "checkpoints", "cluster", "runs")]
+                                ("launch", "monitor", "checkpoints", "cluster", "runs", "audit")]
 TITLES = {"console/app.py": "Launch", "pages/launch.py": "Launch", "pages/monitor.py": "Monitor",
-          "pages/checkpoints.py": "Checkpoints", "pages/cluster.py": "Cluster", "pages/runs.py": "Runs"}
+          "pages/checkpoints.py": "Checkpoints", "pages/cluster.py": "Cluster", "pages/runs.py": "Runs",
+          "pages/audit.py": "Audit"}
 
 
 def _open(script: str) -> AppTest:

@@ -13,7 +13,7 @@ from tests.conftest import wait_for
 from tests.e2e import browser as web
 
 MAKE_RUN = ["-m", "console", "--address", "127.0.0.1", "--port"]   # what `make run` runs
-PAGES = ["Monitor", "Checkpoints", "Cluster", "Runs", "Launch"]
+PAGES = ["Monitor", "Checkpoints", "Cluster", "Runs", "Audit", "Launch"]
 
 
 def _printed_url(log) -> str:

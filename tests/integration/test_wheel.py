@@ -34,7 +34,7 @@ at.session_state[auth.SESSION_KEY] = tokens.read_token(tokens.token_path())
 seen = {"backend": backend.__file__, "console": console.__file__}
 at.run()
 seen["launch"] = [str(e.value) for e in at.exception]
-for name in ("monitor", "checkpoints", "cluster", "runs", "launch"):
+for name in ("monitor", "checkpoints", "cluster", "runs", "audit", "launch"):
     at.switch_page(f"pages/{name}.py").run()
     seen[name] = [str(e.value) for e in at.exception]
 seen["start_button"] = any(b.label == "Start" for b in at.button)
