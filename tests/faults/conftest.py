@@ -2,9 +2,11 @@
 scenario ends with: no process of the run on any host, and every TF port free to bind again."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 from backend.runs import detached
 from backend.runs.store import RunStore
 from backend.config.spec import job_from_dict
-from tests.conftest import FAULT_RESULTS, processes_of, wait_for
+from tests.conftest import FAULT_RESULTS, processes_of, require, wait_for
 from tests.sshd import port_free
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +28,20 @@ PARAMS = {"epochs": 1, "steps_per_epoch": 300, "checkpoint_every": 40, "log_ever
 # Keeps TensorFlow to one thread per op on this 2-core machine; quiets its C++ noise.
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 _RESULTS: dict[str, dict] = {}
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str = "4m"):
+    """A real tmpfs of ``size`` mounted on a new ``folder`` (root only), unmounted at the end: a
+    disk that fills for real."""
+    require("root, to mount a tmpfs", os.geteuid() == 0)
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        if subprocess.run(["umount", str(folder)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(folder)], check=True)   # a process still holds a file
 
 
 def harness_job(module: str = SYNTHETIC, *, max_restarts: int = 3, backoff_s: float = 1.0,

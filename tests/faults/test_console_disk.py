@@ -3,7 +3,6 @@ folder, filled to ENOSPC and freed again, with a plain command job (no TensorFlo
 keeper process. And the keeper found by every reader, whatever raced to start it."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -14,21 +13,16 @@ import pytest
 from backend.config.spec import job_from_dict
 from backend.runs import detached, launcher
 from backend.runs.store import RunStore
-from tests.conftest import ROOT, require, wait_for
-from tests.faults.conftest import assert_nothing_left, command_job, record, wait_phase
+from tests.conftest import ROOT, wait_for
+from tests.faults.conftest import assert_nothing_left, command_job, record, tmpfs, wait_phase
 from tests.webhook import Receiver
 
 
 @pytest.fixture
 def small_disk(tmp_path):
     """The runs folder on a 4 MiB tmpfs of its own, unmounted at the end."""
-    require("root, to mount a tmpfs", os.geteuid() == 0)
-    root = tmp_path / "runs"
-    root.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(root)], check=True)
-    yield root
-    if subprocess.run(["umount", str(root)], capture_output=True).returncode:
-        subprocess.run(["umount", "-l", str(root)], check=True)   # a process still holds a file
+    with tmpfs(tmp_path / "runs") as root:
+        yield root
 
 
 def fill(folder: Path) -> Path:

@@ -7,7 +7,6 @@ Real parts: two sshd hosts, a real tmpfs (root), the launcher's parallel start. 
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
@@ -16,18 +15,14 @@ from backend.errors import ConsoleError
 from backend.runs import launcher
 from backend.runs.store import RunStore
 from tests import sshd
-from tests.conftest import processes_of, require, ssh_task
+from tests.conftest import processes_of, ssh_task
+from tests.faults.conftest import tmpfs
 
 
 @pytest.fixture
 def small_workdir(tmp_path):
-    require("root, to mount a tmpfs", os.geteuid() == 0)
-    root = tmp_path / "hostdisk"
-    root.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(root)], check=True)
-    yield root
-    if subprocess.run(["umount", str(root)], capture_output=True).returncode:
-        subprocess.run(["umount", "-l", str(root)], check=True)
+    with tmpfs(tmp_path / "hostdisk") as root:
+        yield root
 
 
 def files_under(folder) -> list[str]:
