@@ -14,7 +14,7 @@ from backend.runs import restore as run_restore
 from backend.records import project
 from backend.runs.launcher import Preflight, launch
 from backend.records.state import new_run_id
-from backend.config.slurm_spec import SlurmSpec
+from backend.config.slurm_spec import is_slurm_spec
 from backend.config.spec import JobSpec
 from console import cluster_actions, forms
 from console.live_run import LiveRun, Registry, require_live
@@ -43,7 +43,7 @@ def begin_start(rows: list[dict], job: JobSpec, registry: Registry) -> str:
     """Check the cluster now (its errors show at once), then preflight and launch in the
     background under a run id chosen here; the id goes into the session before any slow work,
     so whatever page the user opens next finds the run. ``rows`` may be a ``SlurmSpec``."""
-    cluster, problems = (rows, []) if isinstance(rows, SlurmSpec) else forms.check_rows(rows)
+    cluster, problems = (rows, []) if is_slurm_spec(rows) else forms.check_rows(rows)
     if cluster is None or forms.blocking(problems):
         raise ConsoleError("The cluster has errors: " + " ".join(p.text() for p in problems if p.level == "error"),
                            "Fix them on the Cluster page, then press Start again.")
@@ -68,7 +68,7 @@ def start(rows: list[dict], job: JobSpec, registry: Registry, *, run_id: str | N
     ``say`` hears each stage of the start as the hosts record it (``_follow_start``).
 
     On Slurm, ``sbatch`` makes the checks and refuses with Slurm's message: no preflight."""
-    if isinstance(rows, SlurmSpec):
+    if is_slurm_spec(rows):
         return _launch(rows, job, registry, run_id, report=None, say=say)
     cluster, problems = forms.check_rows(rows)
     if cluster is None or forms.blocking(problems):

@@ -214,11 +214,8 @@ def _stop_leftovers(run, grace_s: float) -> int:
 
 def cmd_attach_slurm(a) -> int:
     from backend.engines.slurm import adopt
-    from backend.config.slurm_spec import SlurmSpec
-    cluster = load_any_cluster(a.cluster)
-    if not isinstance(cluster, SlurmSpec):
-        raise ConsoleError(f"{a.cluster} is not a Slurm cluster file", "Give a file with `kind: slurm`.")
-    run = adopt(cluster, a.job_id, store=RunStore(a.runs), options=_options(a))
+    from backend.config.slurm_spec import load_slurm
+    run = adopt(load_slurm(a.cluster), a.job_id, store=RunStore(a.runs), options=_options(a))
     print(run.run_id)
     return 0
 

@@ -218,3 +218,18 @@ def load_any_cluster(path) -> AnyCluster:
     from backend.config.fields import read_yaml
     data = read_yaml(path)
     return slurm_from_dict(data) if is_slurm(data) else load_cluster(path)
+
+
+def load_slurm(path) -> SlurmSpec:
+    """A cluster file that must be ``kind: slurm`` (``attach-slurm``); SpecError otherwise."""
+    from backend.config.fields import read_yaml
+    data = read_yaml(path)
+    if not is_slurm(data):
+        raise SpecError("cluster", f"{path} is not a Slurm cluster file", "Give a file with `kind: slurm`.")
+    return slurm_from_dict(data)
+
+
+def is_slurm_spec(cluster: object) -> bool:
+    """Whether a spec the pages hand over is a Slurm cluster (else: rows of our hosts): the one
+    place outside the engines that tells the two kinds apart."""
+    return isinstance(cluster, SlurmSpec)

@@ -148,3 +148,22 @@ def test_the_floor_check_sees_an_import_going_up():
     assert upward_imports("backend.records.state", "import backend.engines.slurm")
     assert upward_imports("backend.api", "from backend.cli import main")          # sideways
     assert not upward_imports("backend.runs.handle", "from backend.engines import engine_for")
+
+
+def test_only_the_engines_and_the_specs_tell_the_cluster_kinds_apart():
+    """The seam a cluster kind plugs into (issue 46, docs/slurm.md): outside backend/engines/ and
+    backend/config/, no code asks which kind of spec it holds (``isinstance`` on a spec), so a
+    third kind touches those folders and the Cluster page only."""
+    import ast
+    wrong = []
+    for path in sorted([*(ROOT / "backend").rglob("*.py"), *(ROOT / "console").rglob("*.py"),
+                        *(ROOT / "pages").rglob("*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(("backend/engines/", "backend/config/")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+                names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+                if names & {"SlurmSpec", "ClusterSpec"}:
+                    wrong.append(f"{rel}:{node.lineno}")
+    assert wrong == [], wrong

@@ -218,3 +218,11 @@ def test_a_task_that_saved_on_the_signal_is_no_bad_exit_for_srun_and_its_file_ke
                            "--tf-port", "23456", "--", sys.executable, "-c", job], env=env, timeout=60)
     assert proc.returncode == 0
     assert (tmp_path / "tasks" / "chief-0.exit").read_text().strip() == "75"
+
+
+def test_attach_slurm_refuses_a_cluster_file_that_is_not_slurm(tmp_path):
+    from backend.config.slurm_spec import load_slurm
+    from backend.errors import SpecError
+    (tmp_path / "hosts.yaml").write_text("tasks:\n  - {role: worker, host: 127.0.0.1, tf_port: 2222}\n")
+    with pytest.raises(SpecError, match="is not a Slurm cluster file. Give a file with `kind: slurm`"):
+        load_slurm(tmp_path / "hosts.yaml")
