@@ -34,7 +34,7 @@ def test_metrics_read_back_from_the_local_mirror(tmp_path):
     assert list(store.global_loss()[0]) == [1, 2, 3]
 
 
-def _saved_run(run_id: str, created: float, phase) -> None:
+def _saved_run(run_id: str, created: float, phase, owner: dict | None = None) -> None:
     """A run record only (no process): enough for the Runs page and ``current_run``."""
     import sys
     from backend.runs.store import RunStore
@@ -45,7 +45,7 @@ def _saved_run(run_id: str, created: float, phase) -> None:
     store.save(RunState(run_id, created, cluster_to_dict(default_cluster(sys.executable)),
                         {"kind": "command", "command": ["true"]},
                         [TaskState("chief-0", 0, "localhost", f"tfconsole/{run_id}")],
-                        [Attempt(1, created)], phase=phase))
+                        [Attempt(1, created)], phase=phase, owner=owner))
 
 
 def test_an_older_run_made_current_stays_current_while_a_newer_one_is_live(page):
@@ -123,3 +123,20 @@ def test_the_runs_table_answers_which_run_is_best_by_val_accuracy_and_compares_i
     assert not at.exception
     chart = at.get("plotly_chart")[0].proto.spec
     assert '"run-low"' in chart and '"run-high"' in chart and '"val_accuracy"' in chart
+
+
+def test_the_runs_table_shows_owners_and_filters_mine(page):
+    """Issue 48: who started each run, and "Only runs I started" for the person at the console
+    (here the OS user who runs it, as the token holder is)."""
+    from backend.access import identity
+    from backend.records.state import Phase
+    me = identity.local("console").as_dict()
+    _saved_run("mine", 1000.0, Phase.FINISHED, owner=me)
+    _saved_run("theirs", 2000.0, Phase.FINISHED, owner={"name": "alice@example.org", "via": "console", "host": "x"})
+    _saved_run("older", 500.0, Phase.FINISHED)   # from before owners: no owner recorded
+    at = page("runs")
+    table = at.dataframe[0].value
+    assert dict(zip(table["run"], table["owner"])) == {"mine": me["name"], "theirs": "alice@example.org", "older": ""}
+    at.toggle(key="runs_mine").set_value(True).run()
+    assert not at.exception
+    assert list(at.dataframe[0].value["run"]) == ["mine"]
