@@ -13,7 +13,8 @@ before. With one, whoever it does not name has no access at all (``default:`` ca
     operators_act_on: own       # own (their runs only) or all
 
 viewer: sees runs, logs and curves. operator: launches, and stops, saves, exports and restores
-the runs they own (or every run, ``operators_act_on: all``). admin: everything.
+the runs they own (or every run, ``operators_act_on: all``). admin: everything. A run's keeper
+is not a person: it carries out the restart policy its owner launched with, unchecked.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from backend.errors import ConsoleError, SpecError
 
 FILE = "roles.yaml"
 ROLES = ("viewer", "operator", "admin")
-RUN_ACTIONS = ("stop", "save_now", "export", "restore")   # on one run: its owner matters
+RUN_ACTIONS = ("stop", "save_now", "export", "restore")
+KEEPER = "keeper"   # identity.via of a run's keeper (`tfconsole keep`, started by a launch)   # on one run: its owner matters
 FIX = "Ask an admin of this console to give you a role in its roles file."
 
 
@@ -110,6 +112,8 @@ def check(roles: Roles | None, who: Identity, action: str, *, owner: dict | None
     """Raise AccessDenied unless ``who`` may take ``action`` (on a run that ``owner`` started)."""
     if roles is None:
         return   # no roles file: one person's console, as before
+    if who.via == KEEPER:
+        return   # a run's keeper acts for the run its owner started (a restart, a stop in its policy)
     role = roles.role_of(who)
     if role == "admin":
         return

@@ -36,6 +36,7 @@ def test_each_role_may_do_what_it_says(tmp_path, monkeypatch):
         roles.check(found, CAROL, "launch")                                  # by her group
     with pytest.raises(roles.AccessDenied, match="has no role on this console"):
         roles.check(found, Identity("mallory", "cli", "x"), "launch")        # unnamed: no access
+    roles.check(found, Identity("svc", "keeper", "console-host"), "stop", owner={"name": "bob"})   # the run's keeper
     everyone = write(tmp_path, "users: {bob: operator}\noperators_act_on: all\ndefault: viewer\n")
     roles.check(everyone, BOB, "stop", owner={"name": "alice@example.org"})
     with pytest.raises(roles.AccessDenied, match="is a viewer"):
