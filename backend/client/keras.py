@@ -35,7 +35,8 @@ import time
 
 import tensorflow as tf
 
-from .harness import ckpt_index, layout, metric_line, train_info
+from .harness import ckpt_index, layout, metric_line, retention, train_info
+from .harness import loop as hloop
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
 from .sync import Health, Meeting
@@ -64,8 +65,9 @@ class _Hooks:
                  batch_size: int | None = None, save_at_epoch_end: bool = True,
                  preempt_grace_s: float | None = None, exit_on_preempt: bool = True,
                  keep_best: int = 0, best_metric: str = "loss", best_mode: str = "min",
-                 stop_on_nan: bool = False) -> None:
+                 stop_on_nan: bool = False, scale_learning_rate: bool = True) -> None:
         super().__init__()
+        self.scale_lr = scale_learning_rate   # False: the script scales by ctx.lr_scale itself
         self.preempt_grace_s, self.exit_on_preempt = preempt_grace_s, exit_on_preempt
         self.stop_on_nan = stop_on_nan   # every worker raises NonFiniteLoss at the first NaN/Inf
         # every=None: at most every 10 steps and no more often than MIN_SYNC_S (a gather costs
@@ -73,11 +75,7 @@ class _Hooks:
         self.fixed_every = every is not None
         self.every, self.checkpoint_every = max(1, int(every or 10)), int(checkpoint_every)
         self.keep, self.batch_size = int(keep_checkpoints), batch_size
-        if best_mode not in ("min", "max"):
-            raise ValueError(f"tfconsole.KerasCallback: best_mode is {best_mode!r}; use \"min\" "
-                             "(losses) or \"max\" (accuracy)")
-        self.best = {"keep_best": int(keep_best), "best_metric": str(best_metric),
-                     "best_mode": best_mode}
+        self.best = retention.best_options("tfconsole.KerasCallback", keep_best, best_metric, best_mode)
         self.save_at_epoch_end = save_at_epoch_end
         self.active, self.epoch_base, self.in_fit = False, 0, False
         # This callback never reads per-batch `logs`: without this, tf_keras turns every batch's
@@ -99,11 +97,16 @@ class _Hooks:
         self.step, self.epoch = 0, 1
         self.epoch_base = 0
         carried = _LAST_FIT.get("end")
+        base = self._base_learning_rate()
         if carried:   # a later fit() in this process, of any model: count on, restore nothing
             self.step, self.epoch_base = carried
             self.epoch = self.epoch_base + 1
         elif self.ctx.resume_step:
             self._restore(int(self.ctx.resume_step))
+        scaled = hloop.scale_learning_rate(model.optimizer, base, self.ctx.lr_scale)
+        if scaled:   # after the restore, which brings back the rate the checkpoint was saved with
+            model.optimizer._tfconsole_scaled = True
+            print(f"[{self.ctx.task}] tfconsole: {scaled}", flush=True)
         self.cols, self.in_fit = None, True
         self.mark, self.train_state, self.val_state = {}, None, None
         self.last, self.saved_at = None, None
@@ -114,6 +117,15 @@ class _Hooks:
         self.meeting = Meeting(self.strategy, self.ctx, self.save_on_signal, every=self.every,
                                fixed_every=self.fixed_every, step=self.step)
         self.health = Health(self.ctx, kmod, stop=self.stop_on_nan)
+
+    def _base_learning_rate(self) -> float | None:
+        """The script's own rate, to multiply by the shrink's scale, once per optimizer (a later
+        fit on the same model finds it scaled already); None: nothing to scale."""
+        opt = self.model.optimizer
+        if not self.scale_lr or getattr(opt, "_tfconsole_scaled", False):
+            return None
+        return hloop.base_learning_rate(opt, self.ctx.lr_scale, fix="compile with a number, or pass "
+                                        "KerasCallback(scale_learning_rate=False) and scale it yourself")
 
     def _restore(self, step: int) -> None:
         opt = self.model.optimizer

@@ -146,9 +146,14 @@ def test_keras3_fit_resumed_goes_on_from_the_restored_epoch(tmp_path):
     script = script.replace("verbose=0)", "verbose=0)\nprint('epochs run', len(model.history.epoch))")
     _python(script, env, tmp_path)
     (run / "metrics.jsonl").unlink()
-    out = _python(script, {**env, "TFCONSOLE_ATTEMPT": "4", "TFCONSOLE_RESUME_STEP": "20"}, tmp_path)
-    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    # A shrink's scale (keep_replica_batch), applied after the restore brought back the saved rate.
+    out = _python(script, {**env, "TFCONSOLE_ATTEMPT": "4", "TFCONSOLE_RESUME_STEP": "20",
+                           "TFCONSOLE_LR_SCALE": "0.5"}, tmp_path)
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [m["step"] for m in lines]
     assert "epochs run 1" in out and (steps[0], steps[-1]) == (21, 40), (out, steps)
+    assert "learning rate 0.05 x 0.5 = 0.025 (the run shrank)" in out
+    assert all(m["global"]["learning_rate"] == pytest.approx(0.025) for m in lines), lines[0]
     (run / "metrics.jsonl").unlink()
     out = _python(script, {**env, "TFCONSOLE_ATTEMPT": "5", "TFCONSOLE_RESUME_STEP": "25"}, tmp_path)
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
