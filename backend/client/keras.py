@@ -295,9 +295,7 @@ class _Hooks:
             "times": times,
             "eps": {t: per_worker_batch / s if per_worker_batch and s > 0 else None
                     for t, s in times.items()},
-            # the loss has its own fields (metric_line.py)
-            "metrics": {t: {n: v for n, v in m.items() if n != "loss"} for t, m in mine.items()},
-            "global": {n: v for n, v in km.global_values(rows).items() if n != "loss"}}
+            "metrics": mine, "global": km.global_values(rows)}
 
     def _save(self, values: dict, *, save_now: bool, preempting: bool) -> None:
         path = checkpoints.save(self.ckpt, self._assign_step(), epoch=self.epoch,

@@ -212,8 +212,7 @@ class Loop:
         return {"losses": {tasks[r.task_index]: r.value("loss") if km.counted([r], "loss")
                            else math.nan for r in rows},
                 "times": {tasks[r.task_index]: r["step_time"] for r in rows},
-                "metrics": {t: {n: v for n, v in m.items() if n != "loss"} for t, m in mine.items()},
-                "global": {n: v for n, v in km.global_values(rows).items() if n != "loss"}}
+                "metrics": mine, "global": km.global_values(rows)}
 
     def _epoch(self) -> int:
         """1-based: ``epoch=`` (a variable, a callable or a number, 0-based like the tutorial's

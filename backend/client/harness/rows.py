@@ -141,8 +141,9 @@ def name_problems(names, *, validation: bool) -> list[str]:
         elif validation and len(VAL_PREFIX + name) > metric_line.NAME_MAX:
             out.append(f"metric name {name[:20]!r}... is too long to carry the {VAL_PREFIX!r} "
                        f"prefix (at most {metric_line.NAME_MAX - len(VAL_PREFIX)} characters)")
-    # A line carries every metric and, with validation, its val_ twin, plus learning_rate.
-    cap = (metric_line.MAX_NAMES - 2) // (2 if validation else 1)
+    # A line carries the loss and every metric and, with validation, their val_ twins, plus
+    # learning_rate.
+    cap = (metric_line.MAX_NAMES - 2 - validation) // (2 if validation else 1)
     if len(names) > cap:
         out.append(f"{len(names)} metrics, at most {cap} (each is a series in the console)")
     return out

@@ -293,8 +293,7 @@ class Session:
     def _save(self, step, per_task, glob, pending, *, preempting: bool, save_now: bool) -> None:
         losses = {t: v[rows.LOSS] for t, v in per_task.items()}
         t_save = time.monotonic()
-        path = self.ckpt.save(step, self._epoch(step), losses, glob[rows.LOSS],
-                              metrics={k: v for k, v in glob.items() if k != rows.LOSS})
+        path = self.ckpt.save(step, self._epoch(step), losses, glob)
         why = " (preemption)" if preempting else " (save-now request)" if save_now else ""
         print(f"[{self.task}] saved checkpoint {path}{why}", flush=True)
         if self.cluster.is_chief and save_now:
