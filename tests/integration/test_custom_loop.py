@@ -87,7 +87,7 @@ def test_the_tutorial_loop_gets_curves_save_now_listed_checkpoints_export_and_re
     lines = metrics(run)
     by_task = {t: [m for m in lines if m["task"] == t] for t in ("chief-0", "worker-0")}
     assert [m["step"] for m in by_task["chief-0"]] == [m["step"] for m in by_task["worker-0"]]
-    assert any(a["loss"] != b["loss"] for a, b in zip(*by_task.values()))
+    assert any(a["metrics"]["loss"] != b["metrics"]["loss"] for a, b in zip(*by_task.values()))
     assert all("train_accuracy" in m["metrics"] for m in by_task["chief-0"][:3])
     assert_tensorboard_holds_every_line(run, lines, ("train_accuracy",))
     # The own-loss rule: the workers' losses (compute_average_loss x replicas) averaged over the
@@ -95,7 +95,7 @@ def test_the_tutorial_loop_gets_curves_save_now_listed_checkpoints_export_and_re
     chief = by_task["chief-0"]
     prev, total = 0, 0.0
     for m in [m for m in chief if m["step"] <= STEPS]:
-        total += (m["step"] - prev) * m["global_loss"]
+        total += (m["step"] - prev) * m["global"]["loss"]
         prev = m["step"]
     assert prev == STEPS   # the epoch-end save is a sync point: its line is at step 60
     log = run.log_tail("chief-0", 1_000_000)
