@@ -35,7 +35,7 @@ import time
 
 import tensorflow as tf
 
-from .harness import ckpt_index, layout, metric_line, retention, train_info
+from .harness import ckpt_index, layout, metric_line, retention, rows, train_info
 from .harness import loop as hloop
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
@@ -242,7 +242,7 @@ class _Hooks:
         if self.cols is None:
             self.mean, self.global_only, left = keras_metrics.choose(
                 keras_metrics.flat_metrics(self.model))
-            self.cols = keras_metrics.Columns(tuple(self.mean))
+            self.cols = rows.meeting_layout(tuple(self.mean))
             if left and self.ctx.is_chief:
                 print(f"[{self.ctx.task}] tfconsole: not shown: {', '.join(left)}", flush=True)
         return self.cols

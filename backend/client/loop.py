@@ -46,7 +46,7 @@ import time
 
 import tensorflow as tf
 
-from .harness import ckpt_index, layout, metric_line, retention, train_info
+from .harness import ckpt_index, layout, metric_line, retention, rows, train_info
 from .harness import loop as hloop
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
@@ -88,7 +88,7 @@ class Loop:
                            aggregation=tf.VariableAggregation.SUM, dtype=tf.float32)
             self._total = tf.Variable(0.0, name="tfconsole_loss_total", **on_read)
             self._count = tf.Variable(0.0, name="tfconsole_loss_count", **on_read)
-        self.cols = keras_metrics.Columns(("loss", *self.metrics))
+        self.cols = rows.meeting_layout(("loss", *self.metrics))
         self.versions = {"tensorflow": tf.__version__}
         if model is not None:
             self.versions["keras"] = getattr(sys.modules.get(model_desc.keras_of(model)),

@@ -128,11 +128,14 @@ def should_save() -> bool:
     step (a save skipped by one worker can deadlock the others): carry this flag in a
     collective, as the Keras callback does, and call ``saved(step)`` on the chief afterwards.
     """
+    return bool(save_requests())
+
+
+def save_requests() -> list:
+    """The Save-now requests waiting (the chief's; none elsewhere), kept for ``saved``."""
     ctx = context()
-    if not ctx.in_run or not ctx.is_chief:
-        return False
-    _state["seen"] = requests_dir.pending(ctx.run_dir)
-    return bool(_state["seen"])
+    _state["seen"] = requests_dir.pending(ctx.run_dir) if ctx.in_run and ctx.is_chief else []
+    return _state["seen"]
 
 
 def saved(step: int) -> bool:
