@@ -10,8 +10,8 @@ Why not Keras' logged numbers: under MWMS tf_keras' per-batch ``logs`` are N x t
 ``total``/``count``, ``experimental_local_results``: no collective). At an attempt's first
 step, at every checkpoint step, at every epoch end and then every 10 steps but no more often
 than every 0.25 s (or exactly every ``every`` steps when given), all workers meet in one
-``all_gather`` of a row (keras_metrics.Columns: task, step_time, save_flag, next_sync, then each
-mean metric's total and count since the last sync, training and validation; a tf.function
+``all_gather`` of a row (harness/rows.meeting_layout: task, step_time, save_flag, next_sync,
+then each mean metric's total and count since the last sync, training and validation; a tf.function
 called from the callback, ~3 ms here: bench/README.md); each row proposes the next sync step
 from its step time and all take the largest, so they meet again at one step. From the rows:
 a worker's value = its own total/count, the global value = sum of totals / sum of counts
@@ -28,7 +28,6 @@ exits 75 (save_on_signal.py, harness/preempt.py).
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -39,6 +38,7 @@ from .harness import ckpt_index, layout, metric_line, retention, rows, train_inf
 from .harness import loop as hloop
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
+from . import sync
 from .sync import Health, Meeting
 
 
@@ -285,17 +285,10 @@ class _Hooks:
                 "metrics": {t: {**m, **val_mine.get(t, {})} for t, m in out["metrics"].items()}}
 
     def _train_values(self, rows: list) -> dict:
-        km, tasks = keras_metrics, self.ctx.tasks
-        mine = km.per_worker(rows, tasks)
-        times = {tasks[r.task_index]: r["step_time"] for r in rows}
+        out = sync.values(rows, self.ctx.tasks)
         per_worker_batch = self.batch_size / len(rows) if self.batch_size else None
-        return {
-            "losses": {tasks[r.task_index]: r.value("loss") if "loss" in self.mean else math.nan
-                       for r in rows},
-            "times": times,
-            "eps": {t: per_worker_batch / s if per_worker_batch and s > 0 else None
-                    for t, s in times.items()},
-            "metrics": mine, "global": km.global_values(rows)}
+        return {**out, "eps": {t: per_worker_batch / s if per_worker_batch and s > 0 else None
+                               for t, s in out["times"].items()}}
 
     def _save(self, values: dict, *, save_now: bool, preempting: bool) -> None:
         path = checkpoints.save(self.ckpt, self._assign_step(), epoch=self.epoch,

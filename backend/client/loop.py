@@ -15,7 +15,7 @@
   ``loss_is="replica_mean"`` when the step returns the replica's own mean instead.
 - ``loop.step(value=None)`` last in each step's body (returns ``value``): at an attempt's first step and then
   every 10 steps but no more often than every 0.25 s (``every=K``: exactly every K steps), all
-  workers meet in one ``all_gather`` of a row (keras_metrics.Columns: task, step time, save flag,
+  workers meet in one ``all_gather`` of a row (rows.meeting_layout: task, step time, save flag,
   next sync, then the loss's and each metric's total and count since the last sync), the same
   gather and schedule as the Keras callback; the chief writes every worker's line (per worker:
   own total / own count; global: summed totals / summed counts).
@@ -39,7 +39,6 @@ value, the manager is left alone.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import time
@@ -50,6 +49,7 @@ from .harness import ckpt_index, layout, metric_line, retention, rows, train_inf
 from .harness import loop as hloop
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
+from . import sync
 from .sync import Health, Meeting
 
 LOSS_IS = ("global_average", "replica_mean")
@@ -196,7 +196,7 @@ class Loop:
         window, self.mark = _delta(state, self.mark, self.carry), state
         self.carry = {}
         met = self.meeting.meet(self.cols, self.n, train=window)
-        self.last = self._values(met.rows)
+        self.last = sync.values(met.rows, self.ctx.tasks)
         if self.ctx.is_chief:
             reporting.report(self.n, epoch=self._epoch(), losses=self.last["losses"],
                              step_time=self.last["times"], metrics=self.last["metrics"],
@@ -205,14 +205,6 @@ class Loop:
                 self._write_model_json()   # after a step: the model is built
         self.health.check(self.n, met.rows)
         return met.save_now, met.preempting
-
-    def _values(self, rows) -> dict:
-        km, tasks = keras_metrics, self.ctx.tasks
-        mine = km.per_worker(rows, tasks)
-        return {"losses": {tasks[r.task_index]: r.value("loss") if km.counted([r], "loss")
-                           else math.nan for r in rows},
-                "times": {tasks[r.task_index]: r["step_time"] for r in rows},
-                "metrics": mine, "global": km.global_values(rows)}
 
     def _epoch(self) -> int:
         """1-based: ``epoch=`` (a variable, a callable or a number, 0-based like the tutorial's

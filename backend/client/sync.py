@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from .harness import nonfinite, preempt
-from .harness.rows import VAL_PREFIX
+from .harness.rows import LOSS, VAL_PREFIX
 from . import keras_metrics, reporting
 
 MIN_SYNC_S = 0.25   # by default, workers meet no more often than this (a gather costs ~3 ms)
@@ -82,6 +82,16 @@ class Meeting:
             return (step // self.every + 1) * self.every
         ahead = max(self.every, math.ceil(MIN_SYNC_S / step_time))
         return -(-(step + ahead) // self.every) * self.every
+
+
+def values(rows: list, tasks: tuple) -> dict:
+    """What a meeting's rows say, the same on every worker: each worker's loss (NaN where it
+    counted none), step time and own metrics, and the global values (summed state)."""
+    km = keras_metrics
+    return {"losses": {tasks[r.task_index]: r.value(LOSS) if LOSS in r.layout.metrics else math.nan
+                       for r in rows},
+            "times": {tasks[r.task_index]: r["step_time"] for r in rows},
+            "metrics": km.per_worker(rows, tasks), "global": km.global_values(rows)}
 
 
 class Health:
