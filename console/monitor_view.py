@@ -70,9 +70,9 @@ def snapshot(live: LiveRun, smoothing: float = 0.0, hidden: frozenset = frozense
 
 
 def _membership(attempt) -> dict | None:
-    """Task -> host of an attempt, as its record keeps it (None: a record from before issue 39)."""
-    hosts = getattr(attempt, "hosts", None)
-    return hosts if isinstance(hosts, dict) and hosts else None
+    """Task -> host of an attempt, as its record keeps it (None: a record from before issue 39,
+    which the record reader leaves at the field's default)."""
+    return attempt.hosts or None
 
 
 def attempt_rows(state) -> list[dict]:

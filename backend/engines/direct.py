@@ -204,7 +204,7 @@ class HostsEngine(Capabilities):
         harness = harness_bundle()
 
         def one(group) -> dict[str, dict]:
-            recorded = {t.name: getattr(t, "pgid", None) for t in group.tasks}
+            recorded = {t.name: t.pgid for t in group.tasks}
             try:
                 answers = remote.stop_tasks(group.host(self.pool), group.names, grace_s=grace_s,
                                             groups=recorded, harness=harness)
