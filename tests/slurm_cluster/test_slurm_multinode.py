@@ -187,7 +187,7 @@ def fake_node_gpus(slurm_nodes, tmp_path, monkeypatch):
 
 
 def test_monitor_reads_the_gpus_of_every_node_of_a_two_node_job(slurm_nodes, fake_node_gpus, tmp_path, python_path):
-    from backend.config.slurm_spec import load_any_cluster
+    from backend.config.kinds import load_any_cluster
     from backend.config.spec import job_from_dict
     from console import monitor_view
     job = job_from_dict({"kind": "command", "command": [python_path, "-c", "import time; time.sleep(120)"]})
