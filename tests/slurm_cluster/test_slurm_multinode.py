@@ -1,4 +1,4 @@
-"""Runs across two Slurm nodes (tests/slurm_nodes.py: each node its own network namespace and
+"""Runs across two Slurm nodes (rig/slurm_nodes.py: each node its own network namespace and
 address, the filesystem shared): two tasks per node, ranks on different nodes dialling each other
 by name, through the CLI, the Python API and Monitor's metrics store, as an operator would.
 
@@ -23,7 +23,7 @@ from backend.runs import launcher, restore
 from backend.runs.launcher import attach
 from backend.runs.store import RunStore
 from backend.watch.metrics import MetricsStore
-from tests import sshd
+from rig import sshd
 from tests.conftest import processes_of, wait_for
 from tests.faults.conftest import TF_ENV, kill_task, wait_phase
 
