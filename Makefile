@@ -32,8 +32,8 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 	touch $@
 
 # Debian packages the tests drive for real: OpenSSH server and client, Chromium, ps,
-# ip/unshare/nsenter for the jump-host test's private network (tests/netns.py), and Slurm with
-# munge for the one-node test cluster (tests/slurm.py; no systemd needed), and faketime for a
+# ip/unshare/nsenter for the jump-host test's private network (rig/netns.py), and Slurm with
+# munge for the one-node test cluster (rig/slurm.py; no systemd needed), and faketime for a
 # console clock skewed from its hosts' (tests/watch/test_clock_skew.py), and rsync, the yardstick
 # of bench/project_launch.py.
 system-deps:

@@ -30,7 +30,7 @@ def _store(runs: str | os.PathLike | None):
 
 def _cluster(cluster: Any):
     """A cluster file's path, its content as a dict, or a spec (ClusterSpec, SlurmSpec)."""
-    from backend.config.slurm_spec import any_cluster_from_dict, load_any_cluster
+    from backend.config.kinds import any_cluster_from_dict, load_any_cluster
     if isinstance(cluster, (str, os.PathLike)):
         return load_any_cluster(cluster)
     return any_cluster_from_dict(cluster) if isinstance(cluster, Mapping) else cluster

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from backend.runs import launcher  # noqa: E402
 from backend.runs.store import RunStore  # noqa: E402
 from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
-from tests.sshd import free_port  # noqa: E402  (below the ephemeral range: no client takes it)
+from rig.sshd import free_port  # noqa: E402  (below the ephemeral range: no client takes it)
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -71,7 +71,7 @@ def main() -> None:
     args = ap.parse_args()
     from backend.runs.store import RunStore
     from bench.console_cpu import goto, serve
-    from tests.e2e.browser import ARGS, CHROMIUM
+    from rig.browser import ARGS, CHROMIUM
     from playwright.sync_api import sync_playwright
     tmp = Path(tempfile.mkdtemp(prefix="console-memory-"))
     out = open(args.csv or tmp / "samples.csv", "w", buffering=1)

@@ -21,7 +21,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.sshd import free_port  # noqa: E402  (below the ephemeral range)
+from rig.sshd import free_port  # noqa: E402  (below the ephemeral range)
 HARNESS = [sys.executable, "-m", "backend.client.harness.{}"]   # this checkout's, as the venv imports it
 JOB = os.path.join(ROOT, "examples", "synthetic.py")
 VARIANTS = {"small pools, nice 10 (default)": ["--threads", "1", "--nice", "10"],

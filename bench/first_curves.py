@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.console_cpu import goto, serve  # noqa: E402
-from tests.e2e.browser import ARGS, CHROMIUM, FEED_JS, click  # noqa: E402
-from tests.sshd import free_port  # noqa: E402
+from rig.browser import ARGS, CHROMIUM, FEED_JS, button  # noqa: E402
+from rig.sshd import free_port  # noqa: E402
 
 
 def floor() -> float:
@@ -95,7 +95,7 @@ def one_round(page, url: str, runs: Path) -> tuple[float, float]:
     for _ in range(6):
         goto(page, url, "Launch")
         t0, wall0 = time.perf_counter(), time.time()
-        click(page, "Start")
+        button(page, "Start").click(timeout=30_000)
         # The page's first answer: the start's progress line (older trees: its outcome).
         page.get_by_text(re.compile(r"start \S+: working|Run \S+ started|Preflight failed")).first \
             .wait_for(timeout=300_000)

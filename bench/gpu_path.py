@@ -34,7 +34,7 @@ from backend.watch.metrics import MetricsStore  # noqa: E402
 from backend.runs.store import RunStore  # noqa: E402
 from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
 from console import figures  # noqa: E402
-from tests.sshd import free_port  # noqa: E402
+from rig.sshd import free_port  # noqa: E402
 
 TASK_CODE = """\
 import json, os, sys, time

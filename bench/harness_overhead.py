@@ -26,7 +26,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.sshd import free_port  # noqa: E402  (below the ephemeral range)
+from rig.sshd import free_port  # noqa: E402  (below the ephemeral range)
 TRAIN = ["-m", "backend.client.harness.train"]
 JOB = os.path.join(ROOT, "examples", "synthetic.py")
 VARIANTS = {

@@ -23,22 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from backend.engines import direct as hosts_engine  # noqa: E402
 from backend.runs import launcher  # noqa: E402
 from backend.hosts import pool as pool_module  # noqa: E402
-from backend.hosts.ssh import SSHOptions  # noqa: E402
 from backend.runs.store import RunStore  # noqa: E402
 from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
-from tests import sshd  # noqa: E402
-
-
-def start_hosts(root: Path, count: int):
-    key = root / "id_ed25519"
-    sshd.keygen(key)
-    (root / "authorized_keys").write_text((root / "id_ed25519.pub").read_text())
-    hosts = [sshd.make_host(root, f"127.0.0.{n + 2}", root / "authorized_keys") for n in range(count)]
-    known = root / "known_hosts"
-    known.write_text("".join(sshd.known_hosts_line(h) for h in hosts))
-    options = SSHOptions(known_hosts=str(known), ssh_config=str(root / "none"),
-                         allow_agent=False, look_for_keys=False)
-    return hosts, key, options
+from rig import sshd  # noqa: E402
+from rig.hosts import start_hosts  # noqa: E402
 
 
 def machine_cpu_s() -> float:

@@ -36,8 +36,8 @@ from backend import engines  # noqa: E402
 from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
 from backend.runs import launcher  # noqa: E402
 from backend.runs.store import RunStore  # noqa: E402
-from bench.launch_scale import start_hosts  # noqa: E402
-from tests import sshd  # noqa: E402
+from rig.hosts import start_hosts  # noqa: E402
+from rig import sshd  # noqa: E402
 
 JOB = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
 SHAPES = {2: (2, 1), 32: (8, 4)}   # tasks -> (hosts, tasks per host)

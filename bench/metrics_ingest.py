@@ -75,7 +75,7 @@ def bench_store(data: list[bytes], *, arrow: bool) -> None:
 def bench_e2e(data: list[bytes]) -> None:
     from backend.hosts.local import LocalTransport
     from backend.watch import RunMonitor
-    from tests.watch.helpers import make_run
+    from rig.watch_run import make_run
     tmp = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
     run = make_run(tmp / "run")
     (run / "metrics.jsonl").write_bytes(b"\n".join(data) + b"\n")

@@ -81,7 +81,7 @@ def launch(store, workers: int, interval: float, workdir: Path):
     Launch page would start it (preflight left out: it is the same at both sizes)."""
     from backend.config.spec import cluster_from_dict, job_from_dict
     from backend.runs import launcher
-    from tests.sshd import free_port
+    from rig.sshd import free_port
     ports: set[int] = set()
     while len(ports) < workers:
         ports.add(free_port())
@@ -208,7 +208,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from backend.runs.store import RunStore
     from bench.console_cpu import serve
-    from tests.e2e.browser import ARGS, CHROMIUM
+    from rig.browser import ARGS, CHROMIUM
     from playwright.sync_api import sync_playwright
     tmp = Path(tempfile.mkdtemp(prefix="monitor-lag-"))
     proc, url = serve(tmp / "runs", tmp / "streamlit.log")

@@ -44,7 +44,7 @@ from backend import checkpoints  # noqa: E402
 from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
 from backend.runs import detached, launcher  # noqa: E402
 from backend.runs.store import RunStore  # noqa: E402
-from tests import sshd  # noqa: E402
+from rig import sshd  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}

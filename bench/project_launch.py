@@ -34,8 +34,8 @@ from backend.engines import direct as hosts_engine  # noqa: E402
 from backend.runs import launcher  # noqa: E402
 from backend.runs.store import RunStore  # noqa: E402
 from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
-from bench.launch_scale import start_hosts  # noqa: E402
-from tests import sshd  # noqa: E402
+from rig.hosts import start_hosts  # noqa: E402
+from rig import sshd  # noqa: E402
 
 
 def make_project(root: Path, mib: int) -> Path:

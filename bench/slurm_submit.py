@@ -1,8 +1,8 @@
 """Submit -> first loss point: the same job through Slurm and on SSH hosts, side by side.
 
 ``python bench/slurm_submit.py [--rounds 2]`` (root; Slurm, munge, sshd, iproute2: ``make test``
-installs them). It starts the two-node test cluster of tests/slurm_nodes.py (each node its own
-network namespace) and two sshd hosts on 127.0.0.2 and 127.0.0.3 (tests/sshd.py), then alternates
+installs them). It starts the two-node test cluster of rig/slurm_nodes.py (each node its own
+network namespace) and two sshd hosts on 127.0.0.2 and 127.0.0.3 (rig/sshd.py), then alternates
 four paths round by round so all see the same machine load:
 
 - slurm-1x2: ``kind: slurm``, nodes 1, tasks_per_node 2 (local login host: unpack + sbatch, Slurm
@@ -34,7 +34,7 @@ from backend.runs.store import RunStore  # noqa: E402
 from backend.config.slurm_spec import slurm_from_dict  # noqa: E402
 from backend.config.spec import cluster_from_dict, job_from_dict  # noqa: E402
 from backend.hosts.ssh import SSHOptions  # noqa: E402
-from tests import slurm, slurm_nodes, sshd  # noqa: E402
+from rig import slurm, slurm_nodes, sshd  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = {"epochs": 1, "steps_per_epoch": 100000, "log_every": 1, "checkpoint_every": 0}

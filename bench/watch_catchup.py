@@ -31,7 +31,7 @@ from bench.metrics_ingest import lines  # noqa: E402
 
 
 def write_run(data: list[bytes]) -> Path:
-    from tests.watch.helpers import make_run
+    from rig.watch_run import make_run
     tmp = Path(tempfile.mkdtemp(prefix="catchup-bench-"))
     run = make_run(tmp / "run")
     (run / "metrics.jsonl").write_bytes(b"\n".join(data) + b"\n")

@@ -8,7 +8,7 @@ MetricsStore.add_many. Times come from one clock: producer and store share this 
     python bench/watch_latency.py --poll                   # PollingObserver, 0.5 s interval
     python bench/watch_latency.py --poll --poll-interval 0.1
     python bench/watch_latency.py --noise 2000             # plus 2,000 log lines/s of TF noise
-    python bench/watch_latency.py --ssh-loopback           # real sshd on 127.0.0.2 (tests/sshd.py)
+    python bench/watch_latency.py --ssh-loopback           # real sshd on 127.0.0.2 (rig/sshd.py)
     python bench/watch_latency.py --ssh HOST:PORT          # your own sshd (keys from ~/.ssh)
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 from backend.watch.metrics import MetricsStore  # noqa: E402
 from backend.watch import RunMonitor  # noqa: E402
-from tests.watch.helpers import append, make_run, metric  # noqa: E402
+from rig.watch_run import append, make_run, metric  # noqa: E402
 
 
 class TimedStore(MetricsStore):
@@ -45,7 +45,7 @@ class TimedStore(MetricsStore):
 def loopback_ssh(tmp: Path):
     """A real sshd on 127.0.0.2 with a fresh client key; returns (factory, stop)."""
     from backend.hosts.ssh import SSHOptions, SSHTransport
-    from tests import sshd
+    from rig import sshd
     sshd.keygen(tmp / "id_ed25519")
     (tmp / "authorized_keys").write_text((tmp / "id_ed25519.pub").read_text())
     host = sshd.make_host(tmp / "sshd", "127.0.0.2", tmp / "authorized_keys")

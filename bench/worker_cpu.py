@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.sshd import free_port  # noqa: E402  (below the ephemeral range)
+from rig.sshd import free_port  # noqa: E402  (below the ephemeral range)
 
 
 def _train(tree: Path) -> list[str]:

@@ -10,7 +10,7 @@ The whole session runs in a private HOME (``pytest_configure`` below): nothing t
   ``operator_ssh.add(alias, host)`` names and trusts another host.
 - ``alias_cluster``: chief ``h2``, worker ``h3``, nothing but the aliases: ``SSHOptions()`` defaults.
 - ``jump_host``: ``h5`` is reachable only through the jump host ``h4`` (``ProxyJump h4`` in
-  ``~/.ssh/config``); both live in a private network namespace (tests/netns.py) and a direct
+  ``~/.ssh/config``); both live in a private network namespace (rig/netns.py) and a direct
   connection to ``h5`` is refused.
 """
 from __future__ import annotations
@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import netns, sshd, timeline
+from rig import netns, sshd
+from tests import timeline
 from tests.ssh_home import OperatorSSH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -523,12 +524,12 @@ def slurm_cluster(slurm_session):
 
 @pytest.fixture(scope="session")
 def slurm_session():
-    """A real one-node Slurm cluster (tests/slurm.py); ``SLURM_CONF`` points every client at it.
+    """A real one-node Slurm cluster (rig/slurm.py); ``SLURM_CONF`` points every client at it.
 
     Session-wide: the daemons start in about a second, but one cluster for all tests keeps the
     job ids and the node's state easy to read in a failure.
     """
-    from tests import slurm
+    from rig import slurm
     lacking = slurm.missing()
     require("a one-node Slurm cluster (" + ", ".join(lacking) + ")", not lacking)
     cluster = slurm.start()

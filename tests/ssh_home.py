@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.sshd import SSHHost, known_hosts_line
+from rig.sshd import SSHHost, known_hosts_line
 
 KEY_NAME = "cluster_ed25519"
 

@@ -28,7 +28,7 @@ from backend.runs.store import RunStore
 from backend.files import room
 from backend.access import identity
 from backend.hosts.pool import Pool
-from backend.config.slurm_spec import load_any_cluster
+from backend.config.kinds import load_any_cluster
 from backend.config.spec import load_cluster, load_job
 
 

@@ -24,7 +24,7 @@ from typing import Mapping
 from backend.config.fields import (REQUIRED, parse_command_name, parse_enum, parse_host, parse_jump_host, parse_fields, parse_plain,
                              parse_plain_path, parse_port, show_value, parse_user, parse_workdir)
 from backend.errors import SpecError, SpecErrors
-from backend.config.spec import ClusterSpec, Role, TaskSpec, TransportKind, cluster_from_dict, load_cluster
+from backend.config.spec import ClusterSpec, Role, TaskSpec, TransportKind
 
 KIND = "slurm"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -204,20 +204,6 @@ def slurm_to_dict(spec: SlurmSpec) -> dict:
         if default is REQUIRED or value != default:
             out[name] = dict(value) if isinstance(value, Mapping) else parse_plain(value)
     return out
-
-
-AnyCluster = ClusterSpec | SlurmSpec
-
-
-def any_cluster_from_dict(data: object) -> AnyCluster:
-    """A cluster file of either kind: ``kind: slurm``, or a list of SSH/local tasks."""
-    return slurm_from_dict(data) if is_slurm(data) else cluster_from_dict(data)
-
-
-def load_any_cluster(path) -> AnyCluster:
-    from backend.config.fields import read_yaml
-    data = read_yaml(path)
-    return slurm_from_dict(data) if is_slurm(data) else load_cluster(path)
 
 
 def load_slurm(path) -> SlurmSpec:

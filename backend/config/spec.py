@@ -179,6 +179,10 @@ class ClusterSpec:
             seen[task.role] = seen.get(task.role, 0) + 1
         return out
 
+    def as_cluster(self) -> ClusterSpec:
+        """Its tasks as a list of hosts: itself (every cluster kind answers this; kinds.py)."""
+        return self
+
     def task_names(self) -> list[str]:
         return [f"{task.role.value}-{index}" for task, index in self.indexed()]
 

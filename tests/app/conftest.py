@@ -7,7 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT, autograph_files, temp_left
-from tests.sshd import free_port
+from rig.sshd import free_port
 
 TIMEOUT = 120   # a Start runs the preflight (imports TensorFlow) and launches two processes
 

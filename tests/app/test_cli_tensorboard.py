@@ -119,7 +119,7 @@ def children(pid: int) -> list[int]:
 
 
 def test_tensorboard_serves_the_train_and_validation_runs_and_stops_with_the_command(finished_run):
-    from tests.sshd import free_port
+    from rig.sshd import free_port
     root, run_id = finished_run
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "backend", "--runs", str(root), "tensorboard", run_id,

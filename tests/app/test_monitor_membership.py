@@ -22,7 +22,7 @@ from console import monitor_view
 from console.ui import state
 from tests.app.test_monitor_page import _chart_messages
 from tests.conftest import ROOT, wait_for
-from tests.sshd import free_port
+from rig.sshd import free_port
 
 EVERY = 5          # the chief writes a line per worker every 5 steps
 RESUMED = 20       # the newest checkpoint when the host went: attempt 2 resumed from it

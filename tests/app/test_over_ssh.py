@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from backend.runs.store import RunStore
-from tests import sshd
+from rig import sshd
 from tests.app.conftest import errors, open_page
 from tests.conftest import HOME, processes_of, wait_for
 

@@ -1,5 +1,5 @@
 """The console on Slurm: the Cluster page's "Slurm" choice (form, problems, batch-script preview),
-and a two-task job started from the Launch page on the real one-node cluster (tests/slurm.py),
+and a two-task job started from the Launch page on the real one-node cluster (rig/slurm.py),
 whose per-worker losses reach Monitor."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from backend.runs.store import RunStore
 from console import monitor_view, slurm_form
 from console.ui import state
-from tests import sshd
+from rig import sshd
 from tests.app.conftest import errors
 from tests.conftest import wait_for
 

@@ -18,23 +18,15 @@ import pytest
 
 from backend.runs.store import RunStore
 from tests.conftest import ROOT, require
-from tests.sshd import free_port
+from rig.browser import ARGS, CHROMIUM, FEED_JS, button
+from rig.sshd import free_port
 
-CHROMIUM = "/usr/bin/chromium"
 LOGS: list[Path] = []   # the logs of the consoles running now, newest last
 PAGE_EVENTS: list[str] = []   # what the browser said went wrong (a crash, a script error)
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync"]
 OUT = ROOT / "test-output" / "e2e"
 DOCS = ROOT / "docs" / "screenshots"
 CHARTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(el =>
     (el._fullData || el.data || []).map(t => ({name: t.name, y: Array.from(t.y || [])})))"""
-# What each of Monitor's live charts has received (console/static/live_chart.js counts it) and
-# how many points it holds now.
-FEED_JS = """() => Array.from(document.querySelectorAll('.tfconsole-chart')).map(el => ({
-    whole: Number(el.dataset.whole || 0), last: el.dataset.lastOp || '',
-    received: Number(el.dataset.points || 0),
-    held: (el.data || []).reduce((n, t) => n + t.x.length, 0)}))"""
 
 
 STREAMLIT = ["-m", "streamlit", "run", "console/app.py", "--server.address", "127.0.0.1",
@@ -141,12 +133,6 @@ def shot(page, name: str) -> None:
     if os.environ.get("UPDATE_SCREENSHOTS") == "1":
         DOCS.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(OUT / f"{name}.png", DOCS / f"{name}.png")
-
-
-def button(page, name: str):
-    """The page's button ``name``; not a stale one the previous page or run left on screen."""
-    fresh = page.locator('[data-testid="stElementContainer"]:not([data-stale="true"])')
-    return fresh.get_by_role("button", name=name, exact=True)
 
 
 def click(page, name: str, timeout_s: float = 30) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from backend.runs.store import RunStore
 from tests.conftest import processes_of, require, wait_for
+from rig import browser as chromium
 from tests.e2e import browser as web
 
 
@@ -100,7 +101,7 @@ def _save_and_export(page) -> int:
     web.wait_text(page, rf"at steps .*\b{saved}\b", 120)
     web.click(page, "Export")
     web.wait_text(page, r"Export \S+ \(step \d+\) verified", 400)   # nice +10: it yields to the training
-    web.button(page, "Download model.keras").wait_for(timeout=60_000)
+    chromium.button(page, "Download model.keras").wait_for(timeout=60_000)
     web.shot(page, "checkpoints")
     return saved
 
@@ -140,7 +141,7 @@ def test_console_over_ssh_aliases_survives_a_restart(ssh_console):
         page.get_by_role("heading", name="Launch").first.wait_for(timeout=120_000)
         web.wait_text(page, rf"^Run {run_id} — running", 120)
         web.wait_text(page, LAUNCH_CLUSTER, 60)
-        web.button(page, "Stop run").wait_for(timeout=120_000)
+        chromium.button(page, "Stop run").wait_for(timeout=120_000)
         web.shot(page, "reattached")
         web.goto(page, "Monitor")
         web.wait_text(page, rf"^Run {run_id} — running", 120)

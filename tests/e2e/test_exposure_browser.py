@@ -3,6 +3,7 @@ whose own name resolves to 127.0.0.1 opens the console under that name and must 
 from __future__ import annotations
 
 from console import tokens
+from rig import browser as chromium
 from tests.e2e import browser as web
 
 MAKE_RUN = ["-m", "console", "--address", "127.0.0.1", "--port"]
@@ -15,7 +16,7 @@ def test_a_rebound_name_is_refused_and_the_real_address_opens(tmp_path, monkeypa
     with web.console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
         port = served.url.rsplit(":", 1)[1]
         # What rebinding achieves: the browser resolves the attacker's name to 127.0.0.1.
-        browser = p.chromium.launch(executable_path=web.CHROMIUM, args=web.ARGS + [
+        browser = p.chromium.launch(executable_path=chromium.CHROMIUM, args=chromium.ARGS + [
             "--host-resolver-rules=MAP attacker.example 127.0.0.1"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"http://attacker.example:{port}/")

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from rig import browser as chromium
 from tests.e2e import browser as web
 from tests.e2e.test_checkpoints_browser import _choose
 
@@ -43,7 +44,7 @@ def test_fit_job_curves_save_now_export_and_restore_in_the_browser(server):
         web.click(page, "Export")
         text = web.wait_text(page, r"Export \S+ \(step \d+\) verified", 400)
         assert f"(step {saved})" in text, (saved, text)   # the newest listed: the one just saved
-        web.button(page, "Download model.keras").wait_for(timeout=60_000)
+        chromium.button(page, "Download model.keras").wait_for(timeout=60_000)
 
         picked = _choose(page, "Resume from step", lambda texts: str(saved) if str(saved) in texts else texts[0])
         assert picked == str(saved)

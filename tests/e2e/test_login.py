@@ -10,6 +10,7 @@ import pytest
 
 from console import tokens
 from tests.conftest import wait_for
+from rig import browser as chromium
 from tests.e2e import browser as web
 
 MAKE_RUN = ["-m", "console", "--address", "127.0.0.1", "--port"]   # what `make run` runs
@@ -54,7 +55,7 @@ def test_make_run_prints_the_url_that_opens_the_console_and_nothing_opens_withou
         token = tokens.token_path(served.runs).read_text().strip()
         assert printed == f"{served.url}/?token={token}"
         assert stat.S_IMODE(os.stat(tokens.token_path(served.runs)).st_mode) == 0o600
-        browser = p.chromium.launch(executable_path=web.CHROMIUM, args=web.ARGS)
+        browser = p.chromium.launch(executable_path=chromium.CHROMIUM, args=chromium.ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
 
         for address in (served.url, served.url + "/monitor", served.url + "/cluster"):
@@ -87,7 +88,7 @@ def test_make_run_prints_the_url_that_opens_the_console_and_nothing_opens_withou
 def test_streamlit_run_prints_the_url_when_the_first_page_loads(tmp_path):
     sync_playwright = web.playwright()
     with web.console(web.STREAMLIT, tmp_path) as served, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=web.CHROMIUM, args=web.ARGS)
+        browser = p.chromium.launch(executable_path=chromium.CHROMIUM, args=chromium.ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(served.url)
         _assert_refused(page)
@@ -104,7 +105,7 @@ def test_with_the_token_off_every_page_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv(tokens.ENV, "none")
     with web.console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
         assert _printed_url(served.log) == served.url + "/"
-        browser = p.chromium.launch(executable_path=web.CHROMIUM, args=web.ARGS)
+        browser = p.chromium.launch(executable_path=chromium.CHROMIUM, args=chromium.ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(served.url)
         for title in PAGES:
@@ -140,7 +141,7 @@ def test_a_session_whose_token_is_revoked_stops_at_once(tmp_path):
     with web.console(MAKE_RUN, tmp_path) as served, sync_playwright() as p:
         token = _printed_url(served.log).rsplit("=", 1)[1]
         run = _live_run(served.runs)
-        browser = p.chromium.launch(executable_path=web.CHROMIUM, args=web.ARGS)
+        browser = p.chromium.launch(executable_path=chromium.CHROMIUM, args=chromium.ARGS)
         monitor, listing = (browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in "ab")
         broken = []                              # the browser's own errors: a blank page is one
         for page in (monitor, listing):

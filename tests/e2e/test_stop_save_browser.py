@@ -13,6 +13,7 @@ import pytest
 from backend.runs.launcher import attach
 from backend.runs.store import RunStore
 from tests.conftest import processes_of, wait_for
+from rig import browser as chromium
 from tests.e2e import browser as web
 from tests.e2e.test_checkpoints_browser import _choose, _listed_steps
 
@@ -84,7 +85,7 @@ def test_save_then_stop_then_restore_offers_and_resumes_the_saved_step(server):
         for _ in range(6):
             web.click(page, "Stop run", 120)
             try:
-                web.button(page, "Yes, stop it").first.wait_for(timeout=20_000)
+                chromium.button(page, "Yes, stop it").first.wait_for(timeout=20_000)
                 break
             except Exception:  # noqa: BLE001 - playwright's timeout: the click was lost
                 continue

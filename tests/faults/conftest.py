@@ -16,7 +16,7 @@ from backend.runs import detached
 from backend.runs.store import RunStore
 from backend.config.spec import job_from_dict
 from tests.conftest import FAULT_RESULTS, processes_of, require, wait_for
-from tests.sshd import port_free
+from rig.sshd import port_free
 
 ROOT = Path(__file__).resolve().parents[2]
 SYNTHETIC = str(ROOT / "examples" / "synthetic.py")

@@ -15,7 +15,7 @@ import yaml
 from backend.access import audit
 from backend.runs.store import RunStore
 from backend.records.state import Attempt, Phase, RunState, TaskState
-from tests import sshd
+from rig import sshd
 from tests.app.conftest import open_page, runs_dir  # noqa: F401 - runs_dir: a fixture used below
 from tests.conftest import ROOT
 

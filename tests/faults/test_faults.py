@@ -16,7 +16,7 @@ from backend.runs import detached
 from backend.runs import launcher
 from backend.errors import ConsoleError
 from backend.config.spec import cluster_to_dict, job_to_dict
-from tests import sshd
+from rig import sshd
 from tests.conftest import ps
 from tests.faults.conftest import (PARAMS, assert_nothing_left, expected_steps, freeze_task, harness_job, kill_task,
                                    metrics, record, steps_seen, wait_for, wait_phase)

@@ -14,7 +14,7 @@ from backend.config.spec import cluster_from_dict, job_from_dict
 from backend.errors import ConsoleError
 from backend.runs import launcher
 from backend.runs.store import RunStore
-from tests import sshd
+from rig import sshd
 from tests.conftest import processes_of, ssh_task
 from tests.faults.conftest import tmpfs
 

@@ -261,7 +261,7 @@ def test_a_restart_that_cannot_start_ends_the_run_failed_saying_why(store, pytho
     import backend.cli.main as cli
     from backend.records.state import Phase, RunState, TaskState
     from backend.config.spec import job_to_dict
-    from tests import sshd
+    from rig import sshd
     job = command_job(HANG, python_path, max_restarts=3, backoff_s=0.2, unreachable_grace_s=2, host_gone_s=2)
     tasks = [{"role": role, "host": "127.0.0.1", "transport": "local", "tf_port": sshd.free_port(),
               "python": python_path, "workdir": str(tmp_path / "wiped" / role)} for role in ("chief", "worker")]

@@ -13,7 +13,7 @@ from backend.errors import HostError
 from backend.hosts.ssh import SSHOptions, SSHTransport
 from tests.conftest import wait_for
 from tests.faults.conftest import record
-from tests import sshd
+from rig import sshd
 from tests.netcut import CutProxy
 
 SLACK_S = 30.0   # a loaded 2-core machine; the bound itself is what record() keeps
@@ -124,7 +124,7 @@ def test_monitor_notices_a_cut_and_says_since_when(proxy, client_key, options, t
     nothing, the monitor says so and reconnects, and ``last_data`` says since when."""
     from backend.watch.metrics import MetricsStore
     from backend.watch.monitor import STREAM_IDLE_S, RunMonitor
-    from tests.watch.helpers import make_run
+    from rig.watch_run import make_run
     run = make_run(tmp_path / "remote-run")
     mon = RunMonitor(lambda: through(proxy, client_key, options), str(run), str(tmp_path / "local"),
                      MetricsStore(), python=python_path, backoff=(0.5, 2.0)).start()

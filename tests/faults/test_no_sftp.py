@@ -17,7 +17,8 @@ from backend.runs import launcher
 from backend.hosts import remote
 from backend.hosts.ssh import SSHTransport
 from backend.config.spec import cluster_from_dict
-from tests import conftest, sshd
+from rig import sshd
+from tests import conftest
 from tests.conftest import alias_task, ssh_task
 from tests.faults.conftest import (PARAMS, assert_nothing_left, harness_job, kill_task, metrics, record,
                                    wait_for, wait_phase)

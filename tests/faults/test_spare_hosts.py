@@ -13,7 +13,8 @@ import pytest
 from backend import checkpoints
 from backend.config.spec import cluster_from_dict, job_from_dict
 from backend.runs import detached, launcher
-from tests import conftest, sshd
+from rig import sshd
+from tests import conftest
 from tests.conftest import processes_of, ssh_task
 from tests.faults.conftest import PARAMS, SYNTHETIC, TF_ENV, metrics, record, wait_for, wait_phase
 

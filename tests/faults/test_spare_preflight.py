@@ -12,7 +12,7 @@ from backend.hosts.pool import Pool
 from backend.runs import membership
 from backend.runs.handle import Run
 from backend.records.state import RunState, TaskState
-from tests import sshd
+from rig import sshd
 from tests.conftest import ssh_task
 from tests.faults.conftest import command_job
 

@@ -15,7 +15,8 @@ from backend.runs import detached
 from backend.runs import launcher
 from backend.records.outcome import TaskPhase
 from backend.config.spec import cluster_from_dict
-from tests import conftest, sshd
+from rig import sshd
+from tests import conftest
 from tests.conftest import ssh_task
 from tests.faults.conftest import assert_nothing_left, harness_job, metrics, record, wait_for, wait_phase
 

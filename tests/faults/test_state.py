@@ -17,7 +17,7 @@ from backend.errors import MultiHostError
 from backend.runs.store import RunStore
 from backend.records.state import Attempt, Phase, RunState
 from backend.config.spec import cluster_from_dict, cluster_to_dict
-from tests import sshd
+from rig import sshd
 from tests.conftest import ROOT, processes_of, ssh_task, wait_for
 from tests.faults.conftest import assert_nothing_left, command_job
 

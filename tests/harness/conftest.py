@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.sshd import free_port
+from rig.sshd import free_port
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -16,7 +16,7 @@ import yaml
 
 from backend.runs.store import RunStore
 from console import runs_view
-from tests import sshd
+from rig import sshd
 from tests.integration.test_cli import ROOT, cli
 
 

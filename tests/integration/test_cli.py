@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import sshd
+from rig import sshd
 
 ROOT = Path(__file__).resolve().parents[2]
 

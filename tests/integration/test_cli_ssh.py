@@ -10,7 +10,7 @@ import threading
 import pytest
 import yaml
 
-from tests import sshd
+from rig import sshd
 from tests.conftest import HOME, ROOT, ps, wait_for
 from tests.integration.test_cli import cli
 

@@ -14,7 +14,7 @@ import yaml
 
 from backend.runs import launcher
 from backend.runs.store import RunStore
-from tests import sshd
+from rig import sshd
 from tests.conftest import wait_for
 from tests.integration.test_cli import ROOT, cli
 

@@ -12,7 +12,7 @@ from backend.hosts.pool import Pool
 from backend.hosts.preflight import PreflightFailed, run_preflight
 from backend.runs.store import RunStore
 from backend.config.spec import cluster_from_dict, job_from_dict
-from tests import sshd
+from rig import sshd
 from tests.conftest import processes_of, ssh_task
 
 ROOT = Path(__file__).resolve().parents[2]

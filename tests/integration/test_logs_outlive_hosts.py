@@ -14,7 +14,7 @@ from backend.hosts.ssh import SSHOptions
 from backend.runs.store import RunStore
 from backend.config.spec import cluster_from_dict, job_from_dict
 from console.live_run import LiveRun
-from tests import sshd
+from rig import sshd
 from tests.conftest import processes_of, ssh_task, wait_for
 
 SCRIPT = "import time\nfor i in range(40):\n    print('line', i, flush=True)\n    time.sleep(0.05)\nprint('ALL DONE')"

@@ -21,7 +21,7 @@ from backend.hosts.pool import Pool
 from backend.hosts.preflight import run_preflight
 from backend.hosts.ssh import SSHOptions
 from backend.runs.store import RunStore
-from tests import sshd
+from rig import sshd
 from tests.conftest import HOME, processes_of, ssh_task, wait_for
 from tests.integration.test_cli import cli
 

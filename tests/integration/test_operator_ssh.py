@@ -77,7 +77,7 @@ def agent_with_key(tmp_path, client_key, monkeypatch):
     sock = tmp_path / "agent.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
     try:
-        from tests.sshd import wait_for_path
+        from rig.sshd import wait_for_path
         wait_for_path(sock)
         key = tmp_path / "only_in_agent"
         shutil.copyfile(client_key, key)

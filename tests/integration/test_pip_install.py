@@ -22,7 +22,7 @@ from backend.errors import ConsoleError
 from backend.hosts.preflight import PreflightFailed
 from backend.runs import launcher
 from backend.runs.store import RunStore
-from tests import sshd
+from rig import sshd
 from tests.conftest import processes_of, ssh_task
 
 

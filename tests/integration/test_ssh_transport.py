@@ -6,7 +6,7 @@ import pytest
 from backend.errors import HostError, HostKeyError
 from backend.hosts.ssh import SSHOptions, SSHTransport
 from backend.hosts.trust import fetch_host_key, trust_host_key
-from tests import sshd
+from rig import sshd
 
 
 def transport(host, client_key, options, **kw) -> SSHTransport:

@@ -15,8 +15,8 @@ import pytest
 from backend.errors import HostError
 from backend.hosts.ssh import SSHOptions, SSHTransport
 from backend.hosts.trust import fetch_host_key
-from tests import sshd
-from tests.netns import pump
+from rig import sshd
+from rig.netns import pump
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from backend.config.spec import cluster_from_dict, job_from_dict
 from backend.hosts.ssh import SSHOptions
 from backend.runs import launcher
 from backend.runs.store import RunStore
-from tests import sshd
+from rig import sshd
 from tests.conftest import wait_for
 from tests.integration.test_cli import ROOT, cli
 from tests.integration.test_cli_ssh import flags, ssh_files  # noqa: F401 (fixture)

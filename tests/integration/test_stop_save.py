@@ -12,7 +12,7 @@ import yaml
 from backend import checkpoints
 from backend.runs import launcher
 from backend.runs.store import RunStore
-from tests import sshd
+from rig import sshd
 from tests.conftest import autograph_files, processes_of, temp_left, wait_for
 from tests.integration.test_cli import ROOT, cli
 

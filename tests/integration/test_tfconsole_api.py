@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from tests import sshd
+from rig import sshd
 
 ROOT = Path(__file__).resolve().parents[2]
 

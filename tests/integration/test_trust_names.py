@@ -14,7 +14,7 @@ import pytest
 from backend.errors import HostKeyError
 from backend.hosts.known_hosts import blob_fingerprint
 from backend.hosts.ssh import SSHOptions, SSHTransport
-from tests import sshd
+from rig import sshd
 
 ROOT = Path(__file__).resolve().parents[2]
 # A security-key host line (sk-ssh-ed25519@openssh.com), as OpenSSH writes it for a FIDO host key.

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.sshd import free_port
+from rig.sshd import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The multi-node Slurm cluster (tests/slurm_nodes.py) as a fixture."""
+"""The multi-node Slurm cluster (rig/slurm_nodes.py) as a fixture."""
 from __future__ import annotations
 
 import os
@@ -16,7 +16,7 @@ def slurm_nodes():
     Per test, not per session: it starts in about 1.5 s, and a session-wide one would fight the
     one-node cluster (``slurm_session``) over ``SLURM_CONF`` in a process that has both.
     """
-    from tests import slurm_nodes as nodes
+    from rig import slurm_nodes as nodes
     lacking = nodes.missing()
     require("a multi-node Slurm cluster (" + ", ".join(lacking) + ")", not lacking)
     cluster = nodes.start(nodes=2, cpus=2)

@@ -1,7 +1,7 @@
 """A Keras user's `model.fit` script with the console's callback, on the Slurm engine (issue 26:
 "every feature that a harness job gets", Slurm included).
 
-Real parts: the one-node test cluster (tests/slurm.py), two tasks of one ``srun`` step under
+Real parts: the one-node test cluster (rig/slurm.py), two tasks of one ``srun`` step under
 MultiWorkerMirroredStrategy with tf_keras, examples/keras_fit.py unchanged as a command job; the
 console's own monitor, checkpoint listing, Save now and Export.
 """
@@ -19,7 +19,7 @@ from backend.client.harness import layout
 from backend.runs import launcher
 from backend.runs.store import RunStore
 from backend.watch.metrics import MetricsStore
-from tests import sshd
+from rig import sshd
 from tests.conftest import processes_of, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

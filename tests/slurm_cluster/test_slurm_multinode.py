@@ -1,4 +1,4 @@
-"""Runs across two Slurm nodes (tests/slurm_nodes.py: each node its own network namespace and
+"""Runs across two Slurm nodes (rig/slurm_nodes.py: each node its own network namespace and
 address, the filesystem shared): two tasks per node, ranks on different nodes dialling each other
 by name, through the CLI, the Python API and Monitor's metrics store, as an operator would.
 
@@ -23,7 +23,7 @@ from backend.runs import launcher, restore
 from backend.runs.launcher import attach
 from backend.runs.store import RunStore
 from backend.watch.metrics import MetricsStore
-from tests import sshd
+from rig import sshd
 from tests.conftest import processes_of, wait_for
 from tests.faults.conftest import TF_ENV, kill_task, wait_phase
 
@@ -187,7 +187,7 @@ def fake_node_gpus(slurm_nodes, tmp_path, monkeypatch):
 
 
 def test_monitor_reads_the_gpus_of_every_node_of_a_two_node_job(slurm_nodes, fake_node_gpus, tmp_path, python_path):
-    from backend.config.slurm_spec import load_any_cluster
+    from backend.config.kinds import load_any_cluster
     from backend.config.spec import job_from_dict
     from console import monitor_view
     job = job_from_dict({"kind": "command", "command": [python_path, "-c", "import time; time.sleep(120)"]})

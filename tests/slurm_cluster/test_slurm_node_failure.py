@@ -47,7 +47,7 @@ def test_a_node_set_down_requeues_the_same_job_which_resumes_on_both_nodes(slurm
 
     # The node comes back (its slurmd still answers, and ReturnToService=2 takes it back, as a
     # rebooted node rejoins). Slurm holds the requeued job for its credential lifetime plus 1 s
-    # (121 s by default; 31 s on the test cluster: AuthInfo's cred_expire in tests/slurm.py, the
+    # (121 s by default; 31 s on the test cluster: AuthInfo's cred_expire in rig/slurm.py, the
     # option Slurm sets the hold with) and runs it again after: the test does not cut that hold
     # short, and waits on it (220 s alone with the default hold, 111 s with 31 s). Released at once
     # (`scontrol update JobId=1 StartTime=now`), its new tasks were killed 5 s later, KillWait

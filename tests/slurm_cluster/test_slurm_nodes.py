@@ -1,10 +1,10 @@
-"""The multi-node test cluster itself (tests/slurm_nodes.py): two nodes, each its own network
+"""The multi-node test cluster itself (rig/slurm_nodes.py): two nodes, each its own network
 namespace and address, whose tasks find each other by name; stopped, it leaves nothing behind."""
 from __future__ import annotations
 
 import subprocess
 
-from tests import slurm_nodes
+from rig import slurm_nodes
 from tests.conftest import require
 
 # Each task listens on its node's address, then dials the other task's node by name.

@@ -12,7 +12,7 @@ from backend.config.slurm_spec import slurm_from_dict
 from backend.engines.slurm import SlurmEngine
 from backend.runs import launcher
 from backend.runs.store import RunStore
-from tests import sshd
+from rig import sshd
 from tests.conftest import wait_for
 from tests.faults.conftest import PARAMS, assert_nothing_left, expected_steps, harness_job, metrics, \
     steps_seen, wait_phase

@@ -8,7 +8,7 @@ from backend.runs import launcher
 from backend.engines.slurm import SlurmEngine
 from backend.runs.store import RunStore
 from backend.config.slurm_spec import slurm_from_dict
-from tests import sshd
+from rig import sshd
 from tests.faults.conftest import PARAMS, assert_nothing_left, harness_job, kill_task, metrics, wait_phase
 from tests.conftest import wait_for
 

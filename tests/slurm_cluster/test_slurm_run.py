@@ -1,4 +1,4 @@
-"""Runs on a real one-node Slurm cluster (tests/slurm.py): submitted, watched and stopped through
+"""Runs on a real one-node Slurm cluster (rig/slurm.py): submitted, watched and stopped through
 the command line and the Python API, as an operator on the login node would."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from backend.engines.slurm import SlurmEngine
 from backend.client.harness import layout
 from backend.runs.launcher import attach
 from backend.runs.store import RunStore
-from tests import sshd
+from rig import sshd
 from tests.conftest import processes_of, ps, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,8 @@ from backend.errors import SpecErrors
 from backend.client.harness import slurm_env
 from backend.records.outcome import TaskPhase, Verdict, conclude
 from backend.engines.slurm_script import batch_script
-from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict, slurm_from_dict, slurm_to_dict
+from backend.config.kinds import any_cluster_from_dict
+from backend.config.slurm_spec import SlurmSpec, slurm_from_dict, slurm_to_dict
 from backend.engines.slurm_states import SlurmPhase, parse_scontrol, parse_squeue, task_statuses
 from backend.config.spec import ClusterSpec, JobKind, JobSpec
 

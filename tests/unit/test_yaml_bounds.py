@@ -11,7 +11,7 @@ import pytest
 from backend.config.fields import MAX_YAML_BYTES, show_value, load_yaml_text
 from backend.errors import ConsoleError, SpecError
 from backend.config.spec import cluster_from_dict, load_cluster, load_job
-from backend.config.slurm_spec import load_any_cluster
+from backend.config.kinds import load_any_cluster
 
 
 def laughs(levels: int = 9) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from backend.watch import AGENT_PATH
 from backend.watch.agent import needs_polling
-from tests.watch.helpers import AgentProc, append, make_run, metric
+from rig.watch_run import AgentProc, append, make_run, metric
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from backend.watch.metrics import MAX_TASK_NAME, MAX_TASKS, MetricsStore
 from backend.watch import RunMonitor
 from backend.watch.agent import LOG_LINE_MAX
 from console.monitor_view import watch_line
-from tests.watch.helpers import AgentProc, append, make_run
+from rig.watch_run import AgentProc, append, make_run
 from tests.watch.test_monitor import ScriptedTransport, wait_for
 
 LONG = 1_000_000   # a progress bar written to a file, a printed tensor: just under the agent's 1 MB

@@ -11,7 +11,7 @@ import sys
 import time
 
 from tests.conftest import ROOT, require
-from tests.watch.helpers import append, make_run
+from rig.watch_run import append, make_run
 
 # The console side: a real RunMonitor over real SSH, then the page's own stall line. libfaketime
 # 0.9.10 makes time.sleep fail (EINVAL: clock_nanosleep with an absolute time), so this process

@@ -20,7 +20,7 @@ from backend.watch import RunMonitor
 from backend.watch.agent import parse_gpus
 from console import figures
 from tests.conftest import wait_for
-from tests.watch.helpers import AgentProc, make_run
+from rig.watch_run import AgentProc, make_run
 
 REAL = shutil.which("nvidia-smi")
 FAKE_CSV = "0, 37, 1024, 16384\n1, [N/A], 2048, 16384\n"

@@ -12,7 +12,7 @@ from backend.runs import launcher
 from backend.runs.store import RunStore
 from backend.watch.logcopy import COPY_MAX, LINE_MAX, LogCopier, cut_lines
 from tests.conftest import wait_for
-from tests.sshd import free_port
+from rig.sshd import free_port
 
 SHORT = 60_000   # numbered 100-byte lines after the long ones: 6 MB, past COPY_MAX on their own
 JOB = f"""import signal, sys, time

@@ -16,7 +16,7 @@ from backend.hosts.local import LocalTransport
 from backend.watch.metrics import MetricsStore
 from backend.watch import RunMonitor
 from backend.watch.journal import MIRROR_DIR, OFFSETS_FILE
-from tests.watch.helpers import agent_pids, append, make_run, metric
+from rig.watch_run import agent_pids, append, make_run, metric
 
 
 def wait_for(predicate, timeout=20.0, what="condition"):

@@ -44,7 +44,7 @@ class SSHHost:
     port: int
     folder: Path
     process: subprocess.Popen | None = None
-    netns: object | None = None   # a tests.netns.Netns when the host lives in a private network
+    netns: object | None = None   # a rig.netns.Netns when the host lives in a private network
 
     @property
     def host_key_pub(self) -> str:

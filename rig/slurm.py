@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tests.sshd import free_port
+from rig.sshd import free_port
 
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
 CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "srun")

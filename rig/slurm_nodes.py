@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests import slurm
-from tests.netns import TOOLS
+from rig import slurm
+from rig.netns import TOOLS
 
 PREFIX = "10.213"
 
