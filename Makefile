@@ -35,16 +35,17 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 # ip/unshare/nsenter for the jump-host test's private network (rig/netns.py), and Slurm with
 # munge for the one-node test cluster (rig/slurm.py; no systemd needed), and faketime for a
 # console clock skewed from its hosts' (tests/watch/test_clock_skew.py), and rsync, the yardstick
-# of bench/project_launch.py.
+# of bench/project_launch.py, and PostgreSQL, the team storage of sweeps (rig/postgres.py).
 system-deps:
 	@if ! command -v /usr/sbin/sshd >/dev/null || ! command -v chromium >/dev/null || ! command -v ps >/dev/null \
 	    || ! command -v ip >/dev/null || ! command -v nsenter >/dev/null \
 	    || ! command -v /usr/sbin/slurmctld >/dev/null || ! command -v /usr/sbin/slurmd >/dev/null \
 	    || ! command -v sbatch >/dev/null || ! command -v /usr/sbin/munged >/dev/null \
-	    || ! command -v faketime >/dev/null || ! command -v rsync >/dev/null; then \
+	    || ! command -v faketime >/dev/null || ! command -v rsync >/dev/null \
+	    || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then \
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q openssh-server openssh-client chromium procps \
-	    iproute2 util-linux slurmctld slurmd slurm-client munge faketime rsync; \
+	    iproute2 util-linux slurmctld slurmd slurm-client munge faketime rsync postgresql; \
 	fi
 
 # A new login token at every start; the URL to open (with it) is printed once the console answers.

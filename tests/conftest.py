@@ -90,7 +90,7 @@ def pytest_configure(config) -> None:
 # Fixtures that start real TensorFlow training (the harness's launcher, a shared finished run, a
 # console in a browser): a test that uses one is `slow`, whether or not it says so itself.
 SLOW_FIXTURES = {"launcher", "trained_run", "finished_run", "on_finished", "two_ssh_runs", "server",
-                 "ssh_console"}
+                 "ssh_console", "any_cluster"}
 
 
 # `make test` spreads tests over two processes (pytest-xdist, --dist loadgroup). Each process
@@ -104,6 +104,8 @@ SHARED_SESSION_FIXTURES = ("slurm_session", "trained_run", "finished_run")
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
+        if "any_cluster" in used and item.callspec.params.get("any_cluster") == "slurm":
+            used.add("slurm_session")   # asked for by name inside the fixture, so not listed
         if SLOW_FIXTURES & used:
             item.add_marker(pytest.mark.slow)
         shared = [name for name in SHARED_SESSION_FIXTURES if name in used]
@@ -512,6 +514,71 @@ def jump_host(operator_ssh, client_key, tmp_path_factory):
         bridge.kill()
         bridge.wait(timeout=10)
         space.close()
+
+
+def chief_metrics(run) -> list[dict]:
+    """The chief's metrics.jsonl (every scenario's chief host is this machine)."""
+    path = Path(os.path.expanduser(f"~/{run.state.chief.remote_run_dir}")
+                if not os.path.isabs(run.state.chief.remote_run_dir) else run.state.chief.remote_run_dir)
+    path = path / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def slurm_fields(folder: Path, python: str, **fields) -> dict:
+    """A cluster file's content for the Slurm test clusters: two tasks a node, the console on the
+    login host (local), the shared folder in ``folder``; ``fields`` add or replace."""
+    return {"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
+            "tasks_per_node": 2, "time_limit": "10", "python": python,
+            "workdir": str(folder / "shared"), "tf_port": sshd.free_port(span=2), **fields}
+
+
+def slurm_spec(folder: Path, python: str, **fields):
+    from backend.config.slurm_spec import slurm_from_dict
+    return slurm_from_dict(slurm_fields(folder, python, **fields))
+
+
+def slurm_file(folder: Path, python: str, **fields) -> Path:
+    """The same as a file, as an operator passes it to ``launch``."""
+    import yaml
+    path = folder / "slurm-cluster.yaml"
+    path.write_text(yaml.safe_dump(slurm_fields(folder, python, **fields)))
+    return path
+
+
+def cli(*args: str, runs: Path, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``tfconsole --runs RUNS ARGS`` as an operator types it; ``check``: it must succeed."""
+    proc = subprocess.run([sys.executable, "-m", "backend", "--runs", str(runs), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture(params=["ssh", "slurm"])
+def any_cluster(request, tmp_path, python_path):
+    """One scenario on each cluster kind (issue 46: one test with a parameter, not an SSH copy and
+    a Slurm copy): a chief and a worker on two loopback SSH hosts, or two tasks of one Slurm job.
+    Returns the cluster and the keyword arguments its launch takes."""
+    from backend.runs import launcher
+    if request.param == "ssh":
+        return request.getfixturevalue("ssh_cluster"), {
+            "options": request.getfixturevalue("ssh_options"), "preflight": launcher.Preflight.SKIP}
+    request.getfixturevalue("slurm_cluster")
+    return slurm_spec(tmp_path, python_path), {}
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A real PostgreSQL server on loopback (rig/postgres.py) for the session: an empty database
+    an operator would name by URL; the server and its folder are gone after the session."""
+    from rig import postgres
+    lacking = postgres.missing()
+    require("a PostgreSQL server (" + ", ".join(lacking) + ")", not lacking)
+    server = postgres.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from backend.runs import detached
 from backend.runs.store import RunStore
 from backend.config.spec import job_from_dict
-from tests.conftest import FAULT_RESULTS, processes_of, require, wait_for
+from tests.conftest import FAULT_RESULTS, chief_metrics as metrics, processes_of, require, wait_for  # noqa: F401 - metrics: the scenarios import it from here
 from rig.sshd import port_free
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,14 +77,6 @@ _RESULTS_FILE: list[Path] = []
 def results_file(tmp_path_factory):
     _RESULTS_FILE[:] = [tmp_path_factory.getbasetemp() / FAULT_RESULTS]
     return _RESULTS_FILE[0]
-
-
-def metrics(run) -> list[dict]:
-    """The chief's metrics.jsonl (every scenario's chief host is this machine)."""
-    path = Path(os.path.expanduser(f"~/{run.state.chief.remote_run_dir}")
-                if not os.path.isabs(run.state.chief.remote_run_dir) else run.state.chief.remote_run_dir)
-    path = path / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def wait_phase(store, run_id: str, phases: tuple[str, ...], timeout: float):

@@ -1,12 +1,16 @@
-"""A Keras user's own `model.fit` script with one callback, as a `kind: command` job over SSH.
+"""A Keras user's own `model.fit` script with one callback, as a `kind: command` job, over SSH
+and on the Slurm engine (issue 26: "every feature that a harness job gets", Slurm included).
 
-Real parts: two workers (chief on 127.0.0.2, worker on 127.0.0.3, separate run folders) under
-MultiWorkerMirroredStrategy with tf_keras, examples/keras_fit.py unchanged, the console's own
-monitor, Save now and Restore.
+Real parts: two workers (chief on 127.0.0.2, worker on 127.0.0.3, separate run folders; or two
+tasks of one `srun` step on the one-node test cluster) under MultiWorkerMirroredStrategy with
+tf_keras, examples/keras_fit.py unchanged, the console's own monitor, Save now, Export and Restore.
 """
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,7 @@ from backend.runs import launcher, restore
 from backend.watch.metrics import MetricsStore
 from backend.runs.store import RunStore
 from backend.config.spec import job_from_dict
-from tests.conftest import processes_of, wait_for
+from tests.conftest import chief_metrics, processes_of, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,15 +57,18 @@ def assert_tensorboard_holds_every_line(run, lines: list[dict], names: tuple[str
 
 
 @pytest.mark.slow
-def test_fit_job_shows_both_workers_saves_now_on_both_and_restores(ssh_cluster, ssh_options, tmp_path):
-    run = launcher.launch(ssh_cluster, fit_job("--epochs", "2", "--steps", "60", "--pace", "0.05"),
-                          store=RunStore(tmp_path / "runs"), options=ssh_options,
-                          preflight=launcher.Preflight.SKIP)
+def test_a_fit_job_shows_both_workers_saves_now_exports_and_restores(any_cluster, tmp_path):
+    """The same `fit` script on two SSH hosts and on two Slurm tasks: each worker's own loss,
+    Save now at a sync point every worker joins, epoch-end checkpoints on both, an export that
+    verifies and reloads as the checkpoint predicts, and a Restore that goes on from step 60."""
+    cluster, how = any_cluster
+    run = launcher.launch(cluster, fit_job("--epochs", "2", "--steps", "60", "--pace", "0.05"),
+                          store=RunStore(tmp_path / "runs"), **how)
     store = MetricsStore()
     monitor = run.monitor(store).start()
     try:
         wait_for(lambda: sorted(store.tasks()) == ["chief-0", "worker-0"]
-                 and min(len(store.series(t)) for t in store.tasks()) >= 2, 180,
+                 and min(len(store.series(t)) for t in store.tasks()) >= 2, 300,
                  "two metric points from each worker")
         chief, worker = (store.series(t).loss for t in ("chief-0", "worker-0"))
         assert chief[-1] != worker[-1]          # each worker's own loss, not one number twice
@@ -74,25 +81,45 @@ def test_fit_job_shows_both_workers_saves_now_on_both_and_restores(ssh_cluster, 
         monitor.stop()
         if run.state.live:
             run.stop(grace_s=5)
-    assert run.state.phase == "finished"
+    assert run.state.phase == "finished", run.log_tail("chief-0")
     listed = {c["step"]: c for c in checkpoints.list_checkpoints(run)}
     assert {60, 120, saved} <= set(listed)     # epoch ends and the Save now
     assert listed[60]["epoch"] == 1 and listed[120]["epoch"] == 2
     assert set(listed[120]["losses"]) == {"chief-0", "worker-0"}
-    first = metrics(run)
+    first = chief_metrics(run)
     assert {m["task"] for m in first} == {"chief-0", "worker-0"}
     steps, global_loss = store.global_loss()
     assert float(global_loss[-1]) < float(global_loss[0])
+    assert_export_reloads(run, listed[60])
 
     restore.restore(run, 60)
     run.wait(timeout=300)
-    assert run.state.phase == "finished"
-    resumed = [m for m in metrics(run) if m["attempt"] == run.state.attempt]
+    assert run.state.phase == "finished", run.log_tail("chief-0")
+    resumed = [m for m in chief_metrics(run) if m["attempt"] == run.state.attempt]
     assert resumed[0]["step"] == 61 and resumed[-1]["step"] == 120   # fit went on from step 60
     before = next(m for m in first if m["step"] == 70 and m["task"] == "chief-0")["metrics"]["loss"]
     again = next(m for m in resumed if m["step"] == 70 and m["task"] == "chief-0")["metrics"]["loss"]
     assert abs(again - before) < 0.2 * before   # restored weights, not a fresh model
     assert processes_of(run) == []
+
+
+def assert_export_reloads(run, checkpoint: dict) -> None:
+    """Export of a fit job's checkpoint: the callback left the model's architecture next to the
+    checkpoints; export rebuilds it with no strategy and verifies it in a fresh process; the
+    files then reload in a plain process, predicting as the checkpoint does."""
+    step = checkpoint["step"]
+    result = checkpoints.export(run, step=step, name=f"fit-{step}")
+    assert result["match"] is True and result["step"] == step
+    assert result["max_abs_diff"] <= result["tolerance"]
+    assert set(result["formats"]) == {"savedmodel", "keras"}
+    code = CHECK_EXPORT.format(examples=str(ROOT / "examples"), prefix=checkpoint["prefix"],
+                               keras_file=result["paths"]["keras"],
+                               saved_model=result["paths"]["savedmodel"])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    diffs = json.loads(out.stdout.split("DIFF ", 1)[1])
+    assert max(diffs) <= 1e-5, diffs
 
 
 KERAS3_SCRIPT = """
@@ -217,39 +244,6 @@ loaded = tf.saved_model.load({saved_model!r})
 served = loaded.serve(x).numpy()
 print("DIFF", json.dumps([float(np.abs(keras_file - want).max()), float(np.abs(served - want).max())]))
 """
-
-
-@pytest.mark.slow
-def test_export_of_a_fit_job_checkpoint_verifies_and_reloads_as_the_checkpoint(
-        ssh_cluster, ssh_options, tmp_path):
-    """Export of a command (fit) job: the callback left the model's architecture next to the
-    checkpoints; export rebuilds it with no strategy and verifies in a fresh process."""
-    run = launcher.launch(ssh_cluster, fit_job("--epochs", "1", "--steps", "30"),
-                          store=RunStore(tmp_path / "runs"), options=ssh_options,
-                          preflight=launcher.Preflight.SKIP)
-    try:
-        run.wait(timeout=300)
-    finally:
-        if run.state.live:
-            run.stop(grace_s=5)
-    assert run.state.phase == "finished"
-    listed = {c["step"]: c for c in checkpoints.list_checkpoints(run)}
-    assert 30 in listed
-    result = checkpoints.export(run, step=30, name="fit-30")
-    assert result["match"] is True and result["step"] == 30
-    assert result["max_abs_diff"] <= result["tolerance"]
-    assert set(result["formats"]) == {"savedmodel", "keras"}
-    # The files on the chief's host reload in a plain process, predicting as the checkpoint does.
-    import subprocess
-    import sys
-    code = CHECK_EXPORT.format(examples=str(ROOT / "examples"), prefix=listed[30]["prefix"],
-                               keras_file=result["paths"]["keras"],
-                               saved_model=result["paths"]["savedmodel"])
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert out.returncode == 0, out.stderr[-3000:]
-    diffs = json.loads(out.stdout.split("DIFF ", 1)[1])
-    assert max(diffs) <= 1e-5, diffs
 
 
 STAGED_FITS = """

@@ -10,7 +10,7 @@ import pytest
 from backend.config.spec import job_from_dict
 from backend.runs import launcher
 from backend.runs.store import RunStore
-from tests.slurm_cluster.test_slurm_keras_fit import slurm_cluster_spec
+from tests.conftest import slurm_spec
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def test_a_local_script_shipped_with_files_runs_in_the_run_folder_on_every_slurm
     (folder / "settings.json").write_text("laptop\n")
     job = job_from_dict({"kind": "command", "command": ["hello.py"], "files": ["hello.py", "settings.json"]},
                         base_dir=folder)
-    run = launcher.launch(slurm_cluster_spec(tmp_path, python_path), job, store=RunStore(tmp_path / "runs"))
+    run = launcher.launch(slurm_spec(tmp_path, python_path), job, store=RunStore(tmp_path / "runs"))
     run.wait(timeout=120)
     assert run.state.phase == "finished", run.log_tail("chief-0")
     run_dir = run.state.chief.remote_run_dir
@@ -51,7 +51,7 @@ def test_a_project_folder_runs_with_its_package_on_every_slurm_task(slurm_cluste
     folder = make_project(tmp_path / "laptop")
     (folder / "train.py").write_text(PROJECT_SCRIPT)
     job = job_from_dict({"kind": "command", "command": ["train.py"], "project": str(folder)})
-    run = launcher.launch(slurm_cluster_spec(tmp_path, python_path), job, store=RunStore(tmp_path / "runs"))
+    run = launcher.launch(slurm_spec(tmp_path, python_path), job, store=RunStore(tmp_path / "runs"))
     run.wait(timeout=120)
     assert run.state.phase == "finished", run.log_tail("chief-0")
     run_dir = run.state.chief.remote_run_dir
@@ -63,7 +63,7 @@ def test_a_project_folder_runs_with_its_package_on_every_slurm_task(slurm_cluste
     cache = Path(run_dir).parent.parent / "projects"
     tars = {t.name: t.stat().st_ino for t in cache.glob("*.tar")}
     assert len(tars) == 1, tars
-    again = launcher.launch(slurm_cluster_spec(tmp_path, python_path), job, store=RunStore(tmp_path / "runs"))
+    again = launcher.launch(slurm_spec(tmp_path, python_path), job, store=RunStore(tmp_path / "runs"))
     again.wait(timeout=120)
     assert again.state.phase == "finished", again.log_tail("chief-0")
     assert {t.name: t.stat().st_ino for t in cache.glob("*.tar")} == tars

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,8 +21,7 @@ from backend.runs import launcher, restore
 from backend.runs.launcher import attach
 from backend.runs.store import RunStore
 from backend.watch.metrics import MetricsStore
-from rig import sshd
-from tests.conftest import processes_of, wait_for
+from tests.conftest import chief_metrics as metrics, cli, processes_of, slurm_file, wait_for
 from tests.faults.conftest import TF_ENV, kill_task, wait_phase
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,22 +30,9 @@ TASKS = ["chief-0", "worker-0", "worker-1", "worker-2"]   # ranks 0, 1 on node1;
 ON_NODE = {"chief-0": "node1", "worker-0": "node1", "worker-1": "node2", "worker-2": "node2"}
 
 
-def cli(*args: str, runs: Path, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "backend", "--runs", str(runs), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=timeout)
-    if check:
-        assert proc.returncode == 0, proc.stderr
-    return proc
-
-
 def cluster_file(folder: Path, python: str, **fields) -> Path:
     """Two nodes, two tasks each; the console runs on the login host (the root namespace)."""
-    data = {"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
-            "nodes": 2, "tasks_per_node": 2, "cpus_per_task": 1, "time_limit": "10",
-            "python": python, "workdir": str(folder / "shared"), "tf_port": sshd.free_port(span=2), **fields}
-    path = folder / "slurm-nodes.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return slurm_file(folder, python, nodes=2, cpus_per_task=1, **fields)
 
 
 def job_file(folder: Path, *, restart: dict | None = None, **params) -> Path:
@@ -60,11 +44,6 @@ def job_file(folder: Path, *, restart: dict | None = None, **params) -> Path:
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     return path
-
-
-def metrics(run) -> list[dict]:
-    path = Path(run.state.chief.remote_run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def task_lines(status: str) -> dict[str, list[str]]:

@@ -7,39 +7,25 @@ from __future__ import annotations
 
 import pytest
 
-from backend.config.slurm_spec import slurm_from_dict
 from backend.engines.slurm import SlurmEngine
 from backend.runs import launcher
 from backend.runs.store import RunStore
-from rig import sshd
-from tests.conftest import wait_for
+from tests.conftest import slurm_spec, wait_for
 from tests.faults.conftest import PARAMS, assert_nothing_left, harness_job, metrics, wait_phase
 
+from tests.slurm_cluster.conftest import resumed_where_it_stopped, training_past_a_checkpoint
+
 pytestmark = pytest.mark.slow
-TOTAL = PARAMS["epochs"] * PARAMS["steps_per_epoch"]
 
 
 def test_the_time_limit_signal_saves_the_current_step_and_the_next_job_resumes_from_it(
         slurm_cluster, tmp_path, python_path):
-    store = RunStore(tmp_path / "runs")
-    cluster = slurm_from_dict({"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
-                               "tasks_per_node": 2, "time_limit": "10", "python": python_path,
-                               "workdir": str(tmp_path / "shared"), "tf_port": sshd.free_port(span=2)})
-    # max_restarts=0: only a preemption may bring the run back.
-    run = launcher.launch(cluster, harness_job(max_restarts=0, pace_s=0.03), store=store)
-    wait_for(lambda: any(r["step"] > PARAMS["checkpoint_every"] + 5 for r in metrics(run)), 300,
-             "training past the first periodic checkpoint")
-    first_job = SlurmEngine.jobs(run)["1"]
+    store, run, first_job = training_past_a_checkpoint(tmp_path, python_path)
     slurm_cluster.run("scancel", "--signal=USR2", first_job)
     state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 400)
     assert state.phase == "finished", (state, run.log_tail("chief-0"))
-    first, second = state.attempts
-    rows = metrics(run)
-    ran_to = max(r["step"] for r in rows if r["attempt"] == first.number)
+    first, second, ran_to = resumed_where_it_stopped(run, state)
     assert first.reason.startswith(f"preempted: saved at step {ran_to}"), first
-    assert second.resume_step == ran_to, (second, ran_to)   # the last step it ran: nothing lost
-    assert min(r["step"] for r in rows if r["attempt"] == second.number) == ran_to + 1
-    assert second.last_step == TOTAL
     jobs = SlurmEngine.jobs(run)
     assert sorted(jobs) == ["1", "2"] and jobs["2"] != first_job, jobs   # a new Slurm job
     assert_nothing_left(run, store)
@@ -51,9 +37,7 @@ def test_a_real_time_limit_signals_ahead_and_the_next_job_resumes_from_the_last_
     Slurm sends it up to a minute early (its event resolution), so this costs about 1.5-2.5 min:
     the first job's minute, then the second job's start; the run is stopped once it resumed."""
     store = RunStore(tmp_path / "runs")
-    cluster = slurm_from_dict({"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
-                               "tasks_per_node": 2, "time_limit": "1", "python": python_path,
-                               "workdir": str(tmp_path / "shared"), "tf_port": sshd.free_port(span=2)})
+    cluster = slurm_spec(tmp_path, python_path, time_limit="1")
     # No periodic checkpoint: the step resumed from can only be the one saved on the signal.
     job = harness_job(max_restarts=0, steps_per_epoch=100000, checkpoint_every=0, log_every=10,
                       pace_s=0.03)
@@ -87,9 +71,7 @@ def test_a_run_with_no_restart_policy_stopped_by_its_time_limit_says_so_and_how_
     from backend.config.spec import job_from_dict
     from tests.faults.conftest import SYNTHETIC, TF_ENV
     store = RunStore(tmp_path / "runs")
-    cluster = slurm_from_dict({"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
-                               "tasks_per_node": 2, "time_limit": "10", "python": python_path,
-                               "workdir": str(tmp_path / "shared"), "tf_port": sshd.free_port(span=2)})
+    cluster = slurm_spec(tmp_path, python_path)
     job = job_from_dict({"kind": "harness", "module": SYNTHETIC, "env": TF_ENV,
                          "params": {**PARAMS, "steps_per_epoch": 100000, "checkpoint_every": 0}})
     run = launcher.launch(cluster, job, store=store)

@@ -7,10 +7,8 @@ import pytest
 from backend.runs import launcher
 from backend.engines.slurm import SlurmEngine
 from backend.runs.store import RunStore
-from backend.config.slurm_spec import slurm_from_dict
-from rig import sshd
 from tests.faults.conftest import PARAMS, assert_nothing_left, harness_job, kill_task, metrics, wait_phase
-from tests.conftest import wait_for
+from tests.conftest import slurm_spec, wait_for
 
 pytestmark = pytest.mark.slow
 TOTAL = PARAMS["epochs"] * PARAMS["steps_per_epoch"]
@@ -18,9 +16,7 @@ TOTAL = PARAMS["epochs"] * PARAMS["steps_per_epoch"]
 
 def test_a_task_killed_with_sigkill_is_resubmitted_from_the_newest_checkpoint(slurm_cluster, tmp_path, python_path):
     store = RunStore(tmp_path / "runs")
-    cluster = slurm_from_dict({"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
-                               "tasks_per_node": 2, "time_limit": "10", "python": python_path,
-                               "workdir": str(tmp_path / "shared"), "tf_port": sshd.free_port(span=2)})
+    cluster = slurm_spec(tmp_path, python_path)
     run = launcher.launch(cluster, harness_job(max_restarts=2), store=store)
     wait_for(lambda: any(r["step"] > PARAMS["checkpoint_every"] for r in metrics(run)), 300,
              "training past the first checkpoint")

@@ -3,8 +3,6 @@ the command line and the Python API, as an operator on the login node would."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,32 +10,12 @@ import pytest
 import yaml
 
 from backend.engines.slurm import SlurmEngine
-from backend.client.harness import layout
 from backend.runs.launcher import attach
 from backend.runs.store import RunStore
-from rig import sshd
-from tests.conftest import processes_of, ps, wait_for
+from tests.conftest import chief_metrics as metrics, cli, processes_of, ps, slurm_file, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def cli(*args: str, runs: Path, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "backend", "--runs", str(runs), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=timeout)
-    if check:
-        assert proc.returncode == 0, proc.stderr
-    return proc
-
-
-def slurm_file(folder: Path, python: str, **fields) -> Path:
-    """A cluster file for the test cluster: the console runs on its login node (local)."""
-    data = {"kind": "slurm", "host": "localhost", "transport": "local", "partition": "debug",
-            "nodes": 1, "tasks_per_node": 2, "cpus_per_task": 1, "time_limit": "10",
-            "python": python, "workdir": str(folder / "shared"), "tf_port": sshd.free_port(span=2), **fields}
-    path = folder / "slurm-cluster.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def job_file(folder: Path, **params) -> Path:
@@ -46,11 +24,6 @@ def job_file(folder: Path, **params) -> Path:
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     return path
-
-
-def metrics(run) -> list[dict]:
-    path = Path(run.state.chief.remote_run_dir) / layout.METRICS
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def test_two_task_job_through_the_cli_runs_to_its_last_step(slurm_cluster, tmp_path, python_path):
