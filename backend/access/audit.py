@@ -27,17 +27,17 @@ FIELDS = ("time", "who", "action", "run", "args", "outcome")
 def append(root: Path, action: str, *, run: str | None, args: dict | None = None, outcome: str = "ok",
            who: identity.Identity | None = None) -> bool:
     """One line for ``action``; False when it could not be written (the action goes on)."""
-    line = {"time": time.time(), "who": (who or identity.current()).as_dict(), "action": action,
-            "run": run, "args": {k: v for k, v in (args or {}).items() if v is not None}, "outcome": outcome}
-    data = (json.dumps(line, default=str) + "\n").encode()
-    try:
+    try:   # an identity or argument that will not serialize loses the line too, never the action
+        line = {"time": time.time(), "who": (who or identity.current()).as_dict(), "action": action,
+                "run": run, "args": {k: v for k, v in (args or {}).items() if v is not None}, "outcome": outcome}
+        data = (json.dumps(line, default=str) + "\n").encode()
         fd = os.open(Path(root) / FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, data)
         finally:
             os.close(fd)
         return True
-    except OSError:
+    except (OSError, TypeError, ValueError):
         return False
 
 

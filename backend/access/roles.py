@@ -11,6 +11,7 @@ before. With one, whoever it does not name has no access at all (``default:`` ca
       ml-team: operator
     default: viewer             # everyone else (leave it out: no access)
     operators_act_on: own       # own (their runs only) or all
+    session_hours: 12           # a sign-in older than this is asked again (sign-in only)
 
 viewer: sees runs, logs and curves. operator: launches, and stops, saves, exports and restores
 the runs they own (or every run, ``operators_act_on: all``). admin: everything. A run's keeper
@@ -31,6 +32,7 @@ FILE = "roles.yaml"
 ROLES = ("viewer", "operator", "admin")
 RUN_ACTIONS = ("stop", "save_now", "export", "restore")
 KEEPER = "keeper"   # identity.via of a run's keeper (`tfconsole keep`, started by a launch)   # on one run: its owner matters
+SESSION_HOURS = 12.0   # how long a sign-in lasts unless the roles file says otherwise
 FIX = "Ask an admin of this console to give you a role in its roles file."
 
 
@@ -45,6 +47,7 @@ class Roles:
     default: str | None = None
     all_runs: bool = False
     source: str = ""
+    session_hours: float = SESSION_HOURS
 
     def role_of(self, who: Identity) -> str | None:
         if who.name in self.users:
@@ -80,10 +83,10 @@ def load(runs_root: Path) -> Roles | None:
                         "Fix that line (users: / groups: mappings of name: role).") from None
     if not isinstance(data, dict):
         raise SpecError(str(path), "must be a mapping (users:, groups:, default:)", "See the README's roles file.")
-    unknown = set(data) - {"users", "groups", "default", "operators_act_on"}
+    unknown = set(data) - {"users", "groups", "default", "operators_act_on", "session_hours"}
     if unknown:
         raise SpecError(str(path), f"unknown field {sorted(unknown)[0]!r}",
-                        "Use users, groups, default and operators_act_on.")
+                        "Use users, groups, default, operators_act_on and session_hours.")
     users, groups = _mapping(data, "users", path), _mapping(data, "groups", path)
     default = data.get("default")
     if default is not None:
@@ -91,7 +94,10 @@ def load(runs_root: Path) -> Roles | None:
     scope = data.get("operators_act_on", "own")
     if scope not in ("own", "all"):
         raise SpecError(str(path), f"operators_act_on is {scope!r}", "Write own or all.")
-    return Roles(users, groups, default, scope == "all", str(path))
+    hours = data.get("session_hours", SESSION_HOURS)
+    if isinstance(hours, bool) or not isinstance(hours, (int, float)) or hours <= 0:
+        raise SpecError(str(path), f"session_hours is {hours!r}", "Write a number of hours above 0, e.g. 12.")
+    return Roles(users, groups, default, scope == "all", str(path), float(hours))
 
 
 def _mapping(data: dict, key: str, path: Path) -> dict:
@@ -110,6 +116,11 @@ def _role(role: object, where: str, path: Path) -> None:
 
 def check(roles: Roles | None, who: Identity, action: str, *, owner: dict | None = None) -> None:
     """Raise AccessDenied unless ``who`` may take ``action`` (on a run that ``owner`` started)."""
+    if roles is None and who.provider:
+        raise AccessDenied(f"{who.shown()} signed in, but this console has no roles file, so nobody "
+                           "signed in may act (any account of the provider could otherwise)",
+                           "Write roles.yaml in the runs folder naming who may do what (README, "
+                           "\"A console for a team\").")
     if roles is None:
         return   # no roles file: one person's console, as before
     if who.via == KEEPER:

@@ -295,7 +295,8 @@ def _prog() -> str:
 def cmd_console(a) -> int:
     """Open the console. backend never imports console (imports flow console -> backend), so the
     console runs as its own process, as `make run` starts it."""
-    argv = [sys.executable, "-m", "console", "--address", a.address, "--port", str(a.port)]
+    argv = [sys.executable, "-m", "console", "--address", a.address, "--port", str(a.port),
+            *(["--auth-file", os.path.abspath(a.auth_file)] if a.auth_file else [])]
     env = dict(os.environ, **({"TFCONSOLE_RUNS": os.path.abspath(a.runs)} if a.runs else {}))
     try:
         return subprocess.call(argv, env=env)
@@ -361,6 +362,8 @@ def parser() -> argparse.ArgumentParser:
     s = add("console", cmd_console, "open the console in a browser (prints the URL with its login token)")
     s.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501)")
     s.add_argument("--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--auth-file", help="sign in with the team's OpenID provider: a secrets.toml with its "
+                   "[auth] settings (README, \"A console for a team\"); default: the token URL")
     s = add("trust-host", cmd_trust_host, "show a host's SSH key fingerprint and, when confirmed, trust it")
     s.add_argument("host", help="a host name, IP or ~/.ssh/config alias (its HostName, Port and ProxyJump apply)")
     s.add_argument("--port", type=int, help="SSH port (default: from ssh_config, else 22)")

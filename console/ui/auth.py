@@ -11,6 +11,7 @@ import streamlit as st
 
 from backend.errors import ConsoleError
 from console import tokens
+from console.ui import signin
 
 SESSION_KEY = "_login_token"
 SHUT_OUT_KEY = "_login_shut_out"   # this session was let in, then lost the token
@@ -78,6 +79,8 @@ def _check() -> tokens.Access | None:
         setting = tokens.access()
         if setting is tokens.Access.NONE:
             return setting
+        if setting is tokens.Access.OIDC:
+            return setting if signin.gate() else None
         token = _server_token()
     except ConsoleError as err:
         st.error(str(err))
@@ -115,8 +118,9 @@ def holds_token() -> bool:
     if _wrong_host():
         return False
     try:
-        if tokens.access() is tokens.Access.NONE:
-            return True
+        setting = tokens.access()
+        if setting is not tokens.Access.TOKEN:
+            return setting is tokens.Access.NONE or signin.signed_in()
         token = _server_token()        # under the lock: a missing file is made (and printed) once
     except ConsoleError:
         return False
