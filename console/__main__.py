@@ -52,6 +52,7 @@ def _sign_in(auth_file: str | None) -> tuple[tokens.Access, list[str]]:
     setting = tokens.Access.OIDC if auth_file else tokens.access()
     if setting is not tokens.Access.OIDC:
         return setting, []
+    signin.require_libraries()
     path = Path(auth_file or Path(".streamlit") / "secrets.toml").resolve()
     if auth_file or path.exists():
         signin.settings(signin.read_file(path), str(path))

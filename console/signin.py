@@ -11,6 +11,7 @@ bare "Authentication error"; we ask first, so the page can say which setting to 
 """
 from __future__ import annotations
 
+import base64
 import json
 import time
 import tomllib
@@ -47,6 +48,16 @@ class Settings:
         return self.name or "default"
 
 
+def require_libraries() -> None:
+    """Streamlit's sign-in routes import Authlib's Starlette client (and httpx) only when a person
+    clicks Sign in; missing, the click ends in a bare server error. Checked at start instead."""
+    try:
+        import authlib.integrations.starlette_client  # noqa: F401
+    except ImportError as err:
+        raise SignInError(f"Sign-in needs the Python package {err.name or 'Authlib'}, which is not installed.",
+                          "Install the console's requirements: .venv/bin/pip install -r requirements.txt.") from None
+
+
 def read_file(path: Path) -> Mapping:
     """The ``[auth]`` table of a secrets file (for ``python -m console`` before it starts)."""
     try:
@@ -71,7 +82,8 @@ def settings(auth: Mapping | None, source: str) -> Settings:
     if not str(auth["redirect_uri"]).rstrip("/").endswith("/oauth2callback"):
         raise SignInError(f"[auth] redirect_uri in {source} is {auth['redirect_uri']!r}: it must be the "
                           "console's own address ending in /oauth2callback.", _fix("redirect_uri"))
-    tables = {k: v for k, v in auth.items() if isinstance(v, Mapping)}
+    # A provider's table holds its client (as Streamlit tells one); client_kwargs is not one.
+    tables = {k: v for k, v in auth.items() if isinstance(v, Mapping) and set(v) & set(PROVIDER)}
     if len(tables) > 1:
         raise SignInError(f"[auth] in {source} names {len(tables)} providers ({', '.join(sorted(tables))}).",
                           "Keep one [auth.NAME] table: the sign-in page offers one provider.")
@@ -127,22 +139,30 @@ def _ask(found: Settings) -> str | None:
 def _client_problem(found: Settings, token_url: str) -> str | None:
     """A wrong client secret shows only after the user has signed in (Streamlit then drops the
     sign-in without a word), so the token endpoint is asked now: a request the provider must
-    refuse, and whose refusal says whether the client's credentials were right."""
-    body = urllib.parse.urlencode({"grant_type": "client_credentials", "client_id": found.client_id,
-                                   "client_secret": found.client_secret}).encode()
+    refuse, and whose refusal says whether the client's credentials were right. Both ways a
+    client may present them (Basic, as Authlib does by default, then in the body) must fail."""
+    basic = base64.b64encode(f"{urllib.parse.quote(found.client_id)}:{urllib.parse.quote(found.client_secret)}".encode())
+    tries = [({"grant_type": "client_credentials"}, {"Authorization": "Basic " + basic.decode()}),
+             ({"grant_type": "client_credentials", "client_id": found.client_id,
+               "client_secret": found.client_secret}, {})]
+    if all(_refused_client(token_url, body, headers) for body, headers in tries):
+        return (f"The identity provider refuses this console's client_id or client_secret (in "
+                f"{found.source}). Copy both again from the provider's page for this client.")
+    return None
+
+
+def _refused_client(token_url: str, body: dict, headers: dict) -> bool:
+    request = urllib.request.Request(token_url, data=urllib.parse.urlencode(body).encode(), headers=headers)
     try:
-        urllib.request.urlopen(urllib.request.Request(token_url, data=body), timeout=ASK_S).close()
+        urllib.request.urlopen(request, timeout=ASK_S).close()
     except urllib.error.HTTPError as err:
         try:
-            code = json.loads(err.read(1 << 16)).get("error")
+            return json.loads(err.read(1 << 16)).get("error") == "invalid_client"
         except (ValueError, AttributeError, OSError):
-            code = None
-        if code == "invalid_client":
-            return (f"The identity provider refuses this console's client_id or client_secret (in "
-                    f"{found.source}). Copy both again from the provider's page for this client.")
+            return False
     except OSError:
         pass   # the sign-in itself will say more; the metadata answered
-    return None
+    return False
 
 
 def identity_of(user: Mapping, host: str) -> Identity:

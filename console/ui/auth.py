@@ -67,9 +67,10 @@ def _nothing() -> None:
     """The refusal's page: never run (the gate's script run ends before ``run()``)."""
 
 
-def _check() -> tokens.Access | None:
+def _check(*, entry: bool = False) -> tokens.Access | None:
     """The access setting in force, when this session presented the token (now or before) or the
-    token is off; else None, with the refusal (or what to fix) drawn and nothing else."""
+    token is off; else None, with the refusal (or what to fix) drawn and nothing else. ``entry``:
+    the entry script's call; the signed-in person's sidebar is drawn by the page's (once a run)."""
     wrong_host = _wrong_host()
     if wrong_host:
         st.title("Wrong address")
@@ -80,7 +81,7 @@ def _check() -> tokens.Access | None:
         if setting is tokens.Access.NONE:
             return setting
         if setting is tokens.Access.OIDC:
-            return setting if signin.gate() else None
+            return setting if signin.gate(sidebar=not entry) else None
         token = _server_token()
     except ConsoleError as err:
         st.error(str(err))
@@ -109,7 +110,7 @@ def gate() -> bool:
     must then end normally, not by ``st.stop()``: only a run that ends normally makes Streamlit
     forget the page's fragments, whose timers still tick in the browser and would draw into a
     page that is gone and blank it (docs/facts.md #15)."""
-    return _check() is not None
+    return _check(entry=True) is not None
 
 
 def holds_token() -> bool:

@@ -75,12 +75,14 @@ def _problem_page(title: str, text: str) -> bool:
     return False
 
 
-def gate() -> bool:
-    """True when a person is signed in (their name and a Sign out in the sidebar); else the sign-in
-    page, or the page saying which setting or what at the provider is wrong, and False."""
+def gate(*, sidebar: bool = True) -> bool:
+    """True when a person is signed in (their name and a Sign out in the sidebar, drawn when
+    ``sidebar``: each page's ``guard()`` draws it, and the entry script checks first without it);
+    else the sign-in page, or the page saying which setting or what at the provider is wrong, and False."""
     identity.set_default(NOBODY)
     identity.set_resolver(session_identity)
     try:
+        signin.require_libraries()
         found = _settings()
     except signin.SignInError as err:
         return _problem_page("Sign-in is not set up", str(err))
@@ -105,6 +107,8 @@ def gate() -> bool:
         st.info(f"Sign-ins last {_hours():g} hours on this console (session_hours in its roles file).")
         st.button("Sign in again", type="primary", on_click=st.logout)
         return False
+    if not sidebar:
+        return True
     with st.sidebar:
         st.caption("Signed in as")
         st.text(who.name)   # from the provider: plain text, never Markdown or HTML

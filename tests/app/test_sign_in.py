@@ -3,10 +3,12 @@
 The signed-in person is set AppTest-side with ``AppTest.user`` (Streamlit's harness for
 ``st.user``: the claims its cookie would hold after ``st.login``), so these tests cover what the
 console does with a sign-in, not the provider's login form. The provider's discovery and token
-endpoints are a small real HTTP server on loopback here (a stand-in: the real ``oidc-provider`` and
-the Chromium walk through its form are not built yet)."""
+endpoints are a small real HTTP server on loopback here, to make its answers (a wrong secret, a
+dead URL) at will; the real ``oidc-provider`` and Chromium walking its login form are
+tests/e2e/test_sign_in_browser.py."""
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -60,8 +62,9 @@ def _provider(secret: str = "s3cret"):
 
         def do_POST(self):
             body = self.rfile.read(int(self.headers["Content-Length"])).decode()
-            self._reply(400 if f"client_secret={secret}" in body else 401,
-                        {"error": "unsupported_grant_type" if f"client_secret={secret}" in body else "invalid_client"})
+            basic = base64.b64decode(self.headers.get("Authorization", "Basic ")[6:]).decode()
+            right = f"client_secret={secret}" in body or basic.endswith(f":{secret}")
+            self._reply(400 if right else 401, {"error": "unauthorized_client" if right else "invalid_client"})
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
