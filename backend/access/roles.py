@@ -13,8 +13,9 @@ before. With one, whoever it does not name has no access at all (``default:`` ca
     operators_act_on: own       # own (their runs only) or all
     session_hours: 12           # a sign-in older than this is asked again (sign-in only)
 
-viewer: sees runs, logs and curves. operator: launches, and stops, saves, exports and restores
-the runs they own (or every run, ``operators_act_on: all``). admin: everything. A run's keeper
+viewer: sees runs, logs and curves. operator: launches, and stops, saves, exports, restores and
+dumps the stacks of the runs they own (or every run, ``operators_act_on: all``). admin:
+everything, and trusts hosts' SSH keys (the Cluster page, ``tfconsole trust-host``). A run's keeper
 is not a person: it carries out the restart policy its owner launched with, unchecked.
 """
 from __future__ import annotations
@@ -30,7 +31,8 @@ from backend.errors import ConsoleError, SpecError
 
 FILE = "roles.yaml"
 ROLES = ("viewer", "operator", "admin")
-RUN_ACTIONS = ("stop", "save_now", "export", "restore")   # on one run: its owner matters
+RUN_ACTIONS = ("stop", "save_now", "export", "restore", "dump_stacks")   # on one run: its owner matters
+ADMIN_ACTIONS = ("trust_host",)   # the console's own settings: admins only
 KEEPER = "keeper"   # identity.via of a run's keeper (`tfconsole keep`, started by a launch)
 SESSION_HOURS = 12.0   # how long a sign-in lasts unless the roles file says otherwise
 FIX = "Ask an admin of this console to give you a role in its roles file."
@@ -130,6 +132,9 @@ def check(roles: Roles | None, who: Identity, action: str, *, owner: dict | None
         return
     if role is None:
         raise AccessDenied(f"{who.shown()} has no role on this console ({roles.source})", FIX)
+    if action in ADMIN_ACTIONS:
+        raise AccessDenied(f"{who.shown()} is {'a viewer' if role == 'viewer' else 'an operator'}: "
+                           f"{action} is for admins", FIX)
     if role == "viewer":
         raise AccessDenied(f"{who.shown()} is a viewer: {action} is for operators and admins", FIX)
     if action in RUN_ACTIONS and not roles.all_runs and (owner or {}).get("name") != who.name:

@@ -22,11 +22,11 @@ from backend.errors import ConsoleError, DiskFullError, MultiHostError
 from backend.hosts.resolve import tf_addresses, tf_hosts
 from backend.hosts.known_hosts import KnownHosts, OnChange, Verdict
 from backend.hosts.ssh import SSHOptions
-from backend.hosts.trust import fetch_host_key, trust_host_key
+from backend.hosts.trust import fetch_host_key
 from backend.hosts.preflight import CHECKS, run_preflight
 from backend.runs.store import RunStore
 from backend.files import room
-from backend.access import identity
+from backend.access import audit, identity
 from backend.hosts.pool import Pool
 from backend.config.slurm_spec import load_any_cluster
 from backend.config.spec import load_cluster, load_job
@@ -175,9 +175,8 @@ def cmd_logs(a) -> int:
 
 
 def cmd_stacks(a) -> int:
-    from backend.diagnosis import stacks
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
-    found, folder = stacks.dump_and_save(run)
+    found, folder = run.dump_stacks()
     for s in found:
         print(f"==> {s.task} on {s.host} <==")
         print(s.text.rstrip() if s.text else f"(no stacks: {s.error})")
@@ -282,7 +281,8 @@ def cmd_trust_host(a) -> int:
               f"--fingerprint {fp}")
         return 1
     on_change = OnChange.REPLACE if a.replace else OnChange.REFUSE
-    trust_host_key(a.host, a.fingerprint, port=a.port, options=options, on_change=on_change)
+    audit.trusted_host(RunStore(a.runs).root, a.host, a.fingerprint, port=a.port, options=options,
+                       on_change=on_change)
     print(f"trusted {offered.view.label} {fp} as {name} in {a.known_hosts}")
     return 0
 

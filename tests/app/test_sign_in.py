@@ -133,11 +133,14 @@ def test_each_role_sees_what_it_may_do_and_acts_as_itself(oidc):
         at = _page("monitor", auth=auth, user=who, run_id=run.run_id)
         assert not at.exception and not [b for b in at.button if b.label == "Stop run"]
         assert any("No Stop for you here" in c.value for c in at.caption), [c.value for c in at.caption]
+        assert any("No Dump stacks for you here" in c.value for c in at.caption), [c.value for c in at.caption]
+        assert not [b for b in at.button if b.label == "Dump stacks"]
         assert [t.value for t in at.sidebar.text] == [who["email"]]
     viewer = identity.Identity("carol@example.org", "console", "127.0.0.1", ("watchers",), "default")
     with identity.acting_as(viewer), pytest.raises(ConsoleError, match="is a viewer"):
         run.stop(grace_s=1)
     at = _page("monitor", auth=auth, user=_user("alice@example.org"), run_id=run.run_id)
+    assert [b for b in at.button if b.label == "Dump stacks"]   # her run: she may
     at.button(key="monitor_stop").click().run()
     at.button(key="monitor_yes").click().run()
 
@@ -163,3 +166,48 @@ def test_an_old_or_nameless_or_unruled_sign_in_may_do_nothing(oidc):
     (oidc / "roles.yaml").unlink()   # signed in, and no roles file: nobody signed in may act
     at = _page("launch", auth=auth, user=_user("alice@example.org"), cluster_rows=local_rows())
     assert at.button(key="start_button").disabled and "no roles file" in at.button(key="start_button").help
+
+
+HOST_KEY = {"target": "gpu1", "host": "gpu1", "port": None, "label": "gpu1", "fingerprint": "SHA256:abc",
+            "key_type": "ssh-ed25519", "verdict": "unknown", "error": ""}
+
+
+def test_only_an_admin_is_offered_a_host_to_trust(oidc):
+    """The Cluster page's Trust is for admins: an operator and a viewer see why, not the button."""
+    from tests.app.conftest import table_rows
+    rows = table_rows([{"role": "worker", "host": "gpu1", "ssh_port": 22, "tf_port": free_port(), "python": "python3"}])
+    auth = _auth("http://127.0.0.1:9/unused")
+    for email, claims in (("alice@example.org", {}), ("carol@example.org", {"groups": ["watchers"]})):
+        at = _page("cluster", auth=auth, user=_user(email, **claims), host_key=HOST_KEY, cluster_rows=rows)
+        assert not at.exception and not [b for b in at.button if b.key == "hostkey_trust"]
+        assert any("No host trust for you here" in c.value and "is for admins" in c.value for c in at.caption)
+    (oidc / "roles.yaml").write_text(ROLES + "  admins: admin\n")
+    at = _page("cluster", auth=auth, user=_user("dana@example.org", groups=["admins"]), host_key=HOST_KEY, cluster_rows=rows)
+    assert [b.label for b in at.button if b.key == "hostkey_trust"] == ["Trust gpu1 with this fingerprint"]
+
+
+def test_a_downgraded_or_removed_person_loses_access_at_the_next_request(oidc):
+    """The roles file is read at each request, not at the console's start: the same session,
+    unchanged, is an operator, then a viewer, then nobody."""
+    auth = _auth("http://127.0.0.1:9/unused")
+    at = _page("launch", auth=auth, user=_user("bob@example.org"), cluster_rows=local_rows())
+    assert not at.button(key="start_button").disabled
+    (oidc / "roles.yaml").write_text(ROLES.replace("bob@example.org: operator", "bob@example.org: viewer"))
+    at.run()
+    assert at.button(key="start_button").disabled and "is a viewer" in at.button(key="start_button").help
+    (oidc / "roles.yaml").write_text(ROLES.replace("  bob@example.org: operator\n", ""))
+    at.run()
+    assert at.button(key="start_button").disabled and "has no role" in at.button(key="start_button").help
+    bob = identity.Identity("bob@example.org", "console", "127.0.0.1", (), "default")
+    with identity.acting_as(bob), pytest.raises(ConsoleError, match="has no role"):
+        audit.allowed(oidc, "launch")   # and the backend says the same at the action
+
+
+def test_a_sign_in_older_than_the_roles_files_session_hours_is_asked_again(oidc):
+    auth = _auth("http://127.0.0.1:9/unused")
+    (oidc / "roles.yaml").write_text(ROLES + "session_hours: 1\n")
+    at = _page("launch", auth=auth, user=_user("alice@example.org", iat=time.time() - 2 * 3600))
+    assert [t.value for t in at.title] == ["Your sign-in has expired"]
+    assert "last 1 hours" in at.info[0].value
+    at = _page("launch", auth=auth, user=_user("alice@example.org", iat=time.time() - 1800))
+    assert [t.value for t in at.title] != ["Your sign-in has expired"] and not at.exception
