@@ -211,3 +211,20 @@ def test_a_sign_in_older_than_the_roles_files_session_hours_is_asked_again(oidc)
     assert "last 1 hours" in at.info[0].value
     at = _page("launch", auth=auth, user=_user("alice@example.org", iat=time.time() - 1800))
     assert [t.value for t in at.title] != ["Your sign-in has expired"] and not at.exception
+
+
+@pytest.mark.parametrize("text, says", [
+    ("users:\n  alice@example.org: superuser\n", "users.alice@example.org: unknown role 'superuser'"),
+    ("users:\n  alice@example.org: operator\n bob: [\n", "is not YAML line"),
+    ("users: alice@example.org\n", "users must be a mapping of name: role"),
+])
+def test_a_bad_roles_file_lets_nobody_act_and_says_what_to_fix(oidc, text, says):
+    """Never access by default: every button says what is wrong with the file; no traceback."""
+    (oidc / "roles.yaml").write_text(text)
+    auth = _auth("http://127.0.0.1:9/unused")
+    at = _page("launch", auth=auth, user=_user("alice@example.org"), cluster_rows=local_rows())
+    start = at.button(key="start_button")
+    assert not at.exception and start.disabled and says in start.help and "roles.yaml" in start.help, start.help
+    alice = identity.Identity("alice@example.org", "console", "127.0.0.1", (), "default")
+    with identity.acting_as(alice), pytest.raises(ConsoleError, match="roles.yaml"):
+        audit.allowed(oidc, "launch")

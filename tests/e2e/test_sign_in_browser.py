@@ -126,3 +126,19 @@ def _unsign(secret: str, value: str) -> str:
 def _sign(secret: str, value: str) -> str:
     from streamlit.web.server.starlette.starlette_app_utils import create_signed_value
     return create_signed_value(secret, USER_COOKIE, value).decode()
+
+
+def test_the_real_provider_tells_a_wrong_client_secret_and_a_wrong_url_from_right_ones():
+    """What the sign-in page checks before anyone signs in (console/signin.provider_problem), asked
+    of the real provider rather than a stand-in: its answers decide the page's message."""
+    from console import signin
+    with provider("http://127.0.0.1:9") as metadata:
+        def problem(**changes):
+            auth = {"redirect_uri": "http://127.0.0.1:9/oauth2callback", "cookie_secret": COOKIE_SECRET,
+                    "client_id": "tfconsole", "client_secret": "s3cret", "server_metadata_url": metadata}
+            return signin.provider_problem(signin.settings({**auth, **changes}, "secrets.toml"))
+        assert problem() is None
+        assert "refuses this console's client_id or client_secret (in secrets.toml)" in problem(client_secret="wrong")
+        assert "refuses this console's client_id" in problem(client_id="nobody")
+        wrong = problem(server_metadata_url=metadata.replace("openid-configuration", "nothing-here"))
+        assert wrong.startswith("The identity provider does not answer at server_metadata_url"), wrong
