@@ -3,8 +3,11 @@ the login token (the default) and signed in with an OpenID provider (``TFCONSOLE
 person set AppTest-side as ``st.user``), alternately, in one process. Signed in, each load reads
 the ``[auth]`` settings and the roles file (the sign-in's age) and draws the name and Sign out.
 The provider itself is not asked once a person is signed in (only the sign-in page asks it).
+``--provider``: also what that first ask costs (discovery, then the token endpoint with the
+client's id and secret, ``console.signin``) against the real ``oidc-provider`` of the tests on
+loopback (``make test`` installs it in tests/oidc), uncached.
 
-    .venv/bin/python bench/sign_in_page.py [--loads 20]
+    .venv/bin/python bench/sign_in_page.py [--loads 20] [--provider]
 """
 from __future__ import annotations
 
@@ -39,9 +42,27 @@ def load(signed_in: bool) -> float:
     return took
 
 
+def provider_ask(times: int) -> list[float]:
+    """Milliseconds of each of ``times`` uncached checks of the provider the sign-in page makes."""
+    from console import signin
+    from tests.e2e.test_sign_in_browser import COOKIE_SECRET, provider
+    with provider("http://127.0.0.1:9") as metadata:
+        found = signin.settings({"redirect_uri": "http://127.0.0.1:9/oauth2callback", "cookie_secret": COOKIE_SECRET,
+                                 "client_id": "tfconsole", "client_secret": "s3cret",
+                                 "server_metadata_url": metadata}, "bench")
+        assert signin._ask(found) is None   # warm: the provider's first answers compile its routes
+        took = []
+        for _ in range(times):
+            start = time.perf_counter()
+            assert signin._ask(found) is None
+            took.append((time.perf_counter() - start) * 1000)
+    return took
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--loads", type=int, default=20)
+    p.add_argument("--provider", action="store_true", help="also time the sign-in page's check of a real provider")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TFCONSOLE_RUNS"] = str(Path(tmp) / "runs")
@@ -56,6 +77,10 @@ def main() -> None:
     for name, values in (("login token", token), ("signed in (OIDC)", oidc)):
         print(f"{name:>18}: {statistics.median(values):7.1f} / {max(values):7.1f}")
     print(f"sign-in adds {statistics.median(oidc) - statistics.median(token):+.1f} ms a page load (median)")
+    if a.provider:
+        asked = provider_ask(a.loads)
+        print(f"the sign-in page's provider check (oidc-provider on loopback, uncached): "
+              f"{statistics.median(asked):.1f} / {max(asked):.1f} ms (median / max)")
 
 
 if __name__ == "__main__":
