@@ -71,3 +71,26 @@ def test_dump_stacks_is_for_the_runs_owner_or_an_admin(runs, monkeypatch):
     assert lines(runs) == [("bob", "dump_stacks", "ok"), ("alice@example.org", "dump_stacks", "ok"),
                            ("carol@example.org", "dump_stacks", "refused"), ("dave", "dump_stacks", "refused")]
     assert "dump_stacks" in audit.ACTIONS and "trust_host" in audit.ACTIONS   # `tfconsole audit --action`
+
+
+def test_a_runs_alert_settings_are_in_its_launch_line_with_the_url_masked(tmp_path, monkeypatch):
+    """Alert settings are set by the launch (the job's alerts:), so its line carries them."""
+    import sys
+    from backend.config.spec import default_cluster, job_from_dict
+    from backend.runs.launcher import Preflight, launch
+    from backend.runs.store import RunStore
+    from tests.sshd import free_port
+    monkeypatch.delenv("TFCONSOLE_ROLES", raising=False)
+    monkeypatch.delenv("TFCONSOLE_WEBHOOK", raising=False)
+    cluster = default_cluster(sys.executable)
+    for task in cluster.tasks:
+        object.__setattr__(task, "tf_port", free_port())
+    job = job_from_dict({"kind": "command", "command": [sys.executable, "-c", "pass"],
+                         "alerts": {"webhook": "https://hooks.example.org/T0/secret-path", "format": "json"}})
+    with identity.acting_as(BOB):
+        run = launch(cluster, job, store=RunStore(tmp_path), preflight=Preflight.SKIP)
+    run.stop(grace_s=3)   # nothing left running (the command exits at once anyway)
+    line = audit.read(tmp_path)[0][0]
+    assert (line["action"], line["outcome"]) == ("launch", "ok")
+    assert line["args"]["alerts"] == {"webhook": "https://hooks.example.org/***", "format": "json"}
+    assert "secret-path" not in (tmp_path / audit.FILE).read_text()
