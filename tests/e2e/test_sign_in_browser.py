@@ -11,6 +11,8 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
+import urllib.request
 
 import pytest
 
@@ -33,16 +35,30 @@ def provider(console_url: str):
     require("node (Debian package nodejs)", shutil.which("node") is not None)
     require("oidc-provider (npm, make test installs it in tests/oidc)", (OIDC / "node_modules" / "oidc-provider").exists())
     port = free_port()
-    proc = subprocess.Popen(["node", str(OIDC / "provider.mjs"), str(port), console_url],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metadata = f"http://127.0.0.1:{port}/.well-known/openid-configuration"
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(["node", str(OIDC / "provider.mjs"), str(port), console_url],
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: proc.poll() is not None or _answers(metadata), 30, "the OpenID provider to answer")
+            log.seek(0)
+            assert proc.poll() is None, "the OpenID provider exited: " + log.read()[-2000:].decode(errors="replace")
+            yield metadata
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _answers(url: str) -> bool:
     try:
-        wait_for(lambda: "ready at" in (proc.stdout.readline() or "") or proc.poll() is not None, 30,
-                 "the OpenID provider to start")
-        assert proc.poll() is None, "the OpenID provider exited"
-        yield f"http://127.0.0.1:{port}/.well-known/openid-configuration"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
 
 
 def _sign_in(page, url: str, login: str) -> None:
