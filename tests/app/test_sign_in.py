@@ -228,3 +228,19 @@ def test_a_bad_roles_file_lets_nobody_act_and_says_what_to_fix(oidc, text, says)
     alice = identity.Identity("alice@example.org", "console", "127.0.0.1", (), "default")
     with identity.acting_as(alice), pytest.raises(ConsoleError, match="roles.yaml"):
         audit.allowed(oidc, "launch")
+
+
+def test_every_page_draws_for_each_role_without_an_error(oidc):
+    """Each page, for a viewer, an operator and an admin signed in: drawn whole, the person named
+    in the sidebar; Start is offered to the operator and the admin, not to the viewer."""
+    (oidc / "roles.yaml").write_text(ROLES + "  admins: admin\n")
+    auth = _auth("http://127.0.0.1:9/unused")
+    people = {"viewer": _user("carol@example.org", groups=["watchers"]), "operator": _user("bob@example.org"),
+              "admin": _user("dana@example.org", groups=["admins"])}
+    for role, who in people.items():
+        for name in ("launch", "monitor", "checkpoints", "cluster", "runs", "audit"):
+            at = _page(name, auth=auth, user=who, cluster_rows=local_rows())
+            assert not at.exception and not errors(at), (role, name, errors(at))
+            assert [t.value for t in at.sidebar.text] == [who["email"]], (role, name)
+            if name == "launch":
+                assert at.button(key="start_button").disabled == (role == "viewer"), role
