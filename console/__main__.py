@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from console import tokens
+from console import signin, tokens
 from console.errors import ConsoleError
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -46,7 +46,23 @@ def _wait_healthy(proc: subprocess.Popen, health: str) -> None:
         time.sleep(0.3)
 
 
-def _announce(token: str | None, address: str, port: int) -> None:
+def _sign_in(auth_file: str | None) -> tuple[tokens.Access, list[str]]:
+    """The access setting, and Streamlit's options for it: with --auth-file (or TFCONSOLE_AUTH=oidc
+    and ./.streamlit/secrets.toml) the sign-in settings are checked before the console starts."""
+    setting = tokens.Access.OIDC if auth_file else tokens.access()
+    if setting is not tokens.Access.OIDC:
+        return setting, []
+    signin.require_libraries()
+    path = Path(auth_file or Path(".streamlit") / "secrets.toml").resolve()
+    if auth_file or path.exists():
+        signin.settings(signin.read_file(path), str(path))
+    return setting, (["--secrets.files", str(path)] if auth_file else [])
+
+
+def _announce(token: str | None, address: str, port: int, setting: tokens.Access) -> None:
+    if setting is tokens.Access.OIDC:
+        print(f"tfconsole: open http://{address}:{port}/ (sign-in with the team's OpenID provider)", flush=True)
+        return
     if token is None:
         print(f"tfconsole: open http://{address}:{port}/ ({tokens.OFF_NOTICE})", flush=True)
         return
@@ -59,28 +75,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m console", description=__doc__)
     parser.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501)")
     parser.add_argument("--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--auth-file", help="sign-in with an OpenID provider: a secrets.toml whose [auth] "
+                        "table has its settings (default: the token URL, for one person)")
     args = parser.parse_args(argv)
     try:
-        setting = tokens.access()
+        setting, extra = _sign_in(args.auth_file)
         token = tokens.new_token(tokens.token_path()) if setting is tokens.Access.TOKEN else None
     except ConsoleError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    _warn_if_public(args.address, token is not None)
+    if setting is not tokens.Access.OIDC:
+        _warn_if_public(args.address, token is not None)
     env = dict(os.environ, **({tokens.PRINTED_ENV: tokens.printed_mark(token)} if token else {}))
+    if setting is tokens.Access.OIDC:
+        env[tokens.ENV] = tokens.Access.OIDC.value
     proc = subprocess.Popen([
         sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", args.address,
         "--server.port", str(args.port), "--server.headless", "true",
         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",   # .streamlit/config.toml says why
         "--runner.postScriptGC", "false", "--server.maxUploadSize", str(MAX_UPLOAD_MB),
-        "--logger.hideWelcomeMessage", "true"], env=env)   # its URL has no token: we print ours instead
+        "--logger.hideWelcomeMessage", "true", *extra], env=env)   # its URL has no token: we print ours instead
     # Ctrl-C reaches both processes; a TERM or HUP sent to this one alone goes on to the console.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
     try:
         _wait_healthy(proc, f"http://{args.address}:{args.port}/_stcore/health")
         if proc.poll() is None:
-            _announce(token, args.address, args.port)
+            _announce(token, args.address, args.port, setting)
         return proc.wait()
     except KeyboardInterrupt:
         return proc.wait()

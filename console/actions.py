@@ -280,6 +280,6 @@ def begin_restore(live: LiveRun, registry: Registry, hold: checkpoints.Hold):
 
 
 def dump_stacks(live: LiveRun):
-    """Every worker's Python stack, kept under the run's folder: (stacks by task, folder)."""
-    from backend.diagnosis import stacks
-    return stacks.dump_and_save(live.run)
+    """Every worker's Python stack, kept under the run's folder: (stacks by task, folder).
+    Checked against the roles file and recorded in the audit (``Run.dump_stacks``)."""
+    return live.run.dump_stacks()

@@ -14,6 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
+from backend.access import identity
 from backend.errors import ConsoleError
 
 
@@ -63,7 +64,10 @@ class Actions:
                 raise ConsoleError(f"run {run_id} is busy: {busy.line()}",
                                    "Wait for it to finish; its progress is shown on this page.")
             action = self._by_run[run_id] = Action(kind, run_id)
-        threading.Thread(target=_run, args=(action, work), name=f"{kind}-{run_id}", daemon=True).start()
+        # The work acts for whoever asked (a signed-in session's person: their roles, their audit
+        # line), though its thread has no session to ask.
+        who = identity.current()
+        threading.Thread(target=_run, args=(action, work, who), name=f"{kind}-{run_id}", daemon=True).start()
         return action
 
     def get(self, run_id: str | None) -> Action | None:
@@ -75,9 +79,10 @@ class Actions:
             return [a for a in self._by_run.values() if not a.done]
 
 
-def _run(action: Action, work: Callable[[Action], object]) -> None:
+def _run(action: Action, work: Callable[[Action], object], who: identity.Identity) -> None:
     try:
-        action.result = work(action)
+        with identity.acting_as(who):
+            action.result = work(action)
     except ConsoleError as err:
         action.error = str(err)
     except Exception:  # noqa: BLE001 - shown on the page rather than lost in a thread

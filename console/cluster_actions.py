@@ -12,7 +12,9 @@ from backend.hosts.pool import Pool
 from backend.hosts.known_hosts import OnChange
 from backend.hosts.resolve import tf_addresses
 from backend.hosts.ssh import SSHOptions
-from backend.hosts.trust import fetch_host_key, trust_host_key
+from backend.hosts.trust import fetch_host_key
+from backend.access import audit
+from backend.runs.store import default_root
 from backend.hosts.preflight import run_preflight
 from backend.config.spec import (ClusterSpec, TransportKind, cluster_from_dict, cluster_to_dict, import_hostfile,
                           import_ssh_config, load_yaml_text, save_cluster)
@@ -128,6 +130,7 @@ def fetch_key(target: str, options: SSHOptions) -> dict:
 
 
 def trust(info: dict, options: SSHOptions, *, on_change: OnChange = OnChange.REFUSE) -> str:
-    """Record the key in known_hosts if it still has the fingerprint shown; raises ConsoleError."""
-    return trust_host_key(info["host"], info["fingerprint"], port=info["port"], options=options,
-                          on_change=on_change).fingerprint
+    """Record the key in known_hosts if it still has the fingerprint shown; raises ConsoleError
+    (AccessDenied for anyone but an admin, with a roles file). Recorded in the audit."""
+    return audit.trusted_host(default_root(), info["host"], info["fingerprint"], port=info["port"],
+                              options=options, on_change=on_change).fingerprint

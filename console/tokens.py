@@ -90,6 +90,7 @@ def host_refusal(header: str | None, *, address: str | None) -> str | None:
 class Access(Enum):
     TOKEN = "token"   # the default: a session must present the token
     NONE = "none"     # anyone who reaches the port (a private tunnel only)
+    OIDC = "oidc"     # a team's console: sign-in with its OpenID provider (console/signin.py)
 
 
 def access() -> Access:
@@ -98,7 +99,7 @@ def access() -> Access:
     try:
         return Access(value)
     except ValueError:
-        raise SpecError(ENV, f"{value!r} is not one of: token, none",
+        raise SpecError(ENV, f"{value!r} is not one of: token, none, oidc",
                         f"Unset {ENV} (the token is on by default), or set it to 'none' only "
                         "behind a private SSH tunnel.") from None
 

@@ -3,7 +3,7 @@ import time
 
 import streamlit as st
 
-from console import actions, crowd, figures, monitor_view
+from console import access_view, actions, crowd, figures, monitor_view
 from console.ui import auth, page, state, widgets
 from console.ui.live_chart import live_chart
 from console.plain import md_escape
@@ -126,9 +126,13 @@ def main() -> None:
         found, folder = actions.dump_stacks(live)
         st.session_state.stacks_dump = (monitor_view.stacks_text(found), str(folder or ""))
 
-    widgets.action_button("Dump stacks", "dump_stacks", dump_stacks, live,
-                          spinner="asking every worker for its stacks...", disabled=not live.run.state.live,
-                          help="Every worker's Python stack, now: where a hung run is stuck")
+    refused = access_view.refusal(live.run.store.root, "dump_stacks", live.run.state.owner)
+    if refused:   # no button its user may not use (issue 48); the backend refuses it too
+        st.caption(md_escape(f"No Dump stacks for you here: {refused}"))
+    else:
+        widgets.action_button("Dump stacks", "dump_stacks", dump_stacks, live,
+                              spinner="asking every worker for its stacks...", disabled=not live.run.state.live,
+                              help="Every worker's Python stack, now: where a hung run is stuck")
     if st.session_state.get("stacks_dump"):
         shown, folder = st.session_state.stacks_dump
         st.caption(f"Stacks saved in {folder}" if folder else "Stacks could not be saved")

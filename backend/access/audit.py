@@ -1,6 +1,6 @@
 """A record of who did what: one JSON line per action in ``<runs>/audit.jsonl`` (issue 48).
 
-Launch, stop, save now, export and restore each append a line (who, when, from where, run,
+Launch, stop, save now, export, restore, dump stacks and trust-host each append a line (who, when, from where, run,
 action, arguments, outcome) from the backend itself, so the console, the command line and the
 Python API are recorded alike. Lines are only ever appended, each in one ``write`` of a file
 opened ``O_APPEND`` (several processes append at once without mixing lines). Recording never
@@ -22,24 +22,24 @@ from backend.errors import ConsoleError
 from backend.access import identity, roles
 
 FILE = "audit.jsonl"
-ACTIONS = ("launch", *roles.RUN_ACTIONS)   # what is recorded (and checked against the roles)
+ACTIONS = ("launch", *roles.RUN_ACTIONS, *roles.ADMIN_ACTIONS)   # what is recorded (and checked against the roles)
 FIELDS = ("time", "who", "action", "run", "args", "outcome")
 
 
 def append(root: Path, action: str, *, run: str | None, args: dict | None = None, outcome: str = "ok",
            who: identity.Identity | None = None) -> bool:
     """One line for ``action``; False when it could not be written (the action goes on)."""
-    line = {"time": time.time(), "who": (who or identity.current()).as_dict(), "action": action,
-            "run": run, "args": {k: v for k, v in (args or {}).items() if v is not None}, "outcome": outcome}
-    data = (json.dumps(line, default=str) + "\n").encode()
-    try:
+    try:   # an identity or argument that will not serialize loses the line too, never the action
+        line = {"time": time.time(), "who": (who or identity.current()).as_dict(), "action": action,
+                "run": run, "args": {k: v for k, v in (args or {}).items() if v is not None}, "outcome": outcome}
+        data = (json.dumps(line, default=str) + "\n").encode()
         fd = os.open(Path(root) / FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, data)
         finally:
             os.close(fd)
         return True
-    except OSError:
+    except (OSError, TypeError, ValueError):
         return False
 
 
@@ -77,6 +77,14 @@ def recorded(action: str, *arg_names: str) -> Callable:
                 return fn(run, *args, **kw)
         return inner
     return wrap
+
+
+def trusted_host(root: Path, host: str, fingerprint: str, *, port: int | None = None, **kw):
+    """``hosts.trust.trust_host_key``, checked (admins only, with a roles file) and recorded in the
+    audit of the runs folder ``root``: the Cluster page and ``tfconsole trust-host`` both call this."""
+    from backend.hosts.trust import trust_host_key
+    with recording(root, "trust_host", run=None, args={"host": host, "port": port, "fingerprint": fingerprint}):
+        return trust_host_key(host, fingerprint, port=port, **kw)
 
 
 def allowed(root: Path, action: str, *, owner: Callable[[], dict | None] = lambda: None) -> None:

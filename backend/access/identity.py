@@ -13,7 +13,7 @@ import getpass
 import os
 import socket
 from dataclasses import asdict, dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from backend.plain import term_safe
 
@@ -26,11 +26,12 @@ class Identity:
     via: str         # console, cli, python, keeper
     host: str        # the machine the action was taken on
     groups: tuple[str, ...] = ()   # a signed-in user's groups claim (roles may name a group)
+    provider: str = ""   # the identity provider that vouched for the name; "" for an OS user
 
     def as_dict(self) -> dict:
         out = asdict(self)
         out["groups"] = list(self.groups)
-        return out if self.groups else {k: v for k, v in out.items() if k != "groups"}
+        return {k: v for k, v in out.items() if v or k not in ("groups", "provider")}
 
     @classmethod
     def of(cls, data: object) -> "Identity | None":
@@ -38,8 +39,10 @@ class Identity:
         if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("name", "via", "host")):
             return None
         groups = data.get("groups") or []
+        provider = data.get("provider")
         return cls(data["name"], data["via"], data["host"],
-                   tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else ())
+                   tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else (),
+                   provider if isinstance(provider, str) else "")
 
     def shown(self) -> str:
         """``name (via on host)``, made plain: a name holding control characters or markup from
@@ -57,6 +60,9 @@ def local(via: str = "python") -> Identity:
 
 
 _DEFAULT: list[Identity] = []
+# A shared console's sessions each have their own person: the console installs a resolver that
+# answers from the session being served (its signed-in user), None outside of one.
+_RESOLVER: list[Callable[[], "Identity | None"]] = []
 _ACTING: contextvars.ContextVar[Identity | None] = contextvars.ContextVar("tfconsole_acting", default=None)
 
 
@@ -65,8 +71,14 @@ def set_default(identity: Identity) -> None:
     _DEFAULT[:] = [identity]
 
 
+def set_resolver(resolve: Callable[[], "Identity | None"] | None) -> None:
+    """Ask ``resolve()`` first, before the default (None: no resolver)."""
+    _RESOLVER[:] = [resolve] if resolve else []
+
+
 def current() -> Identity:
-    return _ACTING.get() or (_DEFAULT[0] if _DEFAULT else local())
+    acting = _ACTING.get() or (_RESOLVER[0]() if _RESOLVER else None)
+    return acting or (_DEFAULT[0] if _DEFAULT else local())
 
 
 @contextlib.contextmanager

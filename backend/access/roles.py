@@ -11,9 +11,11 @@ before. With one, whoever it does not name has no access at all (``default:`` ca
       ml-team: operator
     default: viewer             # everyone else (leave it out: no access)
     operators_act_on: own       # own (their runs only) or all
+    session_hours: 12           # a sign-in older than this is asked again (sign-in only)
 
-viewer: sees runs, logs and curves. operator: launches, and stops, saves, exports and restores
-the runs they own (or every run, ``operators_act_on: all``). admin: everything. A run's keeper
+viewer: sees runs, logs and curves. operator: launches, and stops, saves, exports, restores and
+dumps the stacks of the runs they own (or every run, ``operators_act_on: all``). admin:
+everything, and trusts hosts' SSH keys (the Cluster page, ``tfconsole trust-host``). A run's keeper
 is not a person: it carries out the restart policy its owner launched with, unchecked.
 """
 from __future__ import annotations
@@ -29,8 +31,10 @@ from backend.errors import ConsoleError, SpecError
 
 FILE = "roles.yaml"
 ROLES = ("viewer", "operator", "admin")
-RUN_ACTIONS = ("stop", "save_now", "export", "restore")   # on one run: its owner matters
+RUN_ACTIONS = ("stop", "save_now", "export", "restore", "dump_stacks")   # on one run: its owner matters
+ADMIN_ACTIONS = ("trust_host",)   # the console's own settings: admins only
 KEEPER = "keeper"   # identity.via of a run's keeper (`tfconsole keep`, started by a launch)
+SESSION_HOURS = 12.0   # how long a sign-in lasts unless the roles file says otherwise
 FIX = "Ask an admin of this console to give you a role in its roles file."
 
 
@@ -45,6 +49,7 @@ class Roles:
     default: str | None = None
     all_runs: bool = False
     source: str = ""
+    session_hours: float = SESSION_HOURS
 
     def role_of(self, who: Identity) -> str | None:
         if who.name in self.users:
@@ -80,10 +85,10 @@ def load(runs_root: Path) -> Roles | None:
                         "Fix that line (users: / groups: mappings of name: role).") from None
     if not isinstance(data, dict):
         raise SpecError(str(path), "must be a mapping (users:, groups:, default:)", "See the README's roles file.")
-    unknown = set(data) - {"users", "groups", "default", "operators_act_on"}
+    unknown = set(data) - {"users", "groups", "default", "operators_act_on", "session_hours"}
     if unknown:
         raise SpecError(str(path), f"unknown field {sorted(unknown)[0]!r}",
-                        "Use users, groups, default and operators_act_on.")
+                        "Use users, groups, default, operators_act_on and session_hours.")
     users, groups = _mapping(data, "users", path), _mapping(data, "groups", path)
     default = data.get("default")
     if default is not None:
@@ -91,7 +96,10 @@ def load(runs_root: Path) -> Roles | None:
     scope = data.get("operators_act_on", "own")
     if scope not in ("own", "all"):
         raise SpecError(str(path), f"operators_act_on is {scope!r}", "Write own or all.")
-    return Roles(users, groups, default, scope == "all", str(path))
+    hours = data.get("session_hours", SESSION_HOURS)
+    if isinstance(hours, bool) or not isinstance(hours, (int, float)) or hours <= 0:
+        raise SpecError(str(path), f"session_hours is {hours!r}", "Write a number of hours above 0, e.g. 12.")
+    return Roles(users, groups, default, scope == "all", str(path), float(hours))
 
 
 def _mapping(data: dict, key: str, path: Path) -> dict:
@@ -110,6 +118,11 @@ def _role(role: object, where: str, path: Path) -> None:
 
 def check(roles: Roles | None, who: Identity, action: str, *, owner: dict | None = None) -> None:
     """Raise AccessDenied unless ``who`` may take ``action`` (on a run that ``owner`` started)."""
+    if roles is None and who.provider:
+        raise AccessDenied(f"{who.shown()} signed in, but this console has no roles file, so nobody "
+                           "signed in may act (any account of the provider could otherwise)",
+                           "Write roles.yaml in the runs folder naming who may do what (README, "
+                           "\"A console for a team\").")
     if roles is None:
         return   # no roles file: one person's console, as before
     if who.via == KEEPER:
@@ -119,6 +132,9 @@ def check(roles: Roles | None, who: Identity, action: str, *, owner: dict | None
         return
     if role is None:
         raise AccessDenied(f"{who.shown()} has no role on this console ({roles.source})", FIX)
+    if action in ADMIN_ACTIONS:
+        raise AccessDenied(f"{who.shown()} is {'a viewer' if role == 'viewer' else 'an operator'}: "
+                           f"{action} is for admins", FIX)
     if role == "viewer":
         raise AccessDenied(f"{who.shown()} is a viewer: {action} is for operators and admins", FIX)
     if action in RUN_ACTIONS and not roles.all_runs and (owner or {}).get("name") != who.name:

@@ -22,11 +22,11 @@ from backend.errors import ConsoleError, DiskFullError, MultiHostError
 from backend.hosts.resolve import tf_addresses, tf_hosts
 from backend.hosts.known_hosts import KnownHosts, OnChange, Verdict
 from backend.hosts.ssh import SSHOptions
-from backend.hosts.trust import fetch_host_key, trust_host_key
+from backend.hosts.trust import fetch_host_key
 from backend.hosts.preflight import CHECKS, run_preflight
 from backend.runs.store import RunStore
 from backend.files import room
-from backend.access import identity
+from backend.access import audit, identity
 from backend.hosts.pool import Pool
 from backend.config.kinds import load_any_cluster
 from backend.config.spec import load_cluster, load_job
@@ -175,9 +175,8 @@ def cmd_logs(a) -> int:
 
 
 def cmd_stacks(a) -> int:
-    from backend.diagnosis import stacks
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
-    found, folder = stacks.dump_and_save(run)
+    found, folder = run.dump_stacks()
     for s in found:
         print(f"==> {s.task} on {s.host} <==")
         print(s.text.rstrip() if s.text else f"(no stacks: {s.error})")
@@ -282,7 +281,8 @@ def cmd_trust_host(a) -> int:
               f"--fingerprint {fp}")
         return 1
     on_change = OnChange.REPLACE if a.replace else OnChange.REFUSE
-    trust_host_key(a.host, a.fingerprint, port=a.port, options=options, on_change=on_change)
+    audit.trusted_host(RunStore(a.runs).root, a.host, a.fingerprint, port=a.port, options=options,
+                       on_change=on_change)
     print(f"trusted {offered.view.label} {fp} as {name} in {a.known_hosts}")
     return 0
 
@@ -295,7 +295,8 @@ def _prog() -> str:
 def cmd_console(a) -> int:
     """Open the console. backend never imports console (imports flow console -> backend), so the
     console runs as its own process, as `make run` starts it."""
-    argv = [sys.executable, "-m", "console", "--address", a.address, "--port", str(a.port)]
+    argv = [sys.executable, "-m", "console", "--address", a.address, "--port", str(a.port),
+            *(["--auth-file", os.path.abspath(a.auth_file)] if a.auth_file else [])]
     env = dict(os.environ, **({"TFCONSOLE_RUNS": os.path.abspath(a.runs)} if a.runs else {}))
     try:
         return subprocess.call(argv, env=env)
@@ -361,6 +362,8 @@ def parser() -> argparse.ArgumentParser:
     s = add("console", cmd_console, "open the console in a browser (prints the URL with its login token)")
     s.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501)")
     s.add_argument("--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--auth-file", help="sign in with the team's OpenID provider: a secrets.toml with its "
+                   "[auth] settings (README, \"A console for a team\"); default: the token URL")
     s = add("trust-host", cmd_trust_host, "show a host's SSH key fingerprint and, when confirmed, trust it")
     s.add_argument("host", help="a host name, IP or ~/.ssh/config alias (its HostName, Port and ProxyJump apply)")
     s.add_argument("--port", type=int, help="SSH port (default: from ssh_config, else 22)")

@@ -304,6 +304,13 @@ class Run:
             self.conclude_attempt(found, expect=UNDERWAY)
 
     # -- acting -------------------------------------------------------------------------
+    @audit.recorded("dump_stacks")
+    def dump_stacks(self):
+        """Every worker's Python stack, kept under the run's folder (``diagnosis.stacks``), checked
+        and recorded as any action on the run; (stacks by task, folder)."""
+        from backend.diagnosis import stacks
+        return stacks.dump_and_save(self)
+
     @audit.recorded("stop", "save")
     def stop(self, *, grace_s: float = STOP_GRACE_S, reason: str = "stopped", save: bool = False,
              save_grace_s: float = SAVE_GRACE_S) -> StopReport:

@@ -49,7 +49,8 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
     store = store or RunStore()
     run_id = run_id or new_run_id()
     details = {"kind": job.kind.value,
-               "job": Path(job.module).name if job.module else shlex.join(job.command)[:200]}
+               "job": Path(job.module).name if job.module else shlex.join(job.command)[:200],
+               "alerts": alert_settings.shown(job.alerts) or None}   # the run's alert settings, URL masked
     with audit.recording(store.root, "launch", run=run_id, args=details):
         return _launch(cluster, job, store, options, preflight, run_id)
 

@@ -11,6 +11,7 @@ import streamlit as st
 
 from backend.errors import ConsoleError
 from console import tokens
+from console.ui import signin
 
 SESSION_KEY = "_login_token"
 SHUT_OUT_KEY = "_login_shut_out"   # this session was let in, then lost the token
@@ -66,9 +67,10 @@ def _nothing() -> None:
     """The refusal's page: never run (the gate's script run ends before ``run()``)."""
 
 
-def _check() -> tokens.Access | None:
+def _check(*, entry: bool = False) -> tokens.Access | None:
     """The access setting in force, when this session presented the token (now or before) or the
-    token is off; else None, with the refusal (or what to fix) drawn and nothing else."""
+    token is off; else None, with the refusal (or what to fix) drawn and nothing else. ``entry``:
+    the entry script's call; the signed-in person's sidebar is drawn by the page's (once a run)."""
     wrong_host = _wrong_host()
     if wrong_host:
         st.title("Wrong address")
@@ -78,6 +80,8 @@ def _check() -> tokens.Access | None:
         setting = tokens.access()
         if setting is tokens.Access.NONE:
             return setting
+        if setting is tokens.Access.OIDC:
+            return setting if signin.gate(sidebar=not entry) else None
         token = _server_token()
     except ConsoleError as err:
         st.error(str(err))
@@ -106,7 +110,7 @@ def gate() -> bool:
     must then end normally, not by ``st.stop()``: only a run that ends normally makes Streamlit
     forget the page's fragments, whose timers still tick in the browser and would draw into a
     page that is gone and blank it (docs/facts.md #15)."""
-    return _check() is not None
+    return _check(entry=True) is not None
 
 
 def holds_token() -> bool:
@@ -115,8 +119,9 @@ def holds_token() -> bool:
     if _wrong_host():
         return False
     try:
-        if tokens.access() is tokens.Access.NONE:
-            return True
+        setting = tokens.access()
+        if setting is not tokens.Access.TOKEN:
+            return setting is tokens.Access.NONE or signin.signed_in()
         token = _server_token()        # under the lock: a missing file is made (and printed) once
     except ConsoleError:
         return False

@@ -6,6 +6,8 @@ import streamlit as st
 
 from backend.hosts.known_hosts import OnChange, Verdict
 from backend.hosts.ssh import SSHOptions
+from backend.runs.store import default_root
+from console import access_view
 from console.cluster_actions import trust
 from console.plain import md_escape
 from console.ui.widgets import action_button
@@ -55,6 +57,10 @@ def show_host_key(info: dict | None, options: SSHOptions) -> None:
     st.caption("Compare it with the host's own (ssh-keygen -lf /etc/ssh/ssh_host_*.pub) before trusting.")
     label = "Replace the old key with this one" if verdict is Verdict.CHANGED else \
         f"Trust {info['target']} with this fingerprint"
+    refused = access_view.refusal(default_root(), "trust_host")
+    if refused:   # admins only (issue 48): no button for anyone else; the backend refuses it too
+        st.caption(md_escape(f"No host trust for you here: {refused}"))
+        return
     # What it says shows under "Fetch host key": once trusted, this key and its button are gone.
     action_button(label, "hostkey_trust", _trust, info, options, on_change, said_at="hostkey_fetch",
                   type="primary")

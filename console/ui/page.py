@@ -2,6 +2,7 @@
 import streamlit as st
 
 from backend.access import identity
+from console import tokens
 from console.ui import auth, state
 
 
@@ -14,7 +15,10 @@ def open_page(title: str):
         return None
     # The token's holder acts as the OS user who started the console (one person, one machine):
     # runs it starts are theirs, and the audit says "console".
-    identity.set_default(identity.local("console"))
+    # A signed-in console (TFCONSOLE_AUTH=oidc) acts as each session's person instead
+    # (console/ui/signin.py, which set it up in the guard above).
+    if tokens.access() is not tokens.Access.OIDC:
+        identity.set_default(identity.local("console"))
     state.init()
     st.title(title)
     return st.session_state

@@ -118,8 +118,10 @@ def stop_controls(live, *, key: str) -> None:
     ss = st.session_state
     flag = f"{key}_confirm"
     refused = access_view.refusal(live.run.store.root, "stop", live.run.state.owner) if live is not None else None
-    action_button("Stop run", f"{key}_stop", ss.__setitem__, flag, True, disabled=live is None or refused is not None,
-                  help=refused)
+    if refused:   # a button its user may not use is not shown at all (issue 48): the reason is
+        st.caption(md_escape(f"No Stop for you here: {refused}"))
+        return
+    action_button("Stop run", f"{key}_stop", ss.__setitem__, flag, True, disabled=live is None)
     if live is not None and ss.get(flag):
         st.warning(f"Stop run {live.run_id}? **Save, then stop**: every worker first saves the step "
                    f"it is at (up to {live_mod.SAVE_GRACE_S:.0f} s), and Restore offers that step first. "
