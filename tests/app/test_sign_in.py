@@ -22,7 +22,7 @@ from backend.errors import ConsoleError
 from backend.runs.store import RunStore
 from tests.app.conftest import errors, local_rows
 from tests.conftest import ROOT, wait_for
-from tests.sshd import free_port
+from rig.sshd import free_port
 
 ROLES = "users:\n  alice@example.org: operator\n  bob@example.org: operator\ngroups:\n  watchers: viewer\n"
 

@@ -21,7 +21,7 @@ from backend.runs.launcher import attach
 from backend.runs.store import RunStore
 from tests.conftest import ROOT, require, wait_for
 from tests.e2e import browser as web
-from tests.sshd import free_port
+from rig.sshd import free_port
 
 OIDC = ROOT / "tests" / "oidc"
 SIGNED_IN = ["-m", "console", "--address", "127.0.0.1", "--auth-file"]

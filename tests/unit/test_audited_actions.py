@@ -79,7 +79,7 @@ def test_a_runs_alert_settings_are_in_its_launch_line_with_the_url_masked(tmp_pa
     from backend.config.spec import default_cluster, job_from_dict
     from backend.runs.launcher import Preflight, launch
     from backend.runs.store import RunStore
-    from tests.sshd import free_port
+    from rig.sshd import free_port
     monkeypatch.delenv("TFCONSOLE_ROLES", raising=False)
     monkeypatch.delenv("TFCONSOLE_WEBHOOK", raising=False)
     cluster = default_cluster(sys.executable)
