@@ -18,7 +18,7 @@ from typing import Mapping
 from backend.client.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from backend.client.harness.metric_line import name_problem
 from backend.config.fields import module_param_keys, read_yaml, show_value, unknown_keys
-from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict, load_any_cluster
+from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict, is_slurm_spec, load_any_cluster
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, Role, job_from_dict, load_job
 from backend.errors import SpecError, SpecErrors
 
@@ -279,7 +279,7 @@ def host_groups(cluster: ClusterSpec, at_once: int) -> list[ClusterSpec]:
 
 
 def _at_once_fits(cluster, at_once: int) -> list[SpecError]:
-    if isinstance(cluster, SlurmSpec):
+    if is_slurm_spec(cluster):
         return [SpecError("cluster", "sweeps on Slurm are not supported yet",
                           "Give an SSH cluster (a tasks list) for now.")]
     hosts = len({_host_key(t) for t in cluster.tasks})
