@@ -67,7 +67,8 @@ def report(interval: float) -> None:
         mean = 2.0 / (1.0 + 0.01 * step)
         for task in tasks:
             loss = mean * (1.0 + 0.05 * rng.random()) + (0.5 if task == odd else 0.0)
-            out.log(task, step, 0, loss, mean, interval, 64 / interval, now=now)
+            out.log(task, step, 0, metrics={"loss": loss}, global_metrics={"loss": mean},
+                    step_time=interval, examples_per_sec=64 / interval, now=now)
         due += interval
         time.sleep(max(0.0, due - time.time()))
         due = max(due, time.time() - interval)        # late: go on from now, no burst

@@ -9,11 +9,18 @@ from backend.access import identity, roles
 from backend.errors import ConsoleError
 
 
-def refusal(runs_root: Path, action: str, owner: dict | None = None) -> str | None:
-    """Why this console's person may not take ``action`` (on a run ``owner`` started), or None.
-    A roles file with a mistake refuses everything, saying what to fix."""
+def refusals(runs_root: Path, actions: tuple[str, ...], owner: dict | None = None) -> dict[str, str | None]:
+    """Per action, why this console's person may not take it (on a run ``owner`` started), or
+    None; the roles file read once for all of a page's buttons. A roles file with a mistake
+    refuses everything, saying what to fix."""
     try:
         found = roles.load(runs_root)
     except ConsoleError as err:
-        return str(err)
-    return roles.refusal(found, identity.current(), action, owner=owner)
+        return dict.fromkeys(actions, str(err))
+    who = identity.current()
+    return {action: roles.refusal(found, who, action, owner=owner) for action in actions}
+
+
+def refusal(runs_root: Path, action: str, owner: dict | None = None) -> str | None:
+    """``refusals`` for one button."""
+    return refusals(runs_root, (action,), owner)[action]

@@ -32,7 +32,7 @@ def project_preview(folder: str, *, base_dir: Path) -> str:
     or what is wrong with it: one line either way."""
     path = Path(folder.strip()).expanduser()
     try:
-        return "Will send " + project.summary(project.scan(base_dir / path, digest=False))
+        return "Will send " + project.summary(project.scan(base_dir / path))
     except ConsoleError as err:
         return str(err)
     except OSError as err:

@@ -63,7 +63,8 @@ def main():
             if s % 10 == 0:
                 dt = (time.time() - t_last) / 10
                 loss = sum(losses) / len(losses)
-                rep.log("worker-0", s, 1, loss, loss, dt, batch / dt)
+                rep.log("worker-0", s, 1, metrics={"loss": loss}, global_metrics={"loss": loss},
+                        step_time=dt, examples_per_sec=batch / dt)
                 print(f"step {s} loss {loss:.4f}", flush=True)
                 t_last, losses = time.time(), []
 

@@ -34,9 +34,8 @@ def main() -> None:
     # Button actions (``widgets.action_button``): run in the click's callback, before the page is
     # drawn, so the page drawn next shows their progress; they read the other widgets' values from
     # the session, as they stood at the click.
-    def may(action: str) -> str | None:
-        """Why this console's person may not take ``action`` on this run (roles), or None."""
-        return access_view.refusal(live.run.store.root, action, live.run.state.owner)
+    # Why this console's person may not take each action on this run (roles), or None.
+    refused = access_view.refusals(live.run.store.root, ("save_now", "export", "restore"), live.run.state.owner)
 
     def submit(live, begin, *args) -> None:
         """Hand an action to the background; the page shows its progress."""
@@ -99,14 +98,14 @@ def main() -> None:
 
     st.subheader("Save now")
     widgets.action_button("Save now", "save_now", submit, live, actions.begin_save,
-                          disabled=busy or may("save_now") is not None, help=may("save_now"))
+                          disabled=busy or refused["save_now"] is not None, help=refused["save_now"])
 
     st.subheader("Export")
     e2, e3 = st.columns(2)
     e2.multiselect("Formats", ["savedmodel", "keras"], ["savedmodel", "keras"], key="export_formats")
     e3.text_input("Name (optional)", key="export_name")
-    widgets.action_button("Export", "export_button", export, live, disabled=busy or may("export") is not None,
-                          help=may("export"))
+    widgets.action_button("Export", "export_button", export, live, disabled=busy or refused["export"] is not None,
+                          help=refused["export"])
     if action is not None and action.kind == "export" and action.done and not action.error:
         ss.last_export = action.result   # kept after the action's notice is gone
     result = ss.last_export
@@ -124,7 +123,7 @@ def main() -> None:
     st.caption("Restore stops the run if it is live and relaunches every worker from the step picked above, "
                "as a new attempt of the same run. Newer checkpoints are moved aside (kept, not used).")
     widgets.action_button("Restore", "restore_button", hold_picked, live,
-                          disabled=busy or may("restore") is not None, help=may("restore"))
+                          disabled=busy or refused["restore"] is not None, help=refused["restore"])
     pending = ss.confirm_restore
     if pending is not None and pending.run_id != live.run_id:
         state.release_pending_restore()   # held on another run, before the current run changed

@@ -9,6 +9,7 @@ lines that are not whole records and name them, as for run records.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -21,6 +22,7 @@ from backend.errors import ConsoleError
 from backend.access import identity, roles
 
 FILE = "audit.jsonl"
+ACTIONS = ("launch", *roles.RUN_ACTIONS)   # what is recorded (and checked against the roles)
 FIELDS = ("time", "who", "action", "run", "args", "outcome")
 
 
@@ -41,10 +43,28 @@ def append(root: Path, action: str, *, run: str | None, args: dict | None = None
         return False
 
 
+@contextlib.contextmanager
+def recording(root: Path, action: str, *, run: str | None, args: dict | None = None,
+              owner: Callable[[], dict | None] = lambda: None):
+    """Around one action: first the roles file's say (roles.py; refused before anything is
+    done), then its line, with ``args`` and how it ended (``ok``, ``refused: ...`` for one of
+    our errors, ``failed: ...`` for anything else). ``owner`` gives who started the run, asked
+    only where a roles file needs it."""
+    try:
+        allowed(root, action, owner=owner)
+        yield
+    except ConsoleError as err:
+        append(root, action, run=run, args=args, outcome=f"refused: {err.problem}")
+        raise
+    except BaseException as err:
+        append(root, action, run=run, args=args, outcome=f"failed: {type(err).__name__}")
+        raise
+    append(root, action, run=run, args=args)
+
+
 def recorded(action: str, *arg_names: str) -> Callable:
-    """Decorate a run action ``fn(run, ...)``: first the roles file's say (roles.py; refused
-    before anything is done), then its line, with the named arguments and how it ended (``ok``,
-    ``refused: ...`` for one of our errors, ``failed: ...`` for anything else)."""
+    """Decorate a run action ``fn(run, ...)`` with ``recording``: its line names the arguments
+    ``arg_names`` and the run; the run's owner is what the roles file is asked about."""
     def wrap(fn: Callable) -> Callable:
         signature = inspect.signature(fn)
 
@@ -52,27 +72,19 @@ def recorded(action: str, *arg_names: str) -> Callable:
         def inner(run, *args, **kw):
             bound = signature.bind(run, *args, **kw)
             details = {name: bound.arguments.get(name) for name in arg_names}
-            root = Path(run.local_dir).parent
-            try:
-                allowed(root, action, run=run)
-                result = fn(run, *args, **kw)
-            except ConsoleError as err:
-                append(root, action, run=run.run_id, args=details, outcome=f"refused: {err.problem}")
-                raise
-            except BaseException as err:
-                append(root, action, run=run.run_id, args=details, outcome=f"failed: {type(err).__name__}")
-                raise
-            append(root, action, run=run.run_id, args=details)
-            return result
+            with recording(Path(run.local_dir).parent, action, run=run.run_id, args=details,
+                           owner=lambda: run.state.owner):
+                return fn(run, *args, **kw)
         return inner
     return wrap
 
 
-def allowed(root: Path, action: str, *, run=None) -> None:
-    """AccessDenied (or the roles file's own error) unless whoever acts may take ``action``."""
+def allowed(root: Path, action: str, *, owner: Callable[[], dict | None] = lambda: None) -> None:
+    """AccessDenied (or the roles file's own error) unless whoever acts may take ``action``
+    (on a run that ``owner()`` started)."""
     found = roles.load(root)
     if found is not None:
-        roles.check(found, identity.current(), action, owner=run.state.owner if run is not None else None)
+        roles.check(found, identity.current(), action, owner=owner())
 
 
 def read(root: Path) -> tuple[list[dict], list[str]]:

@@ -29,8 +29,8 @@ from backend.errors import ConsoleError, SpecError
 
 FILE = "roles.yaml"
 ROLES = ("viewer", "operator", "admin")
-RUN_ACTIONS = ("stop", "save_now", "export", "restore")
-KEEPER = "keeper"   # identity.via of a run's keeper (`tfconsole keep`, started by a launch)   # on one run: its owner matters
+RUN_ACTIONS = ("stop", "save_now", "export", "restore")   # on one run: its owner matters
+KEEPER = "keeper"   # identity.via of a run's keeper (`tfconsole keep`, started by a launch)
 FIX = "Ask an admin of this console to give you a role in its roles file."
 
 

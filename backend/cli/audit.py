@@ -33,5 +33,5 @@ def audit_command(add) -> None:
     s = add("audit", cmd_audit, "who launched, stopped, saved, exported or restored which run, and when")
     s.add_argument("--run", help="one run's lines")
     s.add_argument("--user", help="one person's lines (the name shown, e.g. an OS user)")
-    s.add_argument("--action", choices=("launch", "stop", "save_now", "export", "restore"), help="one kind of action")
+    s.add_argument("--action", choices=audit.ACTIONS, help="one kind of action")
     s.add_argument("--json", action="store_true", help="print JSON for scripts")

@@ -38,19 +38,9 @@ def save(checkpoint, step: int, *, epoch: int, losses: dict, keep: int = 5,
     return path
 
 
-def write_meta(directory: str, step: int, *, epoch: int, losses: dict,
-               metrics: dict | None = None, versions: dict | None = None) -> None:
-    """``ckpt-<step>.meta.json``, written after the save returned: it makes the step complete
-    (listed). ``losses``: {task: loss}; ``metrics``: global values at this step."""
-    values = {k: float(v) for k, v in losses.items()}
-    global_loss = sum(values.values()) / len(values) if values else None
-    named = {k: float(v) for k, v in (metrics or {}).items()}
-    if global_loss is not None:
-        named = {"loss": global_loss, **named}
-    ckpt_index.write_json_atomic(ckpt_index.meta_path(directory, step), {
-        "step": int(step), "epoch": int(epoch), "losses": values, "metrics": named,
-        "global_loss": global_loss,
-        "time": time.time(), **(versions or {})})
+def write_meta(directory: str, step: int, **meta) -> None:
+    """ckpt_index.write_meta: the metadata's one writer."""
+    ckpt_index.write_meta(directory, step, **meta)
 
 
 def restore(checkpoint, step: int) -> dict:

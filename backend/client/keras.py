@@ -10,8 +10,8 @@ Why not Keras' logged numbers: under MWMS tf_keras' per-batch ``logs`` are N x t
 ``total``/``count``, ``experimental_local_results``: no collective). At an attempt's first
 step, at every checkpoint step, at every epoch end and then every 10 steps but no more often
 than every 0.25 s (or exactly every ``every`` steps when given), all workers meet in one
-``all_gather`` of a row (keras_metrics.Columns: task, step_time, save_flag, next_sync, then each
-mean metric's total and count since the last sync, training and validation; a tf.function
+``all_gather`` of a row (harness/rows.meeting_layout: task, step_time, save_flag, next_sync,
+then each mean metric's total and count since the last sync, training and validation; a tf.function
 called from the callback, ~3 ms here: bench/README.md); each row proposes the next sync step
 from its step time and all take the largest, so they meet again at one step. From the rows:
 a worker's value = its own total/count, the global value = sum of totals / sum of counts
@@ -28,16 +28,17 @@ exits 75 (save_on_signal.py, harness/preempt.py).
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
 
 import tensorflow as tf
 
-from .harness import ckpt_index, layout, metric_line, train_info
+from .harness import ckpt_index, layout, metric_line, retention, rows, train_info
+from .harness import loop as hloop
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
+from . import sync
 from .sync import Health, Meeting
 
 
@@ -64,8 +65,9 @@ class _Hooks:
                  batch_size: int | None = None, save_at_epoch_end: bool = True,
                  preempt_grace_s: float | None = None, exit_on_preempt: bool = True,
                  keep_best: int = 0, best_metric: str = "loss", best_mode: str = "min",
-                 stop_on_nan: bool = False) -> None:
+                 stop_on_nan: bool = False, scale_learning_rate: bool = True) -> None:
         super().__init__()
+        self.scale_lr = scale_learning_rate   # False: the script scales by ctx.lr_scale itself
         self.preempt_grace_s, self.exit_on_preempt = preempt_grace_s, exit_on_preempt
         self.stop_on_nan = stop_on_nan   # every worker raises NonFiniteLoss at the first NaN/Inf
         # every=None: at most every 10 steps and no more often than MIN_SYNC_S (a gather costs
@@ -73,11 +75,7 @@ class _Hooks:
         self.fixed_every = every is not None
         self.every, self.checkpoint_every = max(1, int(every or 10)), int(checkpoint_every)
         self.keep, self.batch_size = int(keep_checkpoints), batch_size
-        if best_mode not in ("min", "max"):
-            raise ValueError(f"tfconsole.KerasCallback: best_mode is {best_mode!r}; use \"min\" "
-                             "(losses) or \"max\" (accuracy)")
-        self.best = {"keep_best": int(keep_best), "best_metric": str(best_metric),
-                     "best_mode": best_mode}
+        self.best = retention.best_options("tfconsole.KerasCallback", keep_best, best_metric, best_mode)
         self.save_at_epoch_end = save_at_epoch_end
         self.active, self.epoch_base, self.in_fit = False, 0, False
         # This callback never reads per-batch `logs`: without this, tf_keras turns every batch's
@@ -99,11 +97,16 @@ class _Hooks:
         self.step, self.epoch = 0, 1
         self.epoch_base = 0
         carried = _LAST_FIT.get("end")
+        base = self._base_learning_rate()
         if carried:   # a later fit() in this process, of any model: count on, restore nothing
             self.step, self.epoch_base = carried
             self.epoch = self.epoch_base + 1
         elif self.ctx.resume_step:
             self._restore(int(self.ctx.resume_step))
+        scaled = hloop.scale_learning_rate(model.optimizer, base, self.ctx.lr_scale)
+        if scaled:   # after the restore, which brings back the rate the checkpoint was saved with
+            model.optimizer._tfconsole_scaled = True
+            print(f"[{self.ctx.task}] tfconsole: {scaled}", flush=True)
         self.cols, self.in_fit = None, True
         self.mark, self.train_state, self.val_state = {}, None, None
         self.last, self.saved_at = None, None
@@ -114,6 +117,15 @@ class _Hooks:
         self.meeting = Meeting(self.strategy, self.ctx, self.save_on_signal, every=self.every,
                                fixed_every=self.fixed_every, step=self.step)
         self.health = Health(self.ctx, kmod, stop=self.stop_on_nan)
+
+    def _base_learning_rate(self) -> float | None:
+        """The script's own rate, to multiply by the shrink's scale, once per optimizer (a later
+        fit on the same model finds it scaled already); None: nothing to scale."""
+        opt = self.model.optimizer
+        if not self.scale_lr or getattr(opt, "_tfconsole_scaled", False):
+            return None
+        return hloop.base_learning_rate(opt, self.ctx.lr_scale, fix="compile with a number, or pass "
+                                        "KerasCallback(scale_learning_rate=False) and scale it yourself")
 
     def _restore(self, step: int) -> None:
         opt = self.model.optimizer
@@ -230,7 +242,7 @@ class _Hooks:
         if self.cols is None:
             self.mean, self.global_only, left = keras_metrics.choose(
                 keras_metrics.flat_metrics(self.model))
-            self.cols = keras_metrics.Columns(tuple(self.mean))
+            self.cols = rows.meeting_layout(tuple(self.mean))
             if left and self.ctx.is_chief:
                 print(f"[{self.ctx.task}] tfconsole: not shown: {', '.join(left)}", flush=True)
         return self.cols
@@ -273,19 +285,10 @@ class _Hooks:
                 "metrics": {t: {**m, **val_mine.get(t, {})} for t, m in out["metrics"].items()}}
 
     def _train_values(self, rows: list) -> dict:
-        km, tasks = keras_metrics, self.ctx.tasks
-        mine = km.per_worker(rows, tasks)
-        times = {tasks[r.task_index]: r["step_time"] for r in rows}
+        out = sync.values(rows, self.ctx.tasks)
         per_worker_batch = self.batch_size / len(rows) if self.batch_size else None
-        return {
-            "losses": {tasks[r.task_index]: r.value("loss") if "loss" in self.mean else math.nan
-                       for r in rows},
-            "times": times,
-            "eps": {t: per_worker_batch / s if per_worker_batch and s > 0 else None
-                    for t, s in times.items()},
-            # the loss has its own fields (metric_line.py)
-            "metrics": {t: {n: v for n, v in m.items() if n != "loss"} for t, m in mine.items()},
-            "global": {n: v for n, v in km.global_values(rows).items() if n != "loss"}}
+        return {**out, "eps": {t: per_worker_batch / s if per_worker_batch and s > 0 else None
+                               for t, s in out["times"].items()}}
 
     def _save(self, values: dict, *, save_now: bool, preempting: bool) -> None:
         path = checkpoints.save(self.ckpt, self._assign_step(), epoch=self.epoch,

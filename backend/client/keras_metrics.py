@@ -21,12 +21,9 @@ with no per-worker value.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from .harness import metric_line, rows
 
-from .harness import metric_line
-
-BASE = ("task_index", "step_time", "save_flag", "next_sync")
-VAL = "val_"
+VAL = rows.VAL_PREFIX
 # Every mean metric is written as itself and as val_<name>, per worker and global; the global
 # part also carries the global-only ones (and val_ of them) and the learning rate.
 BUDGET = 31   # 2 x 31 + 1 = 63 names, under metric_line.MAX_NAMES (64) per line
@@ -36,77 +33,22 @@ def _line():
     return metric_line
 
 
-# ---- the gathered row ---------------------------------------------------------------------------
-class Columns:
-    """The gathered row's column names: BASE, then each mean metric's total and count for
-    training, then the same for validation. Every worker builds it from the same compiled model,
-    so every worker sends rows of the same shape."""
-
-    def __init__(self, metrics: tuple[str, ...] = ()) -> None:
-        self.metrics = tuple(metrics)
-        self.names = BASE + tuple(f"{p}{m}/{part}" for p in ("", VAL) for m in self.metrics
-                                  for part in ("total", "count"))
-        self._index = {n: i for i, n in enumerate(self.names)}
-
-    def index(self, name: str) -> int:
-        return self._index[name]
-
-    def make(self, *, task_index: int, step_time: float, save_flag: float, next_sync: float,
-             train: dict | None = None, val: dict | None = None) -> list[float]:
-        """A row from named parts; ``train``/``val``: {metric: (total, count)}, missing ones 0."""
-        row = [float(task_index), float(step_time), float(save_flag), float(next_sync)]
-        for prefix, state in (("", train or {}), (VAL, val or {})):
-            for m in self.metrics:
-                row.extend(float(x) for x in state.get(m, (0.0, 0.0)))
-        return row
-
-    def read(self, gathered) -> list["Row"]:
-        """Gathered rows, one per task: the replicas of one worker send the same row."""
-        by_task: dict[int, Row] = {}
-        for values in gathered:
-            if len(values) != len(self.names):
-                raise ValueError(f"tfconsole: a gathered row has {len(values)} columns, expected "
-                                 f"{len(self.names)} ({', '.join(self.names[:6])}...): every "
-                                 "worker must compile the same model and metrics")
-            row = Row(self, tuple(float(v) for v in values))
-            by_task.setdefault(row.task_index, row)
-        return [by_task[i] for i in sorted(by_task)]
-
-
-@dataclass(frozen=True)
-class Row:
-    columns: Columns
-    values: tuple
-
-    def __getitem__(self, name: str) -> float:
-        return self.values[self.columns.index(name)]
-
-    @property
-    def task_index(self) -> int:
-        return int(self["task_index"])
-
-    def state(self, metric: str, prefix: str = "") -> tuple[float, float]:
-        return self[f"{prefix}{metric}/total"], self[f"{prefix}{metric}/count"]
-
-    def value(self, metric: str, prefix: str = "") -> float:
-        return _line().from_state(*self.state(metric, prefix))
-
-
-def per_worker(rows: list[Row], tasks: tuple, prefix: str = "") -> dict[str, dict[str, float]]:
+# ---- the gathered row: harness/rows.meeting_layout, one schema with the harness's ------------------
+def per_worker(rows: list, tasks: tuple, prefix: str = "") -> dict[str, dict[str, float]]:
     """{task: {prefix+name: own value}} for every mean metric with a count in the window."""
     out = {}
     for r in rows:
-        out[tasks[r.task_index]] = {f"{prefix}{m}": r.value(m, prefix) for m in r.columns.metrics
+        out[tasks[r.task_index]] = {f"{prefix}{m}": r.value(m, prefix) for m in r.layout.metrics
                                     if r.state(m, prefix)[1] > 0}
     return out
 
 
-def global_values(rows: list[Row], prefix: str = "") -> dict[str, float]:
+def global_values(rows: list, prefix: str = "") -> dict[str, float]:
     """{prefix+name: Σtotal / Σcount} for every mean metric that some worker counted."""
     if not rows:
         return {}
     out = {}
-    for m in rows[0].columns.metrics:
+    for m in rows[0].layout.metrics:
         total = sum(r.state(m, prefix)[0] for r in rows)
         count = sum(r.state(m, prefix)[1] for r in rows)
         if count > 0:
@@ -114,7 +56,7 @@ def global_values(rows: list[Row], prefix: str = "") -> dict[str, float]:
     return out
 
 
-def counted(rows: list[Row], metric: str, prefix: str = "") -> bool:
+def counted(rows: list, metric: str, prefix: str = "") -> bool:
     return any(r.state(metric, prefix)[1] > 0 for r in rows)
 
 

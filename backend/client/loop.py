@@ -15,7 +15,7 @@
   ``loss_is="replica_mean"`` when the step returns the replica's own mean instead.
 - ``loop.step(value=None)`` last in each step's body (returns ``value``): at an attempt's first step and then
   every 10 steps but no more often than every 0.25 s (``every=K``: exactly every K steps), all
-  workers meet in one ``all_gather`` of a row (keras_metrics.Columns: task, step time, save flag,
+  workers meet in one ``all_gather`` of a row (rows.meeting_layout: task, step time, save flag,
   next sync, then the loss's and each metric's total and count since the last sync), the same
   gather and schedule as the Keras callback; the chief writes every worker's line (per worker:
   own total / own count; global: summed totals / summed counts).
@@ -39,16 +39,17 @@ value, the manager is left alone.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import time
 
 import tensorflow as tf
 
-from .harness import ckpt_index, layout, metric_line, retention, train_info
+from .harness import ckpt_index, layout, metric_line, retention, rows, train_info
+from .harness import loop as hloop
 from . import checkpoints, keras_metrics, model_desc, reporting
 from .save_on_signal import SaveOnSignal
+from . import sync
 from .sync import Health, Meeting
 
 LOSS_IS = ("global_average", "replica_mean")
@@ -59,7 +60,8 @@ class Loop:
                  metrics=None, loss_is: str = "global_average", every: int | None = None,
                  keep_checkpoints: int = 5, epoch=None, total_steps: int | None = None,
                  preempt_grace_s: float | None = None, exit_on_preempt: bool = True,
-                 stop_on_nan: bool = False) -> None:
+                 stop_on_nan: bool = False, keep_best: int = 0, best_metric: str = "loss",
+                 best_mode: str = "min", optimizer=None, scale_learning_rate: bool = True) -> None:
         if loss_is not in LOSS_IS:
             raise ValueError(f"tfconsole.Loop: loss_is={loss_is!r}; use \"global_average\" (the "
                              "step returns tf.nn.compute_average_loss(..., global_batch_size=...)) "
@@ -68,6 +70,10 @@ class Loop:
         self.manager, self.checkpoint = _split(checkpoint)
         self.model, self.build_model = model, build_model
         self.metrics = _mean_metrics(metrics)
+        self.best = retention.best_options("tfconsole.Loop", keep_best, best_metric, best_mode)
+        if keep_best and best_metric not in ("loss", *self.metrics):
+            raise ValueError(f"tfconsole.Loop: best_metric {best_metric!r} is not a metric of this "
+                             f"loop; it has {', '.join(('loss', *self.metrics))}")
         self.scale = self.strategy.num_replicas_in_sync if loss_is == "global_average" else 1
         self.fixed_every, self.every = every is not None, max(1, int(every or 10))
         self.keep, self.epoch_source, self.total_steps = int(keep_checkpoints), epoch, total_steps
@@ -82,7 +88,7 @@ class Loop:
                            aggregation=tf.VariableAggregation.SUM, dtype=tf.float32)
             self._total = tf.Variable(0.0, name="tfconsole_loss_total", **on_read)
             self._count = tf.Variable(0.0, name="tfconsole_loss_count", **on_read)
-        self.cols = keras_metrics.Columns(("loss", *self.metrics))
+        self.cols = rows.meeting_layout(("loss", *self.metrics))
         self.versions = {"tensorflow": tf.__version__}
         if model is not None:
             self.versions["keras"] = getattr(sys.modules.get(model_desc.keras_of(model)),
@@ -90,8 +96,15 @@ class Loop:
         self._check_manager()
         if build_model is not None:
             model_desc.builder_entry(build_model)   # refused now, not after the first step
+        opt = self._optimizer(optimizer) if scale_learning_rate else None
+        base = hloop.base_learning_rate(opt, self.ctx.lr_scale, fix=(
+            "give the optimizer a number, or pass Loop(scale_learning_rate=False) and scale it "
+            "yourself")) if opt is not None else None
         if self.ctx.resume_step:
             self._restore(int(self.ctx.resume_step))
+        scaled = hloop.scale_learning_rate(opt, base, self.ctx.lr_scale)
+        if scaled:   # after the restore, which brings back the rate the checkpoint was saved with
+            print(f"[{self.ctx.task}] tfconsole: {scaled}", flush=True)
         self.mark, self.carry, self.last = {}, {}, None
         self._watch_resets()
         self.saved_at, self.saved_path = None, None
@@ -106,6 +119,19 @@ class Loop:
                                fixed_every=self.fixed_every, step=self.n)
         self.health = Health(self.ctx, sys.modules.get(model_desc.keras_of(model)) if model is not None
                              else None, stop=stop_on_nan)
+
+    def _optimizer(self, given):
+        """The optimizer whose rate a shrink scales: ``optimizer=``, the checkpoint's or the
+        model's; None (said once) where the loop sees none, or the run never shrank."""
+        if self.ctx.lr_scale == 1.0:
+            return None
+        opt = (given or getattr(self.checkpoint, "optimizer", None)
+               or getattr(self.model, "optimizer", None))
+        if opt is None:
+            print(f"[{self.ctx.task}] tfconsole: the run shrank (learning rate x"
+                  f"{self.ctx.lr_scale:.4g}) but the loop sees no optimizer: pass "
+                  "Loop(optimizer=...), or scale it by tfconsole.context().lr_scale", flush=True)
+        return opt
 
     # ---- inside the step ----------------------------------------------------------------------
     def run(self, fn, args=(), kwargs=None):
@@ -170,7 +196,7 @@ class Loop:
         window, self.mark = _delta(state, self.mark, self.carry), state
         self.carry = {}
         met = self.meeting.meet(self.cols, self.n, train=window)
-        self.last = self._values(met.rows)
+        self.last = sync.values(met.rows, self.ctx.tasks)
         if self.ctx.is_chief:
             reporting.report(self.n, epoch=self._epoch(), losses=self.last["losses"],
                              step_time=self.last["times"], metrics=self.last["metrics"],
@@ -179,15 +205,6 @@ class Loop:
                 self._write_model_json()   # after a step: the model is built
         self.health.check(self.n, met.rows)
         return met.save_now, met.preempting
-
-    def _values(self, rows) -> dict:
-        km, tasks = keras_metrics, self.ctx.tasks
-        mine = km.per_worker(rows, tasks)
-        return {"losses": {tasks[r.task_index]: r.value("loss") if km.counted([r], "loss")
-                           else math.nan for r in rows},
-                "times": {tasks[r.task_index]: r["step_time"] for r in rows},
-                "metrics": {t: {n: v for n, v in m.items() if n != "loss"} for t, m in mine.items()},
-                "global": {n: v for n, v in km.global_values(rows).items() if n != "loss"}}
 
     def _epoch(self) -> int:
         """1-based: ``epoch=`` (a variable, a callable or a number, 0-based like the tutorial's
@@ -227,20 +244,33 @@ class Loop:
         common = dict(epoch=self._epoch(), losses=values["losses"], metrics=values["global"],
                       versions=self.versions)
         if self.manager is None:
-            return checkpoints.save(self.checkpoint, self.n, keep=self.keep, **common)
+            return checkpoints.save(self.checkpoint, self.n, keep=self.keep, **common, **self.best)
         directory = self.manager.directory
         meta = ckpt_index.meta_path(directory, self.n)
         if os.path.exists(meta):   # an older attempt's: a half-written save must not look complete
             os.unlink(meta)
+        policy = self._manager_policy(directory)
         # Under retention's lock, as a pin takes it: a step the console holds (an export, a
-        # chosen restore) is out of the manager's max_to_keep sweep until its hold ends.
+        # chosen restore) and the keep_best best are out of the manager's max_to_keep sweep.
         with retention.locked(directory):
             held = {int(h["step"]) for h in retention.live_holds(directory, time.time()).values()}
+            if policy:
+                held |= retention.best(ckpt_index.list_complete(directory), policy)
             with _spared(self.manager, {ckpt_index.prefix_path(directory, s) for s in held}):
                 path = self._orig_save(checkpoint_number=self.n)
             checkpoints.write_meta(directory, self.n, **common)
             _drop_orphan_meta(directory)   # the manager's max_to_keep deleted older saves
         return path
+
+    def _manager_policy(self, directory: str):
+        """With keep_best, the script's manager keeps its own last ``max_to_keep`` and the loop
+        the best: written as retention's policy, so the console lists both and nothing else."""
+        if not self.best["keep_best"]:
+            return None
+        last = getattr(self.manager, "_max_to_keep", None) or 0   # None: the manager keeps all
+        policy = retention.Policy(keep_last=int(last), grace_s=0.0, **self.best)
+        retention.write_policy(directory, policy)
+        return policy
 
     def _check_manager(self) -> None:
         """A manager writing elsewhere than checkpoint_dir() would save checkpoints the console

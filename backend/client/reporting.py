@@ -60,18 +60,18 @@ def report(step: int, loss: float | None = None, *, epoch: int = 1,
     values = dict(losses) if losses else {ctx.task: loss}
     if any(v is None for v in values.values()):
         raise ValueError("tfconsole.report: give loss= (this worker's) or losses={task: loss}")
-    per_task = _per_task(metrics, values, single=not losses, task=ctx.task)
+    given = _per_task(metrics, values, single=not losses, task=ctx.task)
+    # The loss is a metric like any other from here on (metric_line.py).
+    per_task = {t: {metric_line.LOSS: float(v), **given.get(t, {})} for t, v in values.items()}
     glob = {**metric_line.mean_of_workers(per_task), **(global_metrics or {})}
-    global_loss = metric_line.mean_of_workers({t: {"loss": v} for t, v in values.items()})["loss"]
     now = time.time()
     rep = _reporter(ctx)
     tasks = [t for t in ctx.tasks if t in values] + [t for t in values if t not in ctx.tasks]
     for task in tasks:
-        rep.log(task, step, epoch, float(values[task]), global_loss,
-                _nan(_of(step_time, task)), _nan(_of(examples_per_sec, task)), now=now,
-                metrics=per_task.get(task), global_metrics=glob)
-    _tensorboard(ctx, step, tasks, {t: {"loss": float(values[t]), **per_task.get(t, {})} for t in tasks},
-                 {**glob, "loss": global_loss}, {t: _nan(_of(step_time, t)) for t in tasks})
+        rep.log(task, step, epoch, metrics=per_task[task], global_metrics=glob,
+                step_time=_nan(_of(step_time, task)),
+                examples_per_sec=_nan(_of(examples_per_sec, task)), now=now)
+    _tensorboard(ctx, step, tasks, per_task, glob, {t: _nan(_of(step_time, t)) for t in tasks})
     return True
 
 
@@ -82,8 +82,8 @@ def _tensorboard(ctx: Context, step: int, tasks: list, per_task: dict, glob: dic
     if "tensorflow" not in sys.modules:
         return
     from .harness import tb
-    names = ["loss", *sorted({n for m in per_task.values() for n in m
-                              if n != "loss" and not n.startswith(VAL_PREFIX)})]
+    names = [metric_line.LOSS, *sorted({n for m in per_task.values() for n in m
+                                        if n != metric_line.LOSS and not n.startswith(VAL_PREFIX)})]
     train, val = tb.points(tasks, names, per_task, glob, times)
     writers = _state["tb"]
     folder = os.path.join(ctx.run_dir, layout.TENSORBOARD)
@@ -128,11 +128,14 @@ def should_save() -> bool:
     step (a save skipped by one worker can deadlock the others): carry this flag in a
     collective, as the Keras callback does, and call ``saved(step)`` on the chief afterwards.
     """
+    return bool(save_requests())
+
+
+def save_requests() -> list:
+    """The Save-now requests waiting (the chief's; none elsewhere), kept for ``saved``."""
     ctx = context()
-    if not ctx.in_run or not ctx.is_chief:
-        return False
-    _state["seen"] = requests_dir.pending(ctx.run_dir)
-    return bool(_state["seen"])
+    _state["seen"] = requests_dir.pending(ctx.run_dir) if ctx.in_run and ctx.is_chief else []
+    return _state["seen"]
 
 
 def saved(step: int) -> bool:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .harness import preempt, requests_dir
-from . import reporting
+from .harness import preempt
 
 
 class SaveOnSignal:
@@ -26,12 +25,10 @@ class SaveOnSignal:
                              grace_s=grace_s or preempt.DEFAULT_GRACE_S)
         self.watch.install()
 
-    def flag(self, flag: float) -> float:
-        """This worker's save flag for the gather: ``preempt.FLAG`` once a signal came, else ``flag``."""
-        # stop --save leaves a save-stop-* request: the chief takes it as a signal
-        if flag and requests_dir.stop_requested(reporting._state["seen"]):
-            self.watch.request("stop --save")
-        return preempt.FLAG if self.watch.pending else flag
+    def flag(self, pending: list) -> float:
+        """This worker's save flag for the meeting (preempt.save_flag, as the harness's):
+        ``pending``: the chief's waiting Save-now requests (none on other workers)."""
+        return preempt.save_flag(self.watch, pending)
 
     def saved(self, step: int, save_s: float = 0.0) -> None:
         """The signal's step is saved on this worker, in ``save_s`` (the caller stops training)."""

@@ -1,8 +1,8 @@
 """Where the workers of a ``fit`` script (``KerasCallback``) or a custom loop (``Loop``) meet.
 
-Every K steps each worker puts one row into one ``all_gather`` (keras_metrics.Columns: its task
-index, its step time, its save flag, the step it proposes for the next meeting, and its window's
-totals and counts of every metric). All workers read the same rows, so they all take the same
+Every K steps each worker puts one row into one ``all_gather`` (harness/rows.meeting_layout, the
+harness's row schema: its task index, its step time, its save flag, the step it proposes for the
+next meeting, and its window's totals and counts of every metric). All workers read the same rows, so they all take the same
 decisions: the next meeting is the largest proposal, a Save now (a flag above 0) or a preemption
 (a flag at ``preempt.FLAG``, SaveOnSignal) is saved by every worker at the same step.
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from .harness import nonfinite, preempt
+from .harness.rows import LOSS, VAL_PREFIX
 from . import keras_metrics, reporting
 
 MIN_SYNC_S = 0.25   # by default, workers meet no more often than this (a gather costs ~3 ms)
@@ -59,21 +60,21 @@ class Meeting:
     def due(self, step: int) -> bool:
         return self.first or step >= self.next_sync
 
-    def meet(self, cols, step: int, *, train: dict, val: dict | None = None,
+    def meet(self, layout, step: int, *, train: dict, val: dict | None = None,
              now: float | None = None) -> Met:
         now = time.time() if now is None else now
         first, again = self.first, step == self.synced_at and not self.first
         # Wall time per step since the last meeting; the first includes tracing: no figure.
         step_time = math.nan if first or again else (now - self.t_sync) / max(1, step - self.synced_at)
         self.t_sync, self.synced_at, self.first = now, step, False
-        flag = self.signal.flag(1.0 if reporting.should_save() else 0.0)
-        row = cols.make(task_index=self.ctx.task_index, step_time=step_time, save_flag=flag,
-                        next_sync=self.propose(step, step_time), train=train, val=val)
-        rows = cols.read(self.gather(row) if self.gather else [row])
+        flag = self.signal.flag(reporting.save_requests())
+        states = {**train, **{VAL_PREFIX + n: v for n, v in (val or {}).items()}}
+        row = layout.row({"task_index": self.ctx.task_index, "step_time": step_time, "save_flag": flag,
+                          "next_sync": self.propose(step, step_time)}, states)
+        rows = layout.read_tasks(self.gather(row) if self.gather else [row])
         self.next_sync = int(max(r["next_sync"] for r in rows))
-        return Met(rows, save_now=any(r["save_flag"] > 0 for r in rows),
-                   preempting=any(r["save_flag"] >= preempt.FLAG for r in rows),
-                   first=first, again=again)
+        save_now, preempting = preempt.decide(r["save_flag"] for r in rows)
+        return Met(rows, save_now=save_now, preempting=preempting, first=first, again=again)
 
     def propose(self, step: int, step_time: float) -> int:
         """The step of the next meeting, on multiples of ``every`` (as a harness job logs)."""
@@ -81,6 +82,16 @@ class Meeting:
             return (step // self.every + 1) * self.every
         ahead = max(self.every, math.ceil(MIN_SYNC_S / step_time))
         return -(-(step + ahead) // self.every) * self.every
+
+
+def values(rows: list, tasks: tuple) -> dict:
+    """What a meeting's rows say, the same on every worker: each worker's loss (NaN where it
+    counted none), step time and own metrics, and the global values (summed state)."""
+    km = keras_metrics
+    return {"losses": {tasks[r.task_index]: r.value(LOSS) if LOSS in r.layout.metrics else math.nan
+                       for r in rows},
+            "times": {tasks[r.task_index]: r["step_time"] for r in rows},
+            "metrics": km.per_worker(rows, tasks), "global": km.global_values(rows)}
 
 
 class Health:

@@ -63,14 +63,15 @@ def _rules(folder: Path) -> tuple[pathspec.GitIgnoreSpec, str | None]:
     return pathspec.GitIgnoreSpec.from_lines(ALWAYS_LEFT_OUT), None
 
 
-def scan(folder: str | Path, *, max_bytes: int = MAX_BYTES, digest: bool = True) -> Packed:
-    """What ``folder`` ships, or SpecError on ``project`` (no folder; too large, naming why).
-    ``digest=False``: names and sizes only, no file read (the Launch form's preview)."""
+def scan(folder: str | Path, *, max_bytes: int = MAX_BYTES) -> Packed:
+    """What ``folder`` ships, by name and size, with no file read (its ``digest`` is empty:
+    ``keep`` hashes what it packs), or SpecError on ``project`` (no folder; too large, naming
+    why). The Launch form's preview and ``keep`` both start here."""
     root = Path(folder)
     if not root.is_dir():
         raise SpecError("project", f"no folder at {root}", "Give the path of your project's folder.")
     rules, ignore_file = _rules(root)
-    files, left_out, hashed = [], [], hashlib.sha256()
+    files, left_out = [], []
     for here, dirs, names in os.walk(root, followlinks=False):
         rel_here = Path(here).relative_to(root)
         for name in sorted(dirs):   # a folder a rule names is not walked at all
@@ -104,11 +105,7 @@ def scan(folder: str | Path, *, max_bytes: int = MAX_BYTES, digest: bool = True)
                         f"{max_bytes / 2**20:.0f} MiB bound; the largest: {largest}",
                         f"List data and outputs in {root / IGNORE_FILES[0]} (gitignore syntax); "
                         "give the hosts large data another way")
-    files.sort()
-    for rel, _ in files if digest else ():
-        path = root / rel
-        hashed.update(f"{rel}\0{_mode(path)}\0".encode() + hashlib.sha256(path.read_bytes()).digest())
-    return Packed(hashed.hexdigest() if digest else "", tuple(files), tuple(sorted(left_out)), ignore_file)
+    return Packed("", tuple(sorted(files)), tuple(sorted(left_out)), ignore_file)
 
 
 def summary(packed: Packed) -> str:
@@ -127,7 +124,7 @@ def keep(folder: str | Path, run_dir: Path) -> tuple[Path, Packed]:
     read once, for the tar and the hash alike, so a file edited meanwhile cannot make them
     differ; one that vanishes or cannot be read refuses the launch (SpecError naming it) and
     leaves no copy behind."""
-    listed = scan(folder, digest=False)
+    listed = scan(folder)
     buf, hashed, files = io.BytesIO(), hashlib.sha256(), []
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel, _ in listed.files:

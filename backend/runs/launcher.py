@@ -22,7 +22,6 @@ from backend.access import audit, identity
 from backend.records import project
 from backend.runs.attempts import begin_attempt
 from backend.client.harness import layout
-from backend.errors import ConsoleError
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.runs.handle import Run
@@ -45,23 +44,14 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
 
     ``cluster`` is a list of hosts, or a ``SlurmSpec`` (Slurm starts the tasks; its own checks
     at ``sbatch`` time replace preflight, and refuse with Slurm's message). Who launched it is
-    the run's owner, and the launch is a line of the runs folder's audit (records/audit.py).
+    the run's owner, and the launch is a line of the runs folder's audit (access/audit.py).
     """
     store = store or RunStore()
     run_id = run_id or new_run_id()
     details = {"kind": job.kind.value,
                "job": Path(job.module).name if job.module else shlex.join(job.command)[:200]}
-    try:
-        audit.allowed(store.root, "launch")
-        run = _launch(cluster, job, store, options, preflight, run_id)
-    except ConsoleError as err:
-        audit.append(store.root, "launch", run=run_id, args=details, outcome=f"refused: {err.problem}")
-        raise
-    except BaseException as err:
-        audit.append(store.root, "launch", run=run_id, args=details, outcome=f"failed: {type(err).__name__}")
-        raise
-    audit.append(store.root, "launch", run=run_id, args=details)
-    return run
+    with audit.recording(store.root, "launch", run=run_id, args=details):
+        return _launch(cluster, job, store, options, preflight, run_id)
 
 
 def _launch(cluster, job: JobSpec, store: RunStore, options: SSHOptions | None, preflight: Preflight,

@@ -54,7 +54,7 @@ LOG_LINE_MAX = 4096
 HEARTBEAT_S = 2.0
 GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 RESCAN_S = 1.0              # full rescan even without events: events can be missed (overflow)
-METRICS = "metrics.jsonl"
+METRICS = "metrics.jsonl"     # layout.METRICS: this file runs alone on a host (standard library only)
 SUBDIRS = ("logs", "checkpoints", "exports", "tasks")
 # inotify sees only writes made by this kernel: on these, another host's writes are invisible.
 NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "afs", "ceph", "glusterfs",

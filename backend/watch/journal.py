@@ -20,9 +20,10 @@ import os
 import time
 from typing import IO, Iterator
 
+from backend.client.harness.layout import METRICS
+
 OFFSETS_FILE = "watch_offsets.json"
 MIRROR_DIR = "watch_mirror"
-METRICS = "metrics.jsonl"
 STATE_EVERY_S = 0.5   # the most the state file lags the mirror while the monitor runs
 
 

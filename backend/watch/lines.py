@@ -14,11 +14,11 @@ import numpy as np
 
 from backend.client.harness import metric_line
 from backend.watch.metrics import NAMED, records_to_columns
+from backend.watch.named_series import fold_loss
 
 ARROW_MIN_LINES = 5000   # below this, pyarrow's fixed cost outweighs its speed
 _SCAN = json.JSONDecoder().scan_once
-_FLOATS = ("time", "loss", "global_loss", "step_time", "examples_per_sec", "input_wait",
-           "first_batch")
+_FLOATS = metric_line.FLOATS + tuple(metric_line.LEGACY)   # the loss: fold_loss
 
 
 def parse_metric_block(data: bytes) -> tuple[dict, int]:
@@ -103,9 +103,9 @@ def _with_arrow(data: bytes, count: int) -> dict | None:
             if col.null_count:
                 present &= col.is_valid().to_numpy(zero_copy_only=False)
             numeric = pa.types.is_floating(field.type) or pa.types.is_integer(field.type)
-            if metric_line.name_problem(field.name) or field.name == metric_line.LOSS or not numeric:
+            if metric_line.name_problem(field.name) or not numeric:
                 skipped += int(present.sum())
                 continue
             named[(key, field.name)] = (child.cast(pa.float64()).to_numpy(zero_copy_only=False), present)
     cols.update(named=named, skipped_named=skipped)
-    return cols
+    return fold_loss(cols)

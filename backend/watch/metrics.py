@@ -35,7 +35,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from backend.client.harness import metric_line
-from backend.watch.named_series import NAMED, NamedSeries, named_columns
+from backend.watch.named_series import NAMED, NamedSeries, fold_loss, named_columns
 
 FIELDS = ("step", "time", "loss", "step_time", "examples_per_sec")
 _FLOATS = FIELDS[1:]
@@ -154,8 +154,7 @@ class _Task:
 _NO_STEP = -(2 ** 62)
 # input_wait and first_batch: the harness's input measurements (harness/step_probe.py), kept
 # per task as small summaries (``input_wait``, ``same_data``), not as series.
-_FLOAT_IN = ("time", "loss", "global_loss", "step_time", "examples_per_sec", "input_wait",
-             "first_batch")
+_FLOAT_IN = metric_line.FLOATS + tuple(metric_line.LEGACY)
 WAIT_WINDOW = 5   # input_wait: the mean of a task's last few sync points (a steady figure)
 
 
@@ -185,7 +184,7 @@ def records_to_columns(records: Iterable[Mapping]) -> tuple[dict, int]:
             "attempt": np.fromiter((a if type(a := r.get("attempt")) is int and abs(a) < 2 ** 62
                                     else 0 for r in good), np.int64, len(good))}
     cols.update(floats)
-    return cols, len(records) - len(good)
+    return fold_loss(cols), len(records) - len(good)
 
 
 def _fits(value) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 
 from backend.client.harness import metric_line
 
-NAMED = ("metrics", "global")   # a line's named values: columns of dicts (or None) per row
+NAMED = (metric_line.MINE, metric_line.GLOBAL)   # a line's named values: columns of dicts (or None) per row
 VALUE = ("step", "time", "value")
 
 
@@ -39,6 +39,20 @@ def named_columns(per_key) -> dict:
                     col = named[(key, name)] = (np.full(len(values), np.nan), np.zeros(len(values), bool))
                 col[0][i], col[1][i] = value, True
     return {"named": named, "skipped_named": skipped}
+
+
+def fold_loss(cols: dict) -> dict:
+    """The loss is a named value in a line (metric_line.py); the store keeps it in its own loss
+    columns ("loss", "global_loss": metric_line.LEGACY, where older lines have it top-level).
+    A line's named loss wins; a line without one keeps its top-level value. Both columnar
+    readers (records_to_columns, lines._with_arrow) end here."""
+    named = cols.get("named") or {}
+    for column, key in metric_line.LEGACY.items():
+        found = named.pop(key, None)
+        if found is not None:
+            values, present = found
+            cols[column] = np.where(present, values, cols[column])
+    return cols
 
 
 class NamedSeries:

@@ -51,8 +51,7 @@ def test_metrics_prints_every_metric_per_worker_and_global_as_written(finished_r
     last_worker: dict = {}
     for line in lines:                        # the file's own order: the last line wins
         last_global.update(line.get("global") or {})
-        last_global["loss"] = line["global_loss"]
-        last_worker.setdefault(line["task"], {}).update({"loss": line["loss"], **(line.get("metrics") or {})})
+        last_worker.setdefault(line["task"], {}).update(line["metrics"])
     named = set(last_global) - {"loss"}
     assert named, "the demo job reports named metrics besides the loss"
     found = json.loads(cli(root, "metrics", run_id, "--json").stdout)
@@ -70,7 +69,7 @@ def test_runs_json_carries_the_last_and_best_value_once_a_console_copied_the_met
     runs, run_id, lines = copied_by_a_console(finished_run, tmp_path)
     listed = json.loads(cli(runs, "runs", "--json").stdout)
     mine = next(r for r in listed if r.get("run_id") == run_id)
-    losses = {x["step"]: x["global_loss"] for x in lines}
+    losses = {x["step"]: x["global"]["loss"] for x in lines}
     best_step = min(losses, key=losses.get)
     assert mine["metrics"]["loss"]["best_step"] == best_step
     assert mine["metrics"]["loss"]["best"] == pytest.approx(losses[best_step])

@@ -70,8 +70,8 @@ def test_once_copies_the_chief_event_files_with_the_runs_metrics(finished_run):
     assert sorted(train) == sorted({x["step"] for x in lines})
     for line in lines:
         step, task = line["step"], line["task"]
-        assert train[step][f"loss/{task}"] == pytest.approx(line["loss"], rel=1e-5)
-        assert train[step]["loss/global"] == pytest.approx(line["global_loss"], rel=1e-5)
+        assert train[step][f"loss/{task}"] == pytest.approx(line["metrics"]["loss"], rel=1e-5)
+        assert train[step]["loss/global"] == pytest.approx(line["global"]["loss"], rel=1e-5)
     validated = {x["step"]: x["global"]["val_loss"] for x in lines if "val_loss" in (x.get("global") or {})}
     assert validated and sorted(val) == sorted(validated)
     for step, value in validated.items():

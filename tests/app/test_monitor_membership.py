@@ -52,7 +52,9 @@ def _write_run(root, tmp_path, first: dict[str, str], second: dict[str, str], re
         for step in steps:
             for i, task in enumerate(members):
                 loss = 2.0 / step + 0.01 * i
-                reporter.log(task, step, step // 30, loss, 2.0 / step, 0.05, 640.0, now=now + step)
+                reporter.log(task, step, step // 30, metrics={"loss": loss},
+                             global_metrics={"loss": 2.0 / step}, step_time=0.05,
+                             examples_per_sec=640.0, now=now + step)
         reporter.close()
     cluster = {"tasks": cluster_after, **({"min_workers": min_workers} if min_workers else {})}
     tasks = [TaskState(name, i, host, dirs[host]) for i, (name, host) in enumerate(second.items())]

@@ -13,7 +13,7 @@ def test_digits_two_workers_loss_drops(launcher, tmp_path):
                              params=["epochs=1", "steps_per_epoch=150", "checkpoint_every=0"])
     assert cluster.wait() == [0, 0], cluster.tails()
     rows = [m for m in read_metrics(run) if m["task"] == "worker-0"]
-    assert rows[-1]["global_loss"] < 0.5 * rows[0]["global_loss"]
+    assert rows[-1]["global"]["loss"] < 0.5 * rows[0]["global"]["loss"]
 
 
 def test_digits_without_sklearn_says_so(tmp_path):

@@ -173,7 +173,7 @@ def test_tensorboard_carries_every_metric_and_validation_as_its_own_run(metrics_
         assert close(train[step]["mae/global"], g["mae"], 1e-5)
         assert close(train[step]["learning_rate/global"], 0.01, 1e-6)
         for task, line in lines.items():
-            assert close(train[step][f"loss/{task}"], line["loss"], 1e-5)
+            assert close(train[step][f"loss/{task}"], line["metrics"]["loss"], 1e-5)
             assert close(train[step][f"mae/{task}"], line["metrics"]["mae"], 1e-5)
             if step in val:
                 assert close(val[step][f"loss/{task}"], line["metrics"]["val_loss"], 1e-5)

@@ -19,13 +19,13 @@ def test_resume_continues_from_the_checkpoint(trained_run, launcher, tmp_path):
     assert [m["step"] for m in after] == [101, *range(110, 201, 10)], "step counter continues"
     # Close to where it stopped, far from where training began. (Step 101's row covers that step
     # alone, an attempt's first sync point; step 110's covers 102-110, the uninterrupted 101-110.)
-    at = {m["step"]: m["global_loss"] for m in after}
-    assert abs(at[110] - before[110]["global_loss"]) <= 0.05 * before[110]["global_loss"]
-    assert at[101] < 0.7 * before[10]["global_loss"]
+    at = {m["step"]: m["global"]["loss"] for m in after}
+    assert abs(at[110] - before[110]["global"]["loss"]) <= 0.05 * before[110]["global"]["loss"]
+    assert at[101] < 0.7 * before[10]["global"]["loss"]
     # resume_data=skip replays the same batches and Adam's state is restored: the resumed
     # run follows the uninterrupted one (float rounding aside).
-    final = after[-1]["global_loss"]
-    assert abs(final - before[200]["global_loss"]) <= 1e-3 * before[200]["global_loss"]
+    final = after[-1]["global"]["loss"]
+    assert abs(final - before[200]["global"]["loss"]) <= 1e-3 * before[200]["global"]["loss"]
     assert "restored step 100" in cluster.log(1)
 
 

@@ -59,22 +59,22 @@ def test_tensorboard_holds_every_metrics_step_with_its_values(trained_run):
     steps = by_step(trained_run.metrics)
     assert sorted(found) == sorted(steps)
     for step, rows in steps.items():
-        assert abs(found[step]["loss/global"] - rows["worker-0"]["global_loss"]) <= 1e-5 * max(1.0, abs(rows["worker-0"]["global_loss"]))
+        assert abs(found[step]["loss/global"] - rows["worker-0"]["global"]["loss"]) <= 1e-5 * max(1.0, abs(rows["worker-0"]["global"]["loss"]))
         for task, row in rows.items():
-            assert abs(found[step][f"loss/{task}"] - row["loss"]) <= 1e-5 * max(1.0, abs(row["loss"]))
+            assert abs(found[step][f"loss/{task}"] - row["metrics"]["loss"]) <= 1e-5 * max(1.0, abs(row["metrics"]["loss"]))
 
 
 def test_local_losses_differ_and_global_is_their_mean(trained_run):
     steps = by_step(trained_run.metrics)
     differ = 0
     for rows in steps.values():
-        a, b = rows["worker-0"]["loss"], rows["worker-1"]["loss"]
+        a, b = rows["worker-0"]["metrics"]["loss"], rows["worker-1"]["metrics"]["loss"]
         differ += a != b
         mean = (a + b) / 2
         for row in rows.values():
-            assert abs(row["global_loss"] - mean) <= 1e-6 * max(1.0, abs(mean))
+            assert abs(row["global"]["loss"] - mean) <= 1e-6 * max(1.0, abs(mean))
     assert differ == len(steps), "each worker reports its own data's loss"
-    first, last = steps[10]["worker-0"]["global_loss"], steps[max(steps)]["worker-0"]["global_loss"]
+    first, last = steps[10]["worker-0"]["global"]["loss"], steps[max(steps)]["worker-0"]["global"]["loss"]
     assert last < 0.5 * first, "the loss drops visibly"
 
 
@@ -86,7 +86,7 @@ def test_two_workers_match_one_worker(trained_run, launcher, tmp_path):
     two = by_step(trained_run.metrics)
     assert sorted(one) == sorted(two)
     final = max(one)
-    g1, g2 = one[final]["worker-0"]["global_loss"], two[final]["worker-0"]["global_loss"]
+    g1, g2 = one[final]["worker-0"]["global"]["loss"], two[final]["worker-0"]["global"]["loss"]
     assert abs(g1 - g2) <= REL_TOL * abs(g1), (g1, g2)
 
 

@@ -143,10 +143,12 @@ def test_job_missing_functions_is_a_clear_error(tmp_path):
 def test_metrics_reporter_writes_contract_lines(tmp_path):
     from backend.client.harness.report import MetricsReporter
     with MetricsReporter(str(tmp_path), "r1", 2) as rep:
-        rep.log("worker-1", 10, 1, 0.5, 0.4, 0.01, 6400.0)
+        rep.log("worker-1", 10, 1, metrics={"loss": 0.5}, global_metrics={"loss": 0.4},
+                step_time=0.01, examples_per_sec=6400.0)
     line = json.loads((tmp_path / "metrics.jsonl").read_text())
-    assert set(line) == {"run_id", "attempt", "task", "step", "epoch", "time", "loss",
-                         "global_loss", "step_time", "examples_per_sec"}
+    assert set(line) == {"run_id", "attempt", "task", "step", "epoch", "time", "step_time",
+                         "examples_per_sec", "metrics", "global"}
+    assert line["metrics"] == {"loss": 0.5} and line["global"] == {"loss": 0.4}
     assert line["attempt"] == 2 and line["task"] == "worker-1"
 
 

@@ -65,8 +65,8 @@ def test_save_export_restore(ssh_cluster, ssh_options, tmp_path):
     resumed = [m for m in metrics(run) if m["attempt"] == run.state.attempt]
     assert resumed and resumed[0]["step"] > saved and resumed[-1]["step"] == 120
     # Not back at the start: the first loss after resuming is near the last one before it.
-    assert resumed[0]["global_loss"] < 3 * last_before["global_loss"] + 0.05
-    assert resumed[0]["global_loss"] < metrics(run)[0]["global_loss"]
+    assert resumed[0]["global"]["loss"] < 3 * last_before["global"]["loss"] + 0.05
+    assert resumed[0]["global"]["loss"] < metrics(run)[0]["global"]["loss"]
 
 
 def test_save_now_on_a_run_that_ended_says_so_at_once(local_cluster, tmp_path):

@@ -31,7 +31,10 @@ EPOCHS, STEPS = 2, 60
 def tutorial_job(python: str, pace: float):
     return job_from_dict({"kind": "command",
                           "command": [python, str(CTL / "tutorial.py"), str(EPOCHS), str(STEPS), str(pace)],
-                          "env": {"TF_CPP_MIN_LOG_LEVEL": "2"}})
+                          # A shrink's scale (keep_replica_batch) as the keeper sets it after a
+                          # lost host (tests/faults/test_spare_hosts.py has a real one): the loop
+                          # applies it to the optimizer it was given.
+                          "env": {"TF_CPP_MIN_LOG_LEVEL": "2", "TFCONSOLE_LR_SCALE": "0.5"}})
 
 
 def printed_epoch_losses(log: str) -> list[float]:
@@ -84,7 +87,7 @@ def test_the_tutorial_loop_gets_curves_save_now_listed_checkpoints_export_and_re
     lines = metrics(run)
     by_task = {t: [m for m in lines if m["task"] == t] for t in ("chief-0", "worker-0")}
     assert [m["step"] for m in by_task["chief-0"]] == [m["step"] for m in by_task["worker-0"]]
-    assert any(a["loss"] != b["loss"] for a, b in zip(*by_task.values()))
+    assert any(a["metrics"]["loss"] != b["metrics"]["loss"] for a, b in zip(*by_task.values()))
     assert all("train_accuracy" in m["metrics"] for m in by_task["chief-0"][:3])
     assert_tensorboard_holds_every_line(run, lines, ("train_accuracy",))
     # The own-loss rule: the workers' losses (compute_average_loss x replicas) averaged over the
@@ -92,15 +95,23 @@ def test_the_tutorial_loop_gets_curves_save_now_listed_checkpoints_export_and_re
     chief = by_task["chief-0"]
     prev, total = 0, 0.0
     for m in [m for m in chief if m["step"] <= STEPS]:
-        total += (m["step"] - prev) * m["global_loss"]
+        total += (m["step"] - prev) * m["global"]["loss"]
         prev = m["step"]
     assert prev == STEPS   # the epoch-end save is a sync point: its line is at step 60
-    printed = printed_epoch_losses(run.log_tail("chief-0", 1_000_000))
+    log = run.log_tail("chief-0", 1_000_000)
+    printed = printed_epoch_losses(log)
+    assert "tfconsole: learning rate 0.001 x 0.5 = 0.0005 (the run shrank)" in log
     assert abs(total / STEPS - printed[0]) < 1e-4 * printed[0], (total / STEPS, printed)
 
-    # Listed: the Save-now step (held) and the last epoch end, with step, losses and metrics.
+    # Listed: the Save-now step (held), the last epoch end (the manager's max_to_keep=1) and the
+    # loop's keep_best=2 by train_accuracy (max), with step, losses and metrics.
     listed = {c["step"]: c for c in checkpoints.list_checkpoints(run)}
-    assert {saved, EPOCHS * STEPS} <= set(listed), sorted(listed)
+    accuracy = {m["step"]: m["global"]["train_accuracy"] for m in chief
+                if m["step"] in (saved, STEPS, EPOCHS * STEPS)}
+    best = sorted(accuracy, key=accuracy.get)[-2:]
+    assert STEPS in best, accuracy   # the data makes it a real choice: max_to_keep=1 dropped it
+    assert set(listed) == {saved, EPOCHS * STEPS, *best}, (sorted(listed), accuracy)
+    assert listed[STEPS]["metrics"]["train_accuracy"] == pytest.approx(accuracy[STEPS], rel=1e-5)
     last = listed[EPOCHS * STEPS]
     assert last["epoch"] == EPOCHS and set(last["losses"]) == {"chief-0", "worker-0"}
     assert "train_accuracy" in last["metrics"] and last["metrics"]["loss"] == last["global_loss"]
@@ -123,4 +134,5 @@ def test_the_tutorial_loop_gets_curves_save_now_listed_checkpoints_export_and_re
     resumed = [m for m in metrics(run) if m["attempt"] == run.state.attempt]
     assert resumed[0]["step"] == saved + 1 and resumed[-1]["step"] == EPOCHS * STEPS, resumed[:2]
     assert {m["task"] for m in resumed} == {"chief-0", "worker-0"}
+    assert "x 0.5 = 0.0005 (the run shrank)" in run.log_tail("worker-0", 1_000_000).split("restored step")[-1]
     assert processes_of(run) == []

@@ -43,8 +43,8 @@ def assert_tensorboard_holds_every_line(run, lines: list[dict], names: tuple[str
     assert sorted(train) == sorted({m["step"] for m in lines}), (sorted(train), folder)
     for m in lines:
         point, task = train[m["step"]], m["task"]
-        assert point[f"loss/{task}"] == pytest.approx(m["loss"], rel=1e-5)
-        assert point["loss/global"] == pytest.approx(m["global_loss"], rel=1e-5)
+        assert point[f"loss/{task}"] == pytest.approx(m["metrics"]["loss"], rel=1e-5)
+        assert point["loss/global"] == pytest.approx(m["global"]["loss"], rel=1e-5)
         for name in (n for n in names if n in m["metrics"]):   # a line may carry fewer
             assert point[f"{name}/{task}"] == pytest.approx(m["metrics"][name], rel=1e-5), (name, m)
         validated = {k[4:]: v for k, v in (m.get("global") or {}).items() if k.startswith("val_")}
@@ -89,8 +89,8 @@ def test_fit_job_shows_both_workers_saves_now_on_both_and_restores(ssh_cluster, 
     assert run.state.phase == "finished"
     resumed = [m for m in metrics(run) if m["attempt"] == run.state.attempt]
     assert resumed[0]["step"] == 61 and resumed[-1]["step"] == 120   # fit went on from step 60
-    before = next(m for m in first if m["step"] == 70 and m["task"] == "chief-0")["loss"]
-    again = next(m for m in resumed if m["step"] == 70 and m["task"] == "chief-0")["loss"]
+    before = next(m for m in first if m["step"] == 70 and m["task"] == "chief-0")["metrics"]["loss"]
+    again = next(m for m in resumed if m["step"] == 70 and m["task"] == "chief-0")["metrics"]["loss"]
     assert abs(again - before) < 0.2 * before   # restored weights, not a fresh model
     assert processes_of(run) == []
 
@@ -124,8 +124,8 @@ def test_keras3_fit_under_mirrored_strategy_reports_and_checkpoints(tmp_path):
     assert "keras 3." in out and "replicas 2" in out
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 5, 10, 15, 20, 25, 30, 35, 40]
-    assert {m["task"] for m in lines} == {"worker-0"} and lines[-1]["loss"] < lines[0]["loss"]
-    assert all(m["loss"] == m["global_loss"] for m in lines)
+    assert {m["task"] for m in lines} == {"worker-0"} and lines[-1]["metrics"]["loss"] < lines[0]["metrics"]["loss"]
+    assert all(m["metrics"]["loss"] == m["global"]["loss"] for m in lines)
     from backend.client.harness.ckpt_index import list_complete
     listed = list_complete(str(run / "checkpoints"))
     assert [(c["step"], c["epoch"]) for c in listed] == [(20, 1), (40, 2)]
@@ -146,9 +146,14 @@ def test_keras3_fit_resumed_goes_on_from_the_restored_epoch(tmp_path):
     script = script.replace("verbose=0)", "verbose=0)\nprint('epochs run', len(model.history.epoch))")
     _python(script, env, tmp_path)
     (run / "metrics.jsonl").unlink()
-    out = _python(script, {**env, "TFCONSOLE_ATTEMPT": "4", "TFCONSOLE_RESUME_STEP": "20"}, tmp_path)
-    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    # A shrink's scale (keep_replica_batch), applied after the restore brought back the saved rate.
+    out = _python(script, {**env, "TFCONSOLE_ATTEMPT": "4", "TFCONSOLE_RESUME_STEP": "20",
+                           "TFCONSOLE_LR_SCALE": "0.5"}, tmp_path)
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [m["step"] for m in lines]
     assert "epochs run 1" in out and (steps[0], steps[-1]) == (21, 40), (out, steps)
+    assert "learning rate 0.05 x 0.5 = 0.025 (the run shrank)" in out
+    assert all(m["global"]["learning_rate"] == pytest.approx(0.025) for m in lines), lines[0]
     (run / "metrics.jsonl").unlink()
     out = _python(script, {**env, "TFCONSOLE_ATTEMPT": "5", "TFCONSOLE_RESUME_STEP": "25"}, tmp_path)
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]

@@ -119,7 +119,7 @@ def test_fit_shows_accuracy_per_worker_validation_and_learning_rate_and_keeps_th
         assert mine[0]["val_loss"] != mine[1]["val_loss"]
         if epoch > 1:   # every=STEPS: this line's window is the whole epoch, as History's value
             assert math.isclose(glob["accuracy"], history["accuracy"][epoch - 1], abs_tol=1e-6)
-            assert math.isclose(chief["global_loss"], history["loss"][epoch - 1], rel_tol=1e-4)
+            assert math.isclose(chief["global"]["loss"], history["loss"][epoch - 1], rel_tol=1e-4)
             window = STEPS * BATCH // 2   # this worker's examples in the window
             for m in mine:
                 assert abs(m["accuracy"] * window - round(m["accuracy"] * window)) < 1e-3

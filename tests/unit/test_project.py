@@ -3,6 +3,8 @@ content hash, the size bound and the fields' errors. Real files, a real symlink 
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 import tarfile
 
 import pytest
@@ -61,15 +63,21 @@ def test_a_tfconsoleignore_wins_over_the_gitignore(tmp_path):
     assert "config/settings.yaml" not in names and "data/big.bin" in names and "old.ckpt" in names
 
 
+def digest(root, tmp_path) -> str:
+    """The hash of the run copy ``keep`` packs of ``root`` (into a fresh run folder each time)."""
+    run_dir = Path(tempfile.mkdtemp(dir=tmp_path))
+    return project.keep(root, run_dir)[1].digest
+
+
 def test_the_hash_is_the_content_and_changes_with_one_file(tmp_path):
     root = make_project(tmp_path / "proj")
-    first = project.scan(root).digest
+    first = digest(root, tmp_path)
     os.utime(root / "train.py", (1, 1))                 # a new time is not a new project
-    assert project.scan(root).digest == first
+    assert digest(root, tmp_path) == first
     (root / "data" / "big.bin").write_bytes(b"y")     # nor is an ignored file
-    assert project.scan(root).digest == first
+    assert digest(root, tmp_path) == first
     (root / "models" / "net.py").write_text("WIDTH = 16\n")
-    assert project.scan(root).digest != first
+    assert digest(root, tmp_path) != first
 
 
 def test_a_folder_over_the_bound_is_refused_naming_its_largest_files(tmp_path):
@@ -146,7 +154,7 @@ def test_the_runs_copy_holds_what_was_read_and_its_hash_says_so(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     tar_path, packed = project.keep(root, run_dir)
-    assert packed.digest == project.scan(root).digest
+    assert packed.digest == digest(root, tmp_path) and len(packed.digest) == 64   # the same bytes, the same hash
     with tarfile.open(tar_path) as tar:
         assert {m.name: m.size for m in tar.getmembers()} == dict(packed.files)
 

@@ -118,13 +118,35 @@ def test_the_writer_refuses_bad_names_and_values_naming_them(tmp_path):
                            ({1: 1.0}, "must be a string"),
                            ({f"m{i}": 1.0 for i in range(65)}, "at most 64 per line")]:
         with pytest.raises(ValueError, match=words):
-            rep.log("chief-0", 1, 1, 1.0, 1.0, 0.1, 1.0, metrics=metrics)
-    rep.log("chief-0", 1, 1, 1.0, 1.0, 0.1, 1.0, metrics={"acc": np.float32(0.5)},
-            global_metrics={"learning_rate": 0.01, "val_loss": math.nan})
+            rep.log("chief-0", 1, 1, metrics=metrics, global_metrics={"loss": 1.0})
+    rep.log("chief-0", 1, 1, metrics={"loss": 1.0, "acc": np.float32(0.5)},
+            global_metrics={"loss": 1.0, "learning_rate": 0.01, "val_loss": math.nan})
     rep.close()
     written = json.loads((tmp_path / "metrics.jsonl").read_text())
-    assert written["metrics"] == {"acc": 0.5} and math.isnan(written["global"]["val_loss"])
+    assert written["metrics"] == {"loss": 1.0, "acc": 0.5} and math.isnan(written["global"]["val_loss"])
     assert metric_line.parse(written).metrics == {"loss": 1.0, "acc": 0.5}
+
+
+def test_the_loss_is_a_metric_name_and_older_lines_with_a_top_level_loss_still_read():
+    """One line as written now (the loss among the named values) and one as written before (a
+    top-level loss and global_loss): parse, the line-by-line reader and pyarrow's columnar one
+    all give the same loss and global loss."""
+    from backend.watch import lines
+    new = {"task": "worker-0", "step": 1, "metrics": {"loss": 0.5, "acc": 0.9},
+           "global": {"loss": 0.4, "acc": 0.8}}
+    old = {"task": "worker-0", "step": 2, "loss": 0.3, "global_loss": 0.2, "metrics": {"acc": 0.9}}
+    assert metric_line.parse(new).metrics["loss"] == 0.5 and metric_line.parse(new).global_["loss"] == 0.4
+    assert metric_line.parse(old).metrics["loss"] == 0.3 and metric_line.parse(old).global_["loss"] == 0.2
+    for count in (2, lines.ARROW_MIN_LINES):   # below and above pyarrow's threshold
+        data = "".join(json.dumps({**line, "step": i + 1}) + "\n"
+                       for i, line in ((i, (new, old)[i % 2]) for i in range(count))).encode()
+        cols, bad = lines.parse_metric_block(data)
+        assert bad == 0 and list(cols["loss"][:2]) == [0.5, 0.3], count
+        assert list(cols["global_loss"][:2]) == [0.4, 0.2]
+        assert {key for key, _ in cols["named"]} == {"metrics", "global"}
+        assert not any(name == "loss" for _, name in cols["named"])
+        store = store_of(data)
+        assert list(store.global_loss()[1][:2]) == [0.4, 0.2]
 
 
 def test_a_non_finite_metric_is_flagged_with_its_name():

@@ -24,17 +24,15 @@ class ChiefWriter:
     def write(self, step, epoch, gathered, per_task, glob):
         """Every worker's line (report.py) and TensorBoard's points for one sync step."""
         now = time.time()
-        shared = {k: v for k, v in glob.items() if k != rows.LOSS}
         for task in self.tasks:
             if task not in gathered.rows:
                 continue
-            mine = per_task[task]
             self.reporter.log(
-                task, step, epoch, mine[rows.LOSS], glob[rows.LOSS],
-                gathered.figure(task, "step_time"), gathered.figure(task, "examples_per_sec", rows.mean),
+                task, step, epoch, metrics=per_task[task], global_metrics=glob,
+                step_time=gathered.figure(task, "step_time"),
+                examples_per_sec=gathered.figure(task, "examples_per_sec", rows.mean),
                 now=now, input_wait=gathered.figure(task, "input_wait"),
-                first_batch=_first_hash([r["first_batch"] for r in gathered.rows[task]]),
-                metrics={k: v for k, v in mine.items() if k != rows.LOSS}, global_metrics=shared)
+                first_batch=_first_hash([r["first_batch"] for r in gathered.rows[task]]))
         self._tensorboard(step, gathered, per_task, glob)
 
     def _tensorboard(self, step, gathered, per_task, glob):

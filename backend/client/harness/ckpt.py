@@ -52,10 +52,10 @@ class Checkpointer:
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
         retention.write_policy(directory, policy)   # listings show what this retention keeps
 
-    def save(self, step: int, epoch: int, losses: dict, global_loss: float,
-             metrics: dict | None = None) -> str:
+    def save(self, step: int, epoch: int, losses: dict, metrics: dict) -> str:
         """Save at ``step`` (all workers must call this at the same step), then write meta.
-        ``metrics``: the global value of every metric at this step (keep-best reads them)."""
+        ``metrics``: the global value of every metric at this step, the loss among them
+        (keep-best reads them)."""
         self.step_var.assign(step)
         # A leftover meta from an earlier attempt would make a half-written save look complete.
         meta = ckpt_index.meta_path(self.directory, step)
@@ -72,13 +72,8 @@ class Checkpointer:
             # file), and on a full disk it holds the very space that is missing.
             ckpt_index.remove_partial(self.directory, step)
             raise
-        ckpt_index.write_json_atomic(meta, {
-            "step": int(step), "epoch": int(epoch),
-            "losses": {k: float(v) for k, v in losses.items()},
-            "global_loss": float(global_loss), "time": time.time(),
-            "metrics": {"loss": float(global_loss), **{k: float(v) for k, v in (metrics or {}).items()}},
-            "tensorflow": tf.__version__, "keras": keras.__version__,
-        })
+        ckpt_index.write_meta(self.directory, step, epoch=epoch, losses=losses, metrics=metrics,
+                              versions={"tensorflow": tf.__version__, "keras": keras.__version__})
         retention.apply(self.directory, self.policy)
         return path
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 
 PREFIX = "ckpt"                       # checkpoint_name given to tf.train.CheckpointManager
 _INDEX_RE = re.compile(rf"^{PREFIX}-(\d+)\.index$")
@@ -44,6 +45,21 @@ def write_json_atomic(path: str, payload: dict) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_meta(directory: str, step: int, *, epoch: int, losses: dict, metrics: dict | None = None,
+               versions: dict | None = None) -> None:
+    """``ckpt-<step>.meta.json``, written after the save returned: it makes the step complete
+    (listed). Its one writer, for harness jobs, ``KerasCallback`` and ``Loop``. ``losses``:
+    {task: loss}; ``metrics``: every global value at this step, the loss among them (without
+    it, the mean of ``losses``). ``global_loss`` repeats it for readers of older checkpoints."""
+    values = {k: float(v) for k, v in losses.items()}
+    named = {k: float(v) for k, v in (metrics or {}).items()}
+    loss = named.pop("loss", sum(values.values()) / len(values) if values else None)
+    write_json_atomic(meta_path(directory, step), {
+        "step": int(step), "epoch": int(epoch), "losses": values,
+        "metrics": named if loss is None else {"loss": loss, **named}, "global_loss": loss,
+        "time": time.time(), **(versions or {})})
 
 
 def _steps(names: list[str], pattern: re.Pattern) -> set[int]:

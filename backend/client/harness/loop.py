@@ -111,9 +111,10 @@ def lr_scale(environ=None) -> float:
     return float(text) if text else 1.0
 
 
-def base_learning_rate(optimizer, scale: float) -> float | None:
+def base_learning_rate(optimizer, scale: float, *, fix: str = "give make_optimizer a number") -> float | None:
     """The job's own learning rate, read before a restore overwrites it with a checkpoint's
-    (already scaled, by an earlier shrink); None when there is nothing to scale."""
+    (already scaled, by an earlier shrink); None when there is nothing to scale. Harness jobs,
+    ``KerasCallback`` and ``Loop`` alike; ``fix``: what that kind of job changes."""
     if scale == 1.0:
         return None
     rate = getattr(optimizer, "_learning_rate", None)
@@ -121,7 +122,7 @@ def base_learning_rate(optimizer, scale: float) -> float | None:
         raise jobs.JobError(
             f"the run shrank with restart.shrink keep_replica_batch, which multiplies the learning rate "
             f"by {scale:.4g}, but this job's optimizer has no plain learning rate to scale "
-            f"({type(rate).__name__}); give make_optimizer a number, or set restart.shrink: keep_global_batch")
+            f"({type(rate).__name__}); {fix}, or set restart.shrink: keep_global_batch")
     return float(np.asarray(optimizer.learning_rate))
 
 

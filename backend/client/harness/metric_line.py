@@ -5,18 +5,18 @@ the keeper, the Runs page and the CLI read them back through ``parse``. One JSON
 worker per sync point in RUN/metrics.jsonl::
 
     {"run_id", "attempt", "task", "step", "epoch", "time",
-     "loss", "global_loss",                    # the training loss: this worker's, and global
      "step_time", "examples_per_sec",          # timings (null where unknown)
      "input_wait", "first_batch",              # the harness's input checks (optional)
-     "metrics": {"accuracy": 0.91, "val_loss": 0.31, ...},   # this worker's other metrics
-     "global":  {"accuracy": 0.90, "val_loss": 0.30, "learning_rate": 0.001, ...}}
+     "metrics": {"loss": 0.29, "accuracy": 0.91, "val_loss": 0.31, ...},   # this worker's
+     "global":  {"loss": 0.28, "accuracy": 0.90, "val_loss": 0.30, "learning_rate": 0.001, ...}}
 
 What the values mean (docs/job-contract.md, "Metrics"): a worker's value is that worker's own
 over the window since the previous line (its share of the data); a global value is computed
 from every worker's summed metric state (sum of totals over sum of counts), never from Keras'
-logged per-batch numbers under MultiWorkerMirroredStrategy (docs/facts.md #2). ``loss`` and
-``global_loss`` stay top-level fields, so lines written before named metrics existed (loss only)
-read exactly as before, and a console of that time still reads the new lines.
+logged per-batch numbers under MultiWorkerMirroredStrategy (docs/facts.md #2). ``loss`` is a
+metric name like any other. Lines written before (``loss`` and ``global_loss`` as top-level
+fields, ``LEGACY``) read the same: ``parse`` and the columnar readers (watch/metrics.py,
+watch/lines.py, through ``legacy_loss``) take the loss from either place.
 
 Names are nested under "metrics"/"global", so a metric called "step" cannot clash with a line
 field. A name is 1-64 printable characters; a line carries at most MAX_NAMES of them. The writer
@@ -34,8 +34,12 @@ LEARNING_RATE = "learning_rate"
 NAME_MAX = 64
 MAX_NAMES = 64      # per line and per worker; a run's store keeps at most MAX_NAMES names too
 # Top-level fields a line may carry; "metrics" and "global" hold the named values.
-FIELDS = ("run_id", "attempt", "task", "step", "epoch", "time", LOSS, "global_loss",
+FIELDS = ("run_id", "attempt", "task", "step", "epoch", "time",
           "step_time", "examples_per_sec", "input_wait", "first_batch", "metrics", "global")
+FLOATS = ("time", "step_time", "examples_per_sec", "input_wait", "first_batch")   # numbers or null
+MINE, GLOBAL = "metrics", "global"     # the named values: this worker's, and global
+# Older lines' top-level loss fields, and where their value lives now.
+LEGACY = {LOSS: (MINE, LOSS), "global_loss": (GLOBAL, LOSS)}
 
 
 def name_problem(name) -> str | None:
@@ -53,7 +57,7 @@ def name_problem(name) -> str | None:
 
 def checked(values: Mapping | None, *, what: str) -> dict[str, float]:
     """The writer's check: ``{name: number}`` as floats, or ValueError naming what is wrong.
-    NaN and Inf are kept (the console flags them); ``loss`` belongs in its own field."""
+    NaN and Inf are kept (the console flags them)."""
     if values is None:
         return {}
     if not isinstance(values, Mapping):
@@ -86,7 +90,7 @@ def named(values) -> tuple[dict[str, float], int]:
         return {}, 0 if values is None else 1
     out, skipped = {}, 0
     for name, value in values.items():
-        if (len(out) >= MAX_NAMES or name_problem(name) or name == LOSS
+        if (len(out) >= MAX_NAMES or name_problem(name)
                 or isinstance(value, bool) or not isinstance(value, (int, float))):
             skipped += 1
             continue
@@ -119,13 +123,9 @@ def parse(obj) -> Line | None:
     task, step = obj.get("task"), obj.get("step")
     if type(task) is not str or type(step) is not int or abs(step) >= 2 ** 62:
         return None
-    mine, bad_mine = named(obj.get("metrics"))
-    glob, bad_glob = named(obj.get("global"))
-    loss, global_loss = _float(obj.get(LOSS)), _float(obj.get("global_loss"))
-    if loss is not None:
-        mine = {LOSS: loss, **mine}
-    if global_loss is not None:
-        glob = {LOSS: global_loss, **glob}
+    mine, bad_mine = named(obj.get(MINE))
+    glob, bad_glob = named(obj.get(GLOBAL))
+    mine, glob = _legacy(mine, obj, MINE), _legacy(glob, obj, GLOBAL)
     attempt, epoch = obj.get("attempt"), obj.get("epoch")
     return Line(task=task, step=step, attempt=attempt if type(attempt) is int else 0,
                 epoch=epoch if type(epoch) is int else None,
@@ -133,6 +133,15 @@ def parse(obj) -> Line | None:
                 step_time=_float(obj.get("step_time"), math.nan),
                 examples_per_sec=_float(obj.get("examples_per_sec"), math.nan),
                 skipped=bad_mine + bad_glob)
+
+
+def _legacy(values: dict, obj: dict, key: str) -> dict:
+    """``values`` with an older line's top-level loss (LEGACY) first, where it has none itself."""
+    for old, (where, name) in LEGACY.items():
+        value = _float(obj.get(old)) if where == key and name not in values else None
+        if value is not None:
+            values = {name: value, **values}
+    return values
 
 
 def _float(value, default=None):

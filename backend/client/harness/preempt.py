@@ -22,13 +22,29 @@ import signal
 import threading
 import time
 
-from . import layout
+from . import layout, requests_dir
 
 EXIT_CODE = 75              # EX_TEMPFAIL ("try again later"): preempted, a checkpoint saved
 SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
 DEFAULT_GRACE_S = 25.0      # under Slurm's default KillWait of 30 s, with room for the exit
 FLAG = 2.0                  # the value in the sync gather's save_flag (1.0: a save-now request)
 SUFFIX = "preempted"        # tasks/<task>.preempted
+
+
+def save_flag(watch, pending: list) -> float:
+    """A worker's save flag in the meeting's row, for harness jobs, fit scripts and custom loops
+    alike: FLAG once a signal came (or ``stop --save`` is among the chief's ``pending`` requests),
+    1.0 while a Save now waits, else 0."""
+    if requests_dir.stop_requested(pending):
+        watch.request("stop --save")
+    return FLAG if watch.pending else (1.0 if pending else 0.0)
+
+
+def decide(flags) -> tuple[bool, bool]:
+    """(save now, preempting) from every worker's flag: all workers read the same rows, so all
+    save at the same step (a save skipped by one worker can deadlock the others: facts #5)."""
+    flags = list(flags)
+    return any(f > 0 for f in flags), any(f >= FLAG for f in flags)
 
 
 def record_path(run: str, task: str) -> str:

@@ -27,20 +27,19 @@ class MetricsReporter:
         # Line buffered append: several attempts of one run share the file.
         self._fh = open(self.path, "a", buffering=1)
 
-    def log(self, task: str, step: int, epoch: int, loss: float, global_loss: float,
-            step_time: float, examples_per_sec: float, *, now: float | None = None,
-            input_wait: float | None = None, first_batch: float | None = None,
-            metrics: dict | None = None, global_metrics: dict | None = None) -> dict:
-        """One worker's line. ``metrics``: this worker's named values besides the loss;
-        ``global_metrics``: their global values (metric_line.py says what both mean). Raises
-        ValueError for a name or value metric_line refuses, before anything is written."""
+    def log(self, task: str, step: int, epoch: int, *, metrics: dict, global_metrics: dict,
+            step_time: float = math.nan, examples_per_sec: float = math.nan,
+            now: float | None = None, input_wait: float | None = None,
+            first_batch: float | None = None) -> dict:
+        """One worker's line. ``metrics``: this worker's named values (the loss is one of them,
+        ``loss``); ``global_metrics``: the global values (metric_line.py says what both mean).
+        Raises ValueError for a name or value metric_line refuses, before anything is written."""
         mine = metric_line.checked(metrics, what=f"metrics of {task}")
         glob = metric_line.checked(global_metrics, what="global metrics")
         line = {
             "run_id": self.run_id, "attempt": self.attempt, "task": task,
             "step": int(step), "epoch": int(epoch),
             "time": time.time() if now is None else float(now),
-            "loss": float(loss), "global_loss": float(global_loss),
             "step_time": _finite(step_time), "examples_per_sec": _finite(examples_per_sec),
         }
         # The harness's own measurements (step_probe): the share of the window this worker
@@ -50,9 +49,9 @@ class MetricsReporter:
         if first_batch is not None:
             line["first_batch"] = int(first_batch)
         if mine:
-            line["metrics"] = mine
+            line[metric_line.MINE] = mine
         if glob:
-            line["global"] = glob
+            line[metric_line.GLOBAL] = glob
         self._fh.write(json.dumps(line) + "\n")
         self._fh.flush()
         return line

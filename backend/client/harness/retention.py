@@ -43,6 +43,16 @@ class Policy:
     best_mode: str = "min"        # "min" (losses) or "max" (accuracy)
 
 
+def best_options(who: str, keep_best: int, best_metric: str, best_mode: str) -> dict:
+    """The keep-best options of ``tfconsole.KerasCallback`` and ``tfconsole.Loop``, checked alike
+    (a harness job's come from its params: jobs.py)."""
+    if best_mode not in ("min", "max"):
+        raise ValueError(f"{who}: best_mode is {best_mode!r}; use \"min\" (losses) or \"max\" (accuracy)")
+    if int(keep_best) < 0:
+        raise ValueError(f"{who}: keep_best is {keep_best}; give 0 (off) or how many best checkpoints to keep")
+    return {"keep_best": int(keep_best), "best_metric": str(best_metric), "best_mode": best_mode}
+
+
 def write_policy(directory: str, policy: Policy) -> None:
     os.makedirs(directory, exist_ok=True)
     ckpt_index.write_json_atomic(os.path.join(directory, POLICY), asdict(policy))
@@ -88,11 +98,15 @@ def kept(complete: list[dict], policy: Policy, held: set[int]) -> set[int]:
     steps = [c["step"] for c in complete]
     # keep_last 0 keeps every checkpoint, as CheckpointManager's max_to_keep did.
     last = set(steps[-policy.keep_last:]) if policy.keep_last > 0 else set(steps)
+    return last | best(complete, policy) | (held & set(steps))
+
+
+def best(complete: list[dict], policy: Policy) -> set[int]:
+    """The ``keep_best`` best steps by ``best_metric`` (NaN and missing values never best)."""
     scored = [(v, c["step"]) for c in complete
-              if (v := score(c, policy.best_metric)) is not None and v == v]   # NaN never best
+              if (v := score(c, policy.best_metric)) is not None and v == v]
     scored.sort(reverse=policy.best_mode == "max")
-    best = {step for _, step in scored[: max(policy.keep_best, 0)]}
-    return last | best | (held & set(steps))
+    return {step for _, step in scored[: max(policy.keep_best, 0)]}
 
 
 def score(meta: dict, metric: str) -> float | None:

@@ -28,6 +28,9 @@ LOSS = metric_line.LOSS
 SYNC_HEAD = ("task_index", "step_time", "examples_per_sec", "save_flag", "input_wait",
              "first_batch", "learning_rate")
 VAL_HEAD = ("task_index",)     # a validation row: the task, then the states
+# Head columns of a fit script's or a custom loop's meeting (client/sync.py): the step each
+# worker proposes for the next one, as those meet on a schedule of their own.
+MEETING_HEAD = ("task_index", "step_time", "save_flag", "next_sync")
 VAL_PREFIX = "val_"
 # Names the harness itself writes: a metrics_fn entry of that name would hide one of them.
 RESERVED = (LOSS, metric_line.LEARNING_RATE, "step_time")
@@ -45,6 +48,7 @@ def count_col(name: str) -> str:
 class Layout:
     head: tuple
     metrics: tuple          # "loss" first, then the job's metrics in its order
+    prefixes: tuple = ("",)   # ("", "val_"): each metric's state for training and validation
 
     @property
     def cols(self) -> tuple:
@@ -52,7 +56,8 @@ class Layout:
 
     @property
     def state_cols(self) -> tuple:
-        return tuple(c for name in self.metrics for c in (total_col(name), count_col(name)))
+        return tuple(c for p in self.prefixes for name in self.metrics
+                     for c in (total_col(p + name), count_col(p + name)))
 
     def at(self, col: str) -> int:
         return self.cols.index(col)
@@ -64,11 +69,31 @@ class Layout:
             raise KeyError(f"no such row columns: {sorted(unknown)}")
         return [float(values.get(c, 0.0)) for c in self.cols]
 
+    def row(self, head: dict, states: dict | None = None) -> list[float]:
+        """A row from its head ``{column: value}`` and ``{prefix+name: (total, count)}``."""
+        values = dict(head)
+        for name, (total, count) in (states or {}).items():
+            values[total_col(name)], values[count_col(name)] = total, count
+        return self.vector(values)
+
     def read(self, vector) -> "Row":
         values = [float(v) for v in vector]
         if len(values) != len(self.cols):
             raise ValueError(f"a row of {len(values)} values for {len(self.cols)} columns")
-        return Row(dict(zip(self.cols, values)))
+        return Row(dict(zip(self.cols, values)), self)
+
+    def read_tasks(self, gathered) -> list["Row"]:
+        """One row per task, in task order, from every replica's: a worker's replicas send the
+        same row where the row is the worker's (a ``fit`` script's or a custom loop's meeting)."""
+        by_task: dict = {}
+        for values in gathered:
+            if len(values) != len(self.cols):
+                raise ValueError(f"tfconsole: a gathered row has {len(values)} columns, expected "
+                                 f"{len(self.cols)} ({', '.join(self.cols[:6])}...): every "
+                                 "worker must compile the same model and metrics")
+            row = self.read(values)
+            by_task.setdefault(row.task_index, row)
+        return [by_task[i] for i in sorted(by_task)]
 
 
 def sync_layout(metric_names=()) -> Layout:
@@ -79,15 +104,29 @@ def val_layout(metric_names=()) -> Layout:
     return Layout(VAL_HEAD, (LOSS, *metric_names))
 
 
+def meeting_layout(metric_names=()) -> Layout:
+    """A ``fit`` script's or a custom loop's row: each metric for training and validation."""
+    return Layout(MEETING_HEAD, tuple(metric_names), ("", VAL_PREFIX))
+
+
 @dataclass(frozen=True)
 class Row:
     values: dict
+    layout: Layout | None = None
 
     def __getitem__(self, col: str) -> float:
         return self.values[col]
 
-    def state(self, name: str) -> tuple[float, float]:
-        return self.values[total_col(name)], self.values[count_col(name)]
+    @property
+    def task_index(self) -> int:
+        return int(self.values["task_index"])
+
+    def state(self, name: str, prefix: str = "") -> tuple[float, float]:
+        return self.values[total_col(prefix + name)], self.values[count_col(prefix + name)]
+
+    def value(self, name: str, prefix: str = "") -> float:
+        """Its own value: total over count (NaN where nothing was counted)."""
+        return metric_line.from_state(*self.state(name, prefix))
 
 
 @dataclass
@@ -141,8 +180,9 @@ def name_problems(names, *, validation: bool) -> list[str]:
         elif validation and len(VAL_PREFIX + name) > metric_line.NAME_MAX:
             out.append(f"metric name {name[:20]!r}... is too long to carry the {VAL_PREFIX!r} "
                        f"prefix (at most {metric_line.NAME_MAX - len(VAL_PREFIX)} characters)")
-    # A line carries every metric and, with validation, its val_ twin, plus learning_rate.
-    cap = (metric_line.MAX_NAMES - 2) // (2 if validation else 1)
+    # A line carries the loss and every metric and, with validation, their val_ twins, plus
+    # learning_rate.
+    cap = (metric_line.MAX_NAMES - 2 - validation) // (2 if validation else 1)
     if len(names) > cap:
         out.append(f"{len(names)} metrics, at most {cap} (each is a series in the console)")
     return out

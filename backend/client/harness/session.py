@@ -213,11 +213,9 @@ class Session:
         gathered = rows.fold(
             loop.gather_rows(self.strategy, self.train_step_sync, self.iterator, self.layout, head),
             self.cluster.tasks, self.layout)
-        flags = [r["save_flag"] for rs in gathered.rows.values() for r in rs]
-        save_now = any(f > 0 for f in flags)
         # A worker that got a preemption signal raises the flag to preempt.FLAG (2): save and
         # exit. Every worker sees the same flags, so all skip the validation alike.
-        preempting = any(f >= preempt.FLAG for f in flags)
+        save_now, preempting = preempt.decide(r["save_flag"] for rs in gathered.rows.values() for r in rs)
         val = (self.validator.run(self.cluster.task_index, self.cluster.tasks)
                if self._val_due(step) and not preempting else None)
         per_task, glob = self._named(gathered, val)
@@ -252,9 +250,7 @@ class Session:
     def _requests(self) -> tuple[list, float]:
         """The chief's pending save requests and the flag this worker raises in the row."""
         pending = requests_dir.pending(self.run_dir) if self.cluster.is_chief else []
-        if requests_dir.stop_requested(pending):
-            preempt.WATCH.request("stop --save")
-        return pending, preempt.FLAG if preempt.WATCH.pending else (1.0 if pending else 0.0)
+        return pending, preempt.save_flag(preempt.WATCH, pending)
 
     def _named(self, gathered: rows.Folded, val: rows.Folded | None) -> tuple[dict, dict]:
         """Every metric by name: ``{task: {name: value}}`` and the global ``{name: value}``
@@ -293,8 +289,7 @@ class Session:
     def _save(self, step, per_task, glob, pending, *, preempting: bool, save_now: bool) -> None:
         losses = {t: v[rows.LOSS] for t, v in per_task.items()}
         t_save = time.monotonic()
-        path = self.ckpt.save(step, self._epoch(step), losses, glob[rows.LOSS],
-                              metrics={k: v for k, v in glob.items() if k != rows.LOSS})
+        path = self.ckpt.save(step, self._epoch(step), losses, glob)
         why = " (preemption)" if preempting else " (save-now request)" if save_now else ""
         print(f"[{self.task}] saved checkpoint {path}{why}", flush=True)
         if self.cluster.is_chief and save_now:

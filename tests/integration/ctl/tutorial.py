@@ -107,7 +107,8 @@ if latest_checkpoint:
   checkpoint.restore(latest_checkpoint)
 
 loop = tfconsole.Loop(strategy, checkpoint_manager, model=multi_worker_model,     # tfconsole
-                      metrics=[train_accuracy])
+                      metrics=[train_accuracy], optimizer=optimizer,
+                      keep_best=2, best_metric="train_accuracy", best_mode="max")
 
 while epoch.numpy() < num_epochs:
   iterator = iter(multi_worker_dataset)
