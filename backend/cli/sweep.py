@@ -45,6 +45,10 @@ def cmd_stop(a) -> int:
     return _show(control.stop(RunStore(a.runs).root, a.sweep), a.json)
 
 
+def cmd_resume(a) -> int:
+    return _show(control.resume(RunStore(a.runs).root, a.sweep), a.json)
+
+
 def _show(found: dict, as_json: bool) -> int:
     if as_json:
         print_json(found)
@@ -69,11 +73,12 @@ def cmd_keep(a) -> int:
 
 
 def add_command(add) -> None:
-    s = add("sweep", lambda a: a.sweep_fn(a), "hyperparameter sweeps: start, status, stop (Optuna)")
-    sub = s.add_subparsers(dest="sweep_command", required=True, metavar="start|status|stop")
+    s = add("sweep", lambda a: a.sweep_fn(a), "hyperparameter sweeps: start, status, stop, resume (Optuna)")
+    sub = s.add_subparsers(dest="sweep_command", required=True, metavar="start|status|stop|resume")
     for name, fn, help in (("start", cmd_start, "start a sweep from its YAML file; prints its id"),
                            ("status", cmd_status, "every sweep, or one sweep's trials and best trial"),
                            ("stop", cmd_stop, "stop a sweep's running trials and its keeper"),
+                           ("resume", cmd_resume, "start a keeper again for a sweep whose keeper is gone"),
                            ("keep", cmd_keep, "keep a sweep (start runs this detached)")):
         p = sub.add_parser(name, help=help, description=help)
         p.set_defaults(sweep_fn=fn)

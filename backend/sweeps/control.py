@@ -43,11 +43,30 @@ def start(spec: SweepSpec, data: dict, runs_root: Path, options: SSHOptions, *,
         raise ConsoleError(f"sweep {sweep_id} already exists", "Choose another sweep id.") from None
     kept = {**data, "cluster": cluster_to_dict(spec.cluster), "job": job_to_dict(spec.job)}
     write_yaml(kept, here / SPEC, private=True)   # its env may hold an API key
-    set_state(here, phase="starting", created=time.time(), ssh_options=asdict(options))
-    argv = [sys.executable, "-m", "backend", "--runs", str(Path(runs_root).resolve()), "sweep", "keep",
-            sweep_id, "--ssh-options", json.dumps(asdict(options)), "--poll", str(poll_s)]
-    detached.write_pid(here, detached.spawn(argv, here / detached.KEEPER_LOG).pid)
+    set_state(here, phase="starting", created=time.time(), ssh_options=asdict(options), poll_s=poll_s)
+    _spawn_keeper(runs_root, sweep_id)
     return sweep_id
+
+
+def _spawn_keeper(runs_root: Path, sweep_id: str) -> int:
+    here, state = folder(runs_root, sweep_id), read_dict(folder(runs_root, sweep_id) / STATE)
+    argv = [sys.executable, "-m", "backend", "--runs", str(Path(runs_root).resolve()), "sweep", "keep",
+            sweep_id, "--ssh-options", json.dumps(state.get("ssh_options", {})),
+            "--poll", str(state.get("poll_s", 1.0))]
+    pid = detached.spawn(argv, here / detached.KEEPER_LOG).pid
+    detached.write_pid(here, pid)
+    return pid
+
+
+def resume(runs_root: Path, sweep_id: str) -> dict:
+    """Start a keeper again for a sweep whose keeper is gone (a console or machine restart): it
+    keeps the trials still running and finishes the budget. Nothing when one is alive."""
+    here = folder(runs_root, sweep_id)
+    found = status(runs_root, sweep_id)   # refuses an unknown sweep by name
+    if found.get("phase") == "interrupted":
+        (here / STOP).unlink(missing_ok=True)
+        _spawn_keeper(runs_root, sweep_id)
+    return status(runs_root, sweep_id)
 
 
 def load_spec(here: Path) -> SweepSpec:
@@ -72,7 +91,12 @@ def status(runs_root: Path, sweep_id: str) -> dict:
            "budget": {"trials": spec.trials, "wall_s": spec.wall_s}, "at_once": spec.at_once,
            "sampler": spec.sampler, "pruner": spec.pruner, "best": None, "trials": []}
     if (here / studies.DB).exists() or spec.storage:
-        found = studies.read_study(here, sweep_id, spec.storage) if _has_study(here, sweep_id, spec) else None
+        try:
+            found = studies.read_study(here, sweep_id, spec.storage) if _has_study(here, sweep_id, spec) else None
+        except studies.SweepError:
+            if state.get("phase") != "starting":   # its keeper may be making the tables: not yet
+                raise
+            found = None
         if found is not None:
             out.update(best=studies.best(found), trials=studies.rows(found))
     return out

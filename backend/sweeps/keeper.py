@@ -6,7 +6,6 @@ ids are trial attributes), so none is lost or run twice."""
 from __future__ import annotations
 
 import fcntl
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +14,10 @@ from optuna.trial import TrialState
 
 from backend.client.harness import layout
 from backend.errors import ConsoleError
-from backend.files import read_dict, write_private
+from backend.files import read_dict
 from backend.hosts import remote
 from backend.hosts.ssh import SSHOptions
+from backend.records import outcome
 from backend.runs import launcher
 from backend.runs.store import RunStore
 from backend.sweeps import control, study as studies
@@ -27,6 +27,7 @@ from backend.watch.metrics import MetricsStore
 
 READ_BYTES = 8 << 20
 PRUNE_SAVE_S = 30.0
+NEVER = "never_launched"   # a trial's user attr: cut off before its run existed, not in the budget
 
 
 @dataclass
@@ -76,7 +77,7 @@ class SweepKeeper:
             time.sleep(self.poll_s)
 
     def _budget_left(self, started: float) -> bool:
-        asked = len(self.study.get_trials(deepcopy=False))
+        asked = len([t for t in self.study.get_trials(deepcopy=False) if not t.user_attrs.get(NEVER)])
         cap = self.spec.trials
         if self.spec.sampler == "grid":
             cap = min(cap or studies.grid_size(self.spec.space), studies.grid_size(self.spec.space))
@@ -88,20 +89,30 @@ class SweepKeeper:
         """A restarted keeper: trials still running in the storage keep their runs (and groups)."""
         for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             run_id, group = frozen.user_attrs.get("run_id"), frozen.user_attrs.get("group")
-            if run_id is None or group in self.active:
-                self.study.tell(frozen.number, state=TrialState.FAIL)   # launched nothing: asked again
+            try:
+                run = None if run_id is None or group in self.active else \
+                    launcher.attach(run_id, store=self.store, options=self.options)
+            except ConsoleError:
+                run = None
+            if run is None:   # launched nothing: not counted in the budget, asked again
+                _trial(self.study, frozen.number).set_user_attr(NEVER, True)
+                self.study.tell(frozen.number, state=TrialState.FAIL)
                 continue
             trial = _trial(self.study, frozen.number)
-            run = launcher.attach(run_id, store=self.store, options=self.options)
             self.active[group] = Active(trial, run, group, set(frozen.intermediate_values))
 
     def _launch(self, slot: int) -> None:
         trial = self.study.ask(studies.distributions(self.spec.space))
         run_id = f"{self.sweep_id}-t{trial.number}"
+        # Named before the launch: a keeper killed during it finds the run on restart (or, when
+        # the run never got a record, knows the trial launched nothing).
         trial.set_user_attr("group", slot)
+        trial.set_user_attr("run_id", run_id)
         job = with_params(self.spec.job, trial.params)
+        tag = {"sweep": self.sweep_id, "trial": trial.number, "params": trial.params}
         try:
             run = launcher.launch(self.groups[slot], job, store=self.store, options=self.options, run_id=run_id,
+                                  sweep=tag,
                                   preflight=launcher.Preflight.REQUIRED if trial.number == 0 else launcher.Preflight.SKIP)
         except ConsoleError as err:
             trial.set_user_attr("note", f"launch refused: {err}")
@@ -109,9 +120,6 @@ class SweepKeeper:
             if trial.number == 0:   # the job itself cannot start: no use asking again
                 raise studies.SweepError(f"trial 0 could not launch ({err.problem})", err.fix) from None
             return
-        trial.set_user_attr("run_id", run_id)
-        tag = {"sweep": self.sweep_id, "trial": trial.number, "params": trial.params}
-        write_private(self.store.path(run_id) / "sweep.json", json.dumps(tag))
         self.active[slot] = Active(trial, run, slot)
         print(f"trial {trial.number}: run {run_id} on group {slot}, {trial.params}", flush=True)
 
@@ -134,6 +142,9 @@ class SweepKeeper:
 
     def _ended(self, slot: int, act: Active, phase: str, values) -> None:
         del self.active[slot]
+        last = act.run.state.attempts[-1].reason or "" if act.run.state.attempts else ""
+        if last.startswith(outcome.INTERRUPTED):   # a keeper killed while launching it: it never ran
+            act.trial.set_user_attr(NEVER, True)
         if phase == "finished" and len(values):
             self.study.tell(act.trial, float(values[-1]))
             return

@@ -94,6 +94,7 @@ def rows(study: optuna.Study) -> list[dict]:
         out.append({"trial": t.number, "state": t.state.name.lower(), "params": dict(t.params),
                     "value": t.value if t.state == TrialState.COMPLETE else None,
                     "run_id": t.user_attrs.get("run_id"), "note": t.user_attrs.get("note", ""),
+                    "counted": not t.user_attrs.get("never_launched"),   # in the budget (keeper.NEVER)
                     "pruned_step": steps[-1] if t.state == TrialState.PRUNED and steps else None,
                     "curve": [[s, t.intermediate_values[s]] for s in steps]})
     return out

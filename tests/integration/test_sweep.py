@@ -57,8 +57,7 @@ def test_a_sweep_runs_its_budget_two_at_once_and_names_the_best(ssh_hosts, clien
         record = _last_val_loss(tmp_path, t["run_id"])
         assert t["value"] == pytest.approx((t["params"]["x"] - 0.3) ** 2 + 0.2)
         assert str(round(t["value"], 6))[:6] in json.dumps(record)
-        tag = json.loads((root / t["run_id"] / "sweep.json").read_text())
-        assert tag == {"sweep": sweep_id, "trial": t["trial"], "params": t["params"]}
+        assert run.state.sweep == {"sweep": sweep_id, "trial": t["trial"], "params": t["params"]}
     by_record = min(found["trials"], key=lambda t: abs(t["params"]["x"] - 0.3))
     assert found["best"]["run_id"] == by_record["run_id"]
     assert set(hosts.values()) == {"127.0.0.2", "127.0.0.3"}   # both groups were used
@@ -92,3 +91,43 @@ def test_an_objective_the_job_never_reports_is_named_after_the_first_trial(ssh_h
                      90, "the sweep to end")
     assert found["phase"] == "failed" and len(found["trials"]) == 1
     assert "'val_acc' was never reported by trial 0" in found["reason"] and "val_loss" in found["reason"]
+
+
+SLOW_REPORT = ("import sys, time, tfconsole\nx = float(sys.argv[1])\n"
+               "for s in range(1, 5):\n    time.sleep(1.0)\n"
+               "    tfconsole.report(s, loss=1.0 / s, metrics={'val_loss': (x - 0.3) ** 2 + 1.0 / s})")
+
+
+def test_a_sweep_whose_keeper_is_killed_resumes_and_runs_exactly_its_budget(ssh_hosts, client_key, python_path,
+                                                                            tmp_path, ssh_options):
+    """The console's machine restarts mid-sweep: the keeper dies with two trials running; resumed
+    (from the public API), it keeps those two runs and finishes with the budget's 4 trials."""
+    import os
+    import signal
+
+    from backend import api as tfconsole   # what `import tfconsole` finds (backend/client/__init__.py)
+    from backend.runs import detached
+    data = _sweep(ssh_hosts, client_key, python_path, tmp_path, [python_path, "-c", SLOW_REPORT, "{x}"])
+    root, sweep_id = _start(data, tmp_path, ssh_options)
+    def running() -> bool:   # both runs training (a keeper killed mid-launch: its trial is asked again)
+        ids = [t["run_id"] for t in control.status(root, sweep_id)["trials"]]
+        return len(ids) == 2 and all((root / i / "state.json").exists()
+                                     and str(RunStore(root).load(i).phase) == "running" for i in ids)
+    wait_for(running, 60, "two trials to run")
+    here = control.folder(root, sweep_id)
+    pid = detached.keeper_pid(here)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: detached.keeper_pid(here) is None, 10, "the keeper to die")
+    assert tfconsole.sweep_status(sweep_id, runs=root)["phase"] == "interrupted"
+    running = {t["run_id"] for t in control.status(root, sweep_id)["trials"] if t["state"] == "running"}
+    tfconsole.sweep_resume(sweep_id, runs=root)
+    found = wait_for(lambda: (s := control.status(root, sweep_id))["phase"] in ("finished", "failed") and s,
+                     120, "the resumed sweep to finish")
+    assert found["phase"] == "finished", found
+    trials = [t for t in found["trials"] if t["counted"]]
+    assert [t["state"] for t in trials] == ["complete"] * 4, [(t["state"], t["note"], t["run_id"]) for t in trials]
+    assert running <= {t["run_id"] for t in trials}   # the runs it had kept, not run again
+    runs = [launcher.attach(t["run_id"], store=RunStore(root), options=ssh_options) for t in trials]
+    assert len({r.run_id for r in runs}) == 4
+    assert all(str(r.state.phase) == "finished" and processes_of(r) == [] for r in runs)
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(sweep_id)) == sorted(r.run_id for r in runs)
