@@ -5,6 +5,7 @@ and found as a run's keeper is (backend/runs/detached.py)."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from dataclasses import asdict
@@ -41,6 +42,11 @@ def start(spec: SweepSpec, data: dict, runs_root: Path, options: SSHOptions, *,
         here.mkdir(parents=True, mode=0o700)
     except FileExistsError:
         raise ConsoleError(f"sweep {sweep_id} already exists", "Choose another sweep id.") from None
+    try:   # a storage that does not answer, or a damaged file: said now, not by a keeper gone
+        studies.open_study(spec, here, sweep_id)
+    except studies.SweepError:
+        shutil.rmtree(here, ignore_errors=True)
+        raise
     kept = {**data, "cluster": cluster_to_dict(spec.cluster), "job": job_to_dict(spec.job)}
     write_yaml(kept, here / SPEC, private=True)   # its env may hold an API key
     set_state(here, phase="starting", created=time.time(), ssh_options=asdict(options), poll_s=poll_s)

@@ -44,7 +44,11 @@ class SweepKeeper:
         self.here = control.folder(store.root, sweep_id)
         self.spec = control.load_spec(self.here)
         self.groups = host_groups(self.spec.cluster, self.spec.at_once)
-        self.study = studies.open_study(self.spec, self.here, sweep_id)
+        try:
+            self.study = studies.open_study(self.spec, self.here, sweep_id)
+        except ConsoleError as err:   # its storage went away or was damaged since the start
+            control.set_state(self.here, phase="failed", reason=str(err))
+            raise
         self.active: dict[int, Active] = {}
 
     def run(self) -> str:

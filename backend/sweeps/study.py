@@ -11,15 +11,11 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from backend.errors import ConsoleError
+from backend.errors import SweepError
 from backend.sweeps.spec import Dimension, SweepSpec
 
 DB = "optuna.db"
 optuna.logging.set_verbosity(logging.WARNING)
-
-
-class SweepError(ConsoleError):
-    """A sweep cannot go on or cannot be read (its storage, its objective, its trials)."""
 
 
 def storage_url(spec: SweepSpec, folder: Path) -> str:
