@@ -117,6 +117,15 @@ def _has_study(here: Path, sweep_id: str, spec: SweepSpec) -> bool:
     return sweep_id in names
 
 
+def study_of(runs_root: Path, sweep_id: str):
+    """The sweep's Optuna study (for Optuna's own figures), or None before its first trial."""
+    here = folder(runs_root, sweep_id)
+    spec = load_spec(here)
+    if not ((here / studies.DB).exists() or spec.storage) or not _has_study(here, sweep_id, spec):
+        return None
+    return studies.read_study(here, sweep_id, spec.storage)
+
+
 def list_sweeps(runs_root: Path) -> list[str]:
     base = Path(runs_root) / FOLDER
     return sorted((p.name for p in base.iterdir() if (p / SPEC).exists()), reverse=True) if base.is_dir() else []
