@@ -93,3 +93,11 @@ def test_a_sweep_file_reads_its_job_and_cluster_beside_it(tmp_path):
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(_sweep(cluster="missing.yaml", job="job.yaml")))
     with pytest.raises(SpecErrors, match="cluster.file: cannot read"):
         load_sweep(tmp_path / "sweep.yaml")
+
+
+def test_the_readme_example_sweep_reads_and_fills_the_keras_script_arguments():
+    spec = load_sweep(EXAMPLES / "sweep_keras.yaml")
+    assert (spec.metric, spec.direction, spec.at_once, spec.pruner) == ("val_accuracy", "max", 2, "median")
+    job = with_params(spec.job, {"lr": 0.01, "batch": 64})
+    assert job.command[job.command.index("--lr") + 1] == "0.01" and "{batch}" not in job.command
+    assert [len(g.tasks) for g in host_groups(spec.cluster, spec.at_once)] == [2, 2]
