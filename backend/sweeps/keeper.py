@@ -59,12 +59,16 @@ class SweepKeeper:
             return "another keeper keeps this sweep"
         started = read_dict(self.here / control.STATE).get("started") or time.time()
         control.set_state(self.here, phase="running", started=started)
-        self._adopt()
         try:
+            self._adopt()
             return self._loop(started)
         except ConsoleError as err:
             self.stop_all(str(err), phase="failed")
             return f"failed: {err}"
+        except Exception as err:   # a bug: the sweep says so and stops its trials, never hangs "running"
+            self.stop_all(f"the sweep's keeper failed ({type(err).__name__}: {err}); its log has the details",
+                          phase="failed")
+            raise
 
     def _loop(self, started: float) -> str:
         while True:
@@ -100,7 +104,7 @@ class SweepKeeper:
                 run = None
             if run is None:   # launched nothing: not counted in the budget, asked again
                 _trial(self.study, frozen.number).set_user_attr(NEVER, True)
-                self.study.tell(frozen.number, state=TrialState.FAIL)
+                studies.tell(self.study, frozen.number, state=TrialState.FAIL)
                 continue
             trial = _trial(self.study, frozen.number)
             self.active[group] = Active(trial, run, group, set(frozen.intermediate_values))
@@ -120,7 +124,7 @@ class SweepKeeper:
                                   preflight=launcher.Preflight.REQUIRED if trial.number == 0 else launcher.Preflight.SKIP)
         except ConsoleError as err:
             trial.set_user_attr("note", f"launch refused: {err}")
-            self.study.tell(trial, state=TrialState.FAIL)
+            studies.tell(self.study, trial, state=TrialState.FAIL)
             if trial.number == 0:   # the job itself cannot start: no use asking again
                 raise studies.SweepError(f"trial 0 could not launch ({err.problem})", err.fix) from None
             return
@@ -139,7 +143,7 @@ class SweepKeeper:
         if state.live and act.reported and act.trial.should_prune():
             act.run.stop(save=True, save_grace_s=PRUNE_SAVE_S, reason=f"pruned by the sweep at step {max(act.reported)}")
             act.trial.set_user_attr("note", f"pruned at step {max(act.reported)}")
-            self.study.tell(act.trial, state=TrialState.PRUNED)
+            studies.tell(self.study, act.trial, state=TrialState.PRUNED)
             del self.active[slot]
         elif not state.live:
             self._ended(slot, act, str(state.phase), values)
@@ -150,10 +154,10 @@ class SweepKeeper:
         if last.startswith(outcome.INTERRUPTED):   # a keeper killed while launching it: it never ran
             act.trial.set_user_attr(NEVER, True)
         if phase == "finished" and len(values):
-            self.study.tell(act.trial, float(values[-1]))
+            studies.tell(self.study, act.trial, float(values[-1]))
             return
         act.trial.set_user_attr("note", f"run {phase}" + ("" if len(values) else f", no {self.spec.metric} reported"))
-        self.study.tell(act.trial, state=TrialState.FAIL)
+        studies.tell(self.study, act.trial, state=TrialState.FAIL)
         if phase == "finished" and not self._ever_reported():
             names = ", ".join(self._read(act.run).metric_names()) or "none"
             raise studies.SweepError(
@@ -189,7 +193,7 @@ class SweepKeeper:
                         run.stop(reason=f"stopped: sweep {phase} ({reason})")
                 except ConsoleError as err:   # named in the sweep's reason; Stop stays offered
                     reason += f"; trial {frozen.number}: {err}"
-            self.study.tell(frozen.number, state=TrialState.FAIL, skip_if_finished=True)
+            studies.tell(self.study, frozen.number, state=TrialState.FAIL)
         self.active.clear()
         control.set_state(self.here, phase=phase, reason=reason)
 

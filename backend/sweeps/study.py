@@ -44,6 +44,17 @@ def read_study(folder: Path, name: str, url: str | None = None) -> optuna.Study:
                          f"{str(err).splitlines()[0][:200]})", "Check the sweep's storage file.") from None
 
 
+def tell(study: optuna.Study, trial, value: float | None = None, *, state: TrialState | None = None) -> None:
+    """``study.tell``, once. The grid sampler ends its grid with ``Study.stop``, which only
+    ``optimize`` accepts (a RuntimeError under ask/tell); the trial is told by then (Optuna sets
+    its state in a ``finally``), and the keeper's budget already stops at the grid's size."""
+    try:
+        study.tell(trial, value, state=state, skip_if_finished=True)
+    except RuntimeError as err:
+        if "Study.stop" not in str(err):
+            raise
+
+
 def sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
     if spec.sampler == "grid":
         return optuna.samplers.GridSampler(grid(spec.space), seed=spec.seed)
