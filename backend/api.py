@@ -130,6 +130,38 @@ def attach(run_id: str, *, runs: str | os.PathLike | None = None,
     return RunHandle(launcher.attach(run_id, store=_store(runs), options=_options(known_hosts, ssh_config)))
 
 
+def sweep_start(sweep: Any, *, runs: str | os.PathLike | None = None, sweep_id: str | None = None,
+                known_hosts: str = "~/.ssh/known_hosts", ssh_config: str = "~/.ssh/config") -> str:
+    """Start a hyperparameter sweep (a sweep file's path or its content as a dict; README,
+    "Sweeps"); its keeper runs detached, so the sweep outlives this process. Returns its id."""
+    from backend.config.fields import read_yaml
+    from backend.sweeps import control
+    from backend.sweeps.spec import load_sweep, sweep_from_dict
+    if isinstance(sweep, (str, os.PathLike)):
+        spec, data = load_sweep(sweep), read_yaml(sweep)
+    else:
+        spec, data = sweep_from_dict(sweep), dict(sweep)
+    return control.start(spec, data, _store(runs).root, _options(known_hosts, ssh_config), sweep_id=sweep_id)
+
+
+def sweep_status(sweep_id: str, *, runs: str | os.PathLike | None = None) -> dict:
+    """A sweep's phase, objective, budget, best trial and every trial (``sweep status --json``)."""
+    from backend.sweeps import control
+    return control.status(_store(runs).root, sweep_id)
+
+
+def sweep_stop(sweep_id: str, *, runs: str | os.PathLike | None = None) -> dict:
+    """Stop a sweep: its running trials stop, its keeper ends; its status after."""
+    from backend.sweeps import control
+    return control.stop(_store(runs).root, sweep_id)
+
+
+def sweep_resume(sweep_id: str, *, runs: str | os.PathLike | None = None) -> dict:
+    """Start a keeper again for a sweep whose keeper is gone; its status after."""
+    from backend.sweeps import control
+    return control.resume(_store(runs).root, sweep_id)
+
+
 def __getattr__(name: str):
     if name == "ConsoleError":   # lazily: the backend is not on worker hosts
         from backend.errors import ConsoleError

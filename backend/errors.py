@@ -85,3 +85,7 @@ class DiskFullError(ConsoleError, OSError):
                          + (f" (could not {to})" if to else "") + ".",
                          "Free space on that disk; the run's keeper holds its run meanwhile and "
                          "goes on by itself once there is room.")
+
+
+class SweepError(ConsoleError):
+    """A sweep cannot go on or cannot be read (its storage, its objective, its trials)."""

@@ -22,6 +22,7 @@ if auth.gate():   # st.navigation runs this script on every rerun: nothing below
         st.Page(str(PAGES / "checkpoints.py"), title="Checkpoints", icon=":material/save:", url_path="checkpoints"),
         st.Page(str(PAGES / "cluster.py"), title="Cluster", icon=":material/hub:", url_path="cluster"),
         st.Page(str(PAGES / "runs.py"), title="Runs", icon=":material/history:", url_path="runs"),
+        st.Page(str(PAGES / "sweep.py"), title="Sweep", icon=":material/tune:", url_path="sweep"),
         st.Page(str(PAGES / "audit.py"), title="Audit", icon=":material/policy:", url_path="audit"),
     ])
     with st.sidebar:

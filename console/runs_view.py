@@ -33,6 +33,15 @@ def mine(states: list[RunState]) -> list[RunState]:
     return [s for s in states if (identity.Identity.of(s.owner) or identity.Identity("", "", "")).name == me]
 
 
+def sweep_ids(states: list[RunState]) -> list[str]:
+    """The sweeps the runs are trials of (``RunState.sweep``), newest first."""
+    return sorted({s.sweep["sweep"] for s in states if s.sweep and s.sweep.get("sweep")}, reverse=True)
+
+
+def of_sweep(states: list[RunState], sweep_id: str) -> list[RunState]:
+    return [s for s in states if (s.sweep or {}).get("sweep") == sweep_id]
+
+
 def run_rows(states: list[RunState], root: RunStore | None = None) -> list[dict]:
     """A row per run: what it ran (job, parameters), how it went (phase, duration), and with
     ``root`` each metric's last and best global value from its local copy of the metrics
@@ -47,6 +56,7 @@ def run_rows(states: list[RunState], root: RunStore | None = None) -> list[dict]
                "tasks": len(s.tasks), "job": Path(job).name if job else "",
                "params": params_text(s.job.get("params")),
                "duration": duration_text(s),
+               "sweep": f"{s.sweep['sweep']} #{s.sweep['trial']}" if s.sweep else "",
                "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created))}
         if root is not None:
             row.update(metric_cells(summary.of_mirror(root.path(s.run_id))))

@@ -36,6 +36,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch", type=int, default=64, help="global batch size")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (a sweep searches it)")
     p.add_argument("--steps", type=int, default=50, help="steps per epoch")
     p.add_argument("--pace", type=float, default=0.0, help="seconds to sleep after each step")
     p.add_argument("--out", default=None, help="folder for the final model (default: none)")
@@ -61,10 +62,10 @@ def validation(batch: int) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices(digits("validation")).batch(batch)
 
 
-def build_model() -> keras.Model:
+def build_model(lr: float = 1e-3) -> keras.Model:
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
                               keras.layers.Dense(10)])
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+    model.compile(optimizer=keras.optimizers.Adam(lr),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     return model
@@ -95,7 +96,7 @@ def main():
     keras.utils.set_random_seed(0)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
-        model = build_model()
+        model = build_model(args.lr)
     callbacks = [Pace(args.pace)] if args.pace else []
     if tfconsole is not None:
         callbacks.append(tfconsole.KerasCallback(batch_size=args.batch))   # the one added line

@@ -28,6 +28,9 @@ def main() -> None:
         if not states:
             st.info("You have started no run in this folder yet; switch off the filter to see everyone's.")
             return
+    if sweeps := runs_view.sweep_ids(states):
+        sweep = st.selectbox("Sweep", [""] + sweeps, key="runs_sweep", format_func=lambda v: v or "every run")
+        states = runs_view.of_sweep(states, sweep) if sweep else states
     live_ids = [s.run_id for s in states if s.live]
     st.caption(f"{len(states)} run(s) under {store.root}; {len(live_ids)} live. "
                f"Current run: {ss.run_id or 'none'}.")

@@ -18,6 +18,7 @@ from backend.cli.plain import SafeStream
 from backend.cli.audit import audit_command
 from backend.cli.metrics import add_command as metrics_command
 from backend.cli.tensorboard import add_command as tensorboard_command
+from backend.cli.sweep import add_command as sweep_command
 from backend.errors import ConsoleError, DiskFullError, MultiHostError
 from backend.hosts.resolve import tf_addresses, tf_hosts
 from backend.hosts.known_hosts import KnownHosts, OnChange, Verdict
@@ -356,6 +357,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("run"); r.add_argument("--json", action="store_true", help="print JSON for scripts")
     r.set_defaults(fn=cmd_runs_show)
     add_commands(add)
+    sweep_command(add)
     audit_command(add)
     metrics_command(add)
     tensorboard_command(add)

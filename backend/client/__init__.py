@@ -20,7 +20,8 @@ __all__ = ["Context", "KerasCallback", "Loop", "checkpoint_dir", "close", "conte
 # Drive runs from Python: tfconsole.launch(cluster, job) -> a handle. These live in the console's
 # backend (backend/api.py), found when first used: a worker host has only this package, and
 # `import tfconsole` loads nothing of the console.
-CONSOLE_API = ("ConsoleError", "RunHandle", "attach", "launch")
+CONSOLE_API = ("ConsoleError", "RunHandle", "attach", "launch", "sweep_start", "sweep_status", "sweep_stop",
+               "sweep_resume")
 __all__ += list(CONSOLE_API)
 
 

@@ -106,6 +106,8 @@ class RunState:
     launcher: dict | None = None
     # Who started it (``identity.Identity.as_dict``: name, via, host); None for a run from before.
     owner: dict | None = None
+    # A sweep's trial ({"sweep", "trial", "params"}, backend/sweeps); None for a run of its own.
+    sweep: dict | None = None
 
     @property
     def attempt(self) -> int:
@@ -181,7 +183,7 @@ def process_alive(info: dict) -> bool:
 NUMBER = (int, float)
 _RUN_TYPES = {"run_id": str, "created": NUMBER, "cluster": dict, "job": dict, "tasks": list,
               "attempts": list, "phase": str, "unreachable": list, "launcher": (dict, type(None)),
-              "owner": (dict, type(None))}
+              "owner": (dict, type(None)), "sweep": (dict, type(None))}
 _TASK_TYPES = {"name": str, "position": int, "host": str, "remote_run_dir": str,
                "pid": (int, type(None)), "pgid": (int, type(None)), "started": (*NUMBER, type(None))}
 _ATTEMPT_TYPES = {"number": int, "started": NUMBER, "resume_step": (int, type(None)),

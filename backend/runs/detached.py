@@ -100,20 +100,27 @@ def start_keeper(run_id: str, runs_root: Path, options: SSHOptions, *, poll_s: f
     argv = [sys.executable, "-m", "backend", "--runs", str(runs_root.resolve()), "keep",
             run_id, "--ssh-options", json.dumps(asdict(options)), "--poll", str(poll_s)]
     argv += ["--take-over"] if take_over else []
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    with open(local_dir / KEEPER_LOG, "ab") as log:
-        proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    proc = spawn(argv, local_dir / KEEPER_LOG)
     # Named at once, so it is found before it has written its own name; but never over a live
     # keeper's name (but a take-over's, meant to be the next): a reader that races another (both
     # saw none) starts one that loses the lock and exits, and its name written last hid the winner
     # from every Stop and status.
     if take_over or keeper_pid(local_dir) is None:
         write_pid(local_dir, proc.pid)
-    # Reap it when it ends, so a long-lived console does not collect zombies.
-    threading.Thread(target=proc.wait, daemon=True).start()
     return proc.pid
+
+
+def spawn(argv: list[str], log_path: Path) -> subprocess.Popen:
+    """``argv`` detached (its own session, output appended to ``log_path``), reaped in the
+    background when it ends, so a long-lived console does not collect zombies. A sweep's keeper
+    starts this way too (backend/sweeps/control.py)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    threading.Thread(target=proc.wait, daemon=True).start()
+    return proc
 
 
 def ensure_keeper(run_id: str, runs_root: Path, options: SSHOptions) -> str:

@@ -39,12 +39,13 @@ class Preflight(enum.Enum):
 
 def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | None = None,
            options: SSHOptions | None = None, preflight: Preflight = Preflight.REQUIRED,
-           run_id: str | None = None) -> Run:
+           run_id: str | None = None, sweep: dict | None = None) -> Run:
     """Start every task, or none: if any fails to start, the started ones are stopped.
 
     ``cluster`` is a list of hosts, or a ``SlurmSpec`` (Slurm starts the tasks; its own checks
     at ``sbatch`` time replace preflight, and refuse with Slurm's message). Who launched it is
     the run's owner, and the launch is a line of the runs folder's audit (access/audit.py).
+    ``sweep``: the sweep trial this run is ({"sweep", "trial", "params"}), kept in its record.
     """
     store = store or RunStore()
     run_id = run_id or new_run_id()
@@ -52,11 +53,11 @@ def launch(cluster: ClusterSpec | SlurmSpec, job: JobSpec, *, store: RunStore | 
                "job": Path(job.module).name if job.module else shlex.join(job.command)[:200],
                "alerts": alert_settings.shown(job.alerts) or None}   # the run's alert settings, URL masked
     with audit.recording(store.root, "launch", run=run_id, args=details):
-        return _launch(cluster, job, store, options, preflight, run_id)
+        return _launch(cluster, job, store, options, preflight, run_id, sweep)
 
 
 def _launch(cluster, job: JobSpec, store: RunStore, options: SSHOptions | None, preflight: Preflight,
-            run_id: str) -> Run:
+            run_id: str, sweep: dict | None = None) -> Run:
     # Before preflight: a folder that cannot hold the run refuses it before any host is touched.
     run_id = store.require_new(run_id)
     pool = Pool(options)
@@ -74,7 +75,7 @@ def _launch(cluster, job: JobSpec, store: RunStore, options: SSHOptions | None, 
     state = RunState(run_id, time.time(), saved, job_to_dict(job),
                      [TaskState(n, i, t.host, layout.run_dir(t.workdir, remote_name))
                       for i, (n, t) in enumerate(zip(cluster.task_names(), cluster.tasks))],
-                     owner=identity.current().as_dict())
+                     owner=identity.current().as_dict(), sweep=sweep)
     store.save(state)
     run = Run(state, store, pool)
     begin_attempt(run, resume_step=None, expect=(Phase.LAUNCHING,))

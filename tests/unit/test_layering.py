@@ -92,6 +92,7 @@ FLOORS = (
     {"backend.records"},
     {"backend.checkpoints", "backend.engines"},
     {"backend.runs"},
+    {"backend.sweeps"},   # a sweep launches ordinary runs
     {"backend.api", "backend.cli"},
     {"backend.__main__"},
 )

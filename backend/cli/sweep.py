@@ -1,0 +1,95 @@
+"""``tfconsole sweep start|status|stop [--json]``: hyperparameter sweeps (backend/sweeps)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from backend.cli.checkpoints import print_json, print_table
+from backend.hosts.ssh import SSHOptions
+from backend.runs.store import RunStore
+from backend.sweeps import control
+from backend.sweeps.spec import load_sweep
+from backend.config.fields import read_yaml
+
+
+def _options(a) -> SSHOptions:
+    return SSHOptions(known_hosts=a.known_hosts, ssh_config=a.ssh_config)
+
+
+def cmd_start(a) -> int:
+    spec = load_sweep(a.file)
+    data = read_yaml(a.file)
+    sweep_id = control.start(spec, data, RunStore(a.runs).root, _options(a), sweep_id=a.id)
+    print_json({"sweep": sweep_id}) if a.json else print(sweep_id)
+    return 0
+
+
+def cmd_status(a) -> int:
+    root = RunStore(a.runs).root
+    if not a.sweep:
+        found = [control.status(root, s) for s in control.list_sweeps(root)]
+        if a.json:
+            print_json([{k: v for k, v in f.items() if k != "trials"} for f in found])
+        elif not found:
+            print(f"no sweeps under {root}: start one with `tfconsole sweep start SWEEP.yaml`")
+        else:
+            print_table([{"sweep": f["sweep"], "phase": f.get("phase", ""), "trials": len(f["trials"]),
+                          "best": "" if not f["best"] else f"{f['best']['value']:.6g}"} for f in found],
+                        ["sweep", "phase", "trials", "best"])
+        return 0
+    return _show(control.status(root, a.sweep), a.json)
+
+
+def cmd_stop(a) -> int:
+    return _show(control.stop(RunStore(a.runs).root, a.sweep), a.json)
+
+
+def cmd_resume(a) -> int:
+    return _show(control.resume(RunStore(a.runs).root, a.sweep), a.json)
+
+
+def _show(found: dict, as_json: bool) -> int:
+    if as_json:
+        print_json(found)
+        return 0
+    best = found["best"]
+    print(f"sweep {found['sweep']}: {found.get('phase')}" + (f" ({found['reason']})" if found.get("reason") else ""))
+    print(f"objective: {found['direction']} {found['metric']}; best: "
+          + (f"trial {best['trial']} = {best['value']:.6g} (run {best['run_id']})" if best else "none yet"))
+    rows = [{"trial": t["trial"], "state": t["state"], "value": "" if t["value"] is None else f"{t['value']:.6g}",
+             "pruned at": "" if t["pruned_step"] is None else t["pruned_step"], "run": t["run_id"] or "",
+             "params": json.dumps(t["params"])} for t in found["trials"]]
+    if rows:
+        print_table(rows, ["trial", "state", "value", "pruned at", "run", "params"])
+    return 0
+
+
+def cmd_keep(a) -> int:
+    from backend.sweeps import keeper
+    options = SSHOptions(**{**asdict(_options(a)), **json.loads(a.ssh_options or "{}")})
+    print(f"sweep {a.sweep}: {keeper.main(a.sweep, Path(RunStore(a.runs).root), options, a.poll)}", flush=True)
+    return 0
+
+
+def add_command(add) -> None:
+    s = add("sweep", lambda a: a.sweep_fn(a), "hyperparameter sweeps: start, status, stop, resume (Optuna)")
+    sub = s.add_subparsers(dest="sweep_command", required=True, metavar="start|status|stop|resume")
+    for name, fn, help in (("start", cmd_start, "start a sweep from its YAML file; prints its id"),
+                           ("status", cmd_status, "every sweep, or one sweep's trials and best trial"),
+                           ("stop", cmd_stop, "stop a sweep's running trials and its keeper"),
+                           ("resume", cmd_resume, "start a keeper again for a sweep whose keeper is gone"),
+                           ("keep", cmd_keep, "keep a sweep (start runs this detached)")):
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(sweep_fn=fn)
+        if name == "start":
+            p.add_argument("file", help="the sweep's YAML file: job, cluster, space, objective, budget (README, \"Sweeps\")")
+            p.add_argument("--id", default=None, help="the sweep's id (default: sweep-<time>-<random>)")
+        else:
+            p.add_argument("sweep", nargs="?" if name == "status" else None,
+                           help="the sweep's id, as start printed it" + (" (none: every sweep)" if name == "status" else ""))
+        if name == "keep":
+            p.add_argument("--ssh-options", default=None)
+            p.add_argument("--poll", type=float, default=1.0)
+        else:
+            p.add_argument("--json", action="store_true", help="print JSON for scripts")

@@ -1,0 +1,115 @@
+"""Optuna glue: a sweep's study in its RDB storage, the spec's samplers and pruners, and the
+sweep's trials read back as plain rows. The search and the pruning are Optuna's; this module
+only translates the spec into Optuna's objects and Optuna's trials into what pages print."""
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from backend.errors import SweepError
+from backend.sweeps.spec import Dimension, SweepSpec
+
+DB = "optuna.db"
+optuna.logging.set_verbosity(logging.WARNING)
+
+
+def storage_url(spec: SweepSpec, folder: Path) -> str:
+    return spec.storage or f"sqlite:///{Path(folder).resolve() / DB}"
+
+
+def open_study(spec: SweepSpec, folder: Path, name: str) -> optuna.Study:
+    """The sweep's study, created or loaded; a storage that cannot be opened said by name."""
+    try:
+        storage = optuna.storages.RDBStorage(storage_url(spec, folder))
+        return optuna.create_study(storage=storage, study_name=name, sampler=sampler(spec),
+                                   pruner=pruner(spec), load_if_exists=True,
+                                   direction="minimize" if spec.direction == "min" else "maximize")
+    except Exception as err:  # noqa: BLE001 - SQLAlchemy's and Optuna's errors, one line each
+        raise SweepError(f"sweep {name}: its storage {storage_url(spec, folder)} cannot be opened "
+                         f"({type(err).__name__}: {str(err).splitlines()[0][:200]})",
+                         "Check the URL or the file (a damaged SQLite file: move it away and start "
+                         "the sweep again).") from None
+
+
+def read_study(folder: Path, name: str, url: str | None = None) -> optuna.Study:
+    try:
+        return optuna.load_study(study_name=name, storage=url or f"sqlite:///{Path(folder).resolve() / DB}")
+    except Exception as err:  # noqa: BLE001
+        raise SweepError(f"sweep {name}: its trials cannot be read ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0][:200]})", "Check the sweep's storage file.") from None
+
+
+def tell(study: optuna.Study, trial, value: float | None = None, *, state: TrialState | None = None) -> None:
+    """``study.tell``, once. The grid sampler ends its grid with ``Study.stop``, which only
+    ``optimize`` accepts (a RuntimeError under ask/tell); the trial is told by then (Optuna sets
+    its state in a ``finally``), and the keeper's budget already stops at the grid's size."""
+    try:
+        study.tell(trial, value, state=state, skip_if_finished=True)
+    except RuntimeError as err:
+        if "Study.stop" not in str(err):
+            raise
+
+
+def sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
+    if spec.sampler == "grid":
+        return optuna.samplers.GridSampler(grid(spec.space), seed=spec.seed)
+    if spec.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=spec.seed)
+    # constant_liar: trials at once do not all pick the same point while the others run
+    return optuna.samplers.TPESampler(seed=spec.seed, constant_liar=True)
+
+
+def pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
+    if spec.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=min(2, spec.trials or 2), n_min_trials=1)
+    if spec.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner()
+    return optuna.pruners.NopPruner()
+
+
+def grid(space: tuple[Dimension, ...]) -> dict[str, list]:
+    return {d.name: list(d.values) if d.kind == "choice" else list(range(int(d.low), int(d.high) + 1))
+            for d in space}
+
+
+def grid_size(space: tuple[Dimension, ...]) -> int:
+    return math.prod(len(v) for v in grid(space).values())
+
+
+def distributions(space: tuple[Dimension, ...]) -> dict:
+    out = {}
+    for d in space:
+        if d.kind == "choice":
+            out[d.name] = CategoricalDistribution(list(d.values))
+        elif d.kind == "int_range":
+            out[d.name] = IntDistribution(int(d.low), int(d.high))
+        else:
+            out[d.name] = FloatDistribution(d.low, d.high, log=d.kind == "log_range")
+    return out
+
+
+def rows(study: optuna.Study) -> list[dict]:
+    """Each trial as the page and ``sweep status`` show it."""
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        steps = sorted(t.intermediate_values)
+        out.append({"trial": t.number, "state": t.state.name.lower(), "params": dict(t.params),
+                    "value": t.value if t.state == TrialState.COMPLETE else None,
+                    "run_id": t.user_attrs.get("run_id"), "note": t.user_attrs.get("note", ""),
+                    "counted": not t.user_attrs.get("never_launched"),   # in the budget (keeper.NEVER)
+                    "pruned_step": steps[-1] if t.state == TrialState.PRUNED and steps else None,
+                    "curve": [[s, t.intermediate_values[s]] for s in steps]})
+    return out
+
+
+def best(study: optuna.Study) -> dict | None:
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    if not done:
+        return None
+    t = study.best_trial
+    return {"trial": t.number, "value": t.value, "params": dict(t.params), "run_id": t.user_attrs.get("run_id")}

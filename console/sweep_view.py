@@ -1,0 +1,72 @@
+"""The Sweep page's content (issue 50), Streamlit-free: a sweep's trials as table rows, its best
+trial, a figure of every trial's objective over steps, and Optuna's own plotly figures. The
+numbers come from ``backend.sweeps.control.status`` (what `tfconsole sweep status --json` prints)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from backend.errors import ConsoleError
+from backend.sweeps import control
+
+
+def sweeps(runs_root: Path) -> list[str]:
+    return control.list_sweeps(runs_root)
+
+
+def status(runs_root: Path, sweep_id: str) -> tuple[dict | None, str]:
+    """The sweep's status, or None and why it cannot be read (a damaged storage, say)."""
+    try:
+        return control.status(runs_root, sweep_id), ""
+    except ConsoleError as err:
+        return None, str(err)
+
+
+def trial_rows(found: dict) -> list[dict]:
+    """One row per trial: state, objective, pruned at which step, its run, its parameters (text)."""
+    return [{"trial": t["trial"], "state": t["state"], "objective": t["value"],
+             "pruned at step": t["pruned_step"], "run": t["run_id"] or "", "params": json.dumps(t["params"]),
+             "note": t["note"]} for t in found["trials"]]
+
+
+def best_line(found: dict) -> str:
+    best = found["best"]
+    if not best:
+        return f"No trial has finished yet ({found['direction']} {found['metric']})."
+    return (f"Best so far: trial {best['trial']}, {found['metric']} = {best['value']:.6g} "
+            f"(run {best['run_id']}), params {json.dumps(best['params'])}")
+
+
+def curves_figure(found: dict) -> go.Figure:
+    """Every trial's reported objective over steps, one line each (a pruned one ends early)."""
+    fig = go.Figure()
+    for t in found["trials"]:
+        if t["curve"]:
+            steps, values = zip(*t["curve"])
+            fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers",
+                                     name=f"trial {t['trial']} ({t['state']})"))
+    fig.update_layout(xaxis_title="step", yaxis_title=found["metric"], height=380,
+                      margin=dict(l=10, r=10, t=30, b=10))
+    return fig
+
+
+def optuna_figures(runs_root: Path, sweep_id: str) -> tuple[dict[str, go.Figure], list[str]]:
+    """Optuna's figures by title, and why any could not be drawn (too few finished trials)."""
+    import optuna.visualization as vis
+    try:
+        study = control.study_of(runs_root, sweep_id)
+    except ConsoleError as err:
+        return {}, [str(err)]
+    if study is None:
+        return {}, ["No trial yet."]
+    out, skipped = {}, []
+    for title, draw in (("Optimisation history", vis.plot_optimization_history),
+                        ("Parallel coordinates", vis.plot_parallel_coordinate),
+                        ("Parameter importances", vis.plot_param_importances)):
+        try:
+            out[title] = draw(study)
+        except Exception as err:  # noqa: BLE001 - Optuna's refusals (e.g. one finished trial)
+            skipped.append(f"{title}: {str(err).splitlines()[0][:200] if str(err) else type(err).__name__}")
+    return out, skipped

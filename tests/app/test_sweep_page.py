@@ -1,0 +1,84 @@
+"""The Sweep page (issue 50): a sweep's trials with state, objective and the step a pruned one
+stopped at, the best trial and its run, the curves of every trial and Optuna's figures; drawn
+from a sweep's own folder and Optuna storage (no keeper, no hosts)."""
+from __future__ import annotations
+
+import time
+
+import yaml
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from backend.sweeps import control, study as studies
+from backend.sweeps.spec import sweep_from_dict
+
+DATA = {"cluster": {"tasks": [{"role": "chief", "host": "10.0.0.1", "tf_port": 2222},
+                              {"role": "worker", "host": "10.0.0.2", "tf_port": 2222}]},
+        "job": {"kind": "command", "command": ["python", "-c", "pass", "{x}"]},
+        "space": {"x": {"range": [0.0, 1.0]}}, "objective": {"metric": "val_loss", "direction": "min"},
+        "budget": {"trials": 3}, "at_once": 2, "sampler": "random", "pruner": "median"}
+
+
+def _finished_sweep(runs_dir, sweep_id="sweep-a") -> None:
+    here = control.folder(runs_dir, sweep_id)
+    here.mkdir(parents=True)
+    (here / control.SPEC).write_text(yaml.safe_dump(DATA))
+    control.set_state(here, phase="finished", reason="budget spent", created=time.time())
+    found = studies.open_study(sweep_from_dict(DATA), here, sweep_id)
+    dist = {"x": FloatDistribution(0.0, 1.0)}
+    for n, (x, state) in enumerate(((0.3, TrialState.COMPLETE), (0.9, TrialState.COMPLETE),
+                                    (0.95, TrialState.PRUNED))):
+        curve = {s: (x - 0.3) ** 2 + 1.0 / s for s in range(1, 6 if state == TrialState.COMPLETE else 3)}
+        found.add_trial(create_trial(params={"x": x}, distributions=dist, state=state,
+                                     value=curve[max(curve)] if state == TrialState.COMPLETE else None,
+                                     intermediate_values=curve,
+                                     user_attrs={"run_id": f"{sweep_id}-t{n}", "group": n % 2}))
+
+
+def test_the_sweep_page_shows_trials_best_curves_and_optunas_figures(page, runs_dir):
+    _finished_sweep(runs_dir)
+    at = page("sweep")
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    assert list(table["state"]) == ["complete", "complete", "pruned"]
+    assert list(table["pruned at step"].fillna(-1)) == [-1, -1, 2]
+    assert list(table["run"]) == ["sweep-a-t0", "sweep-a-t1", "sweep-a-t2"]
+    assert any("Best so far: trial 0" in t.value and "run sweep-a-t0" in t.value for t in at.text)
+    titles = [s.value for s in at.subheader]
+    assert "Optimisation history" in titles and "Parallel coordinates" in titles
+    assert len(at.get("plotly_chart")) >= 3   # the curves and Optuna's figures
+
+
+def test_the_sweep_page_without_a_sweep_says_how_to_start_one(page, runs_dir):
+    at = page("sweep")
+    assert not at.exception and "tfconsole sweep start" in at.info[0].value
+
+
+def test_a_damaged_sweep_storage_is_said_on_the_page(page, runs_dir):
+    here = control.folder(runs_dir, "sweep-b")
+    here.mkdir(parents=True)
+    (here / control.SPEC).write_text(yaml.safe_dump(DATA))
+    (here / studies.DB).write_bytes(b"garbage" * 100)
+    at = page("sweep")
+    assert not at.exception and "cannot be read" in at.error[0].value
+
+
+def test_the_runs_table_filters_by_sweep(page, runs_dir):
+    import sys
+
+    from backend.config.spec import cluster_to_dict, default_cluster
+    from backend.records.state import Attempt, Phase, RunState, TaskState
+    from backend.runs.store import RunStore
+    store = RunStore(runs_dir)
+    for run_id, tag in (("sweep-a-t0", {"sweep": "sweep-a", "trial": 0, "params": {"x": 0.3}}),
+                        ("sweep-b-t0", {"sweep": "sweep-b", "trial": 0, "params": {"x": 0.5}}), ("solo", None)):
+        store.reserve(run_id)
+        store.save(RunState(run_id, 1000.0, cluster_to_dict(default_cluster(sys.executable)),
+                            {"kind": "command", "command": ["true"]},
+                            [TaskState("chief-0", 0, "localhost", f"tfconsole/{run_id}")],
+                            [Attempt(1, 1000.0)], phase=Phase.FINISHED, sweep=tag))
+    at = page("runs")
+    assert not at.exception and len(at.dataframe[0].value) == 3
+    at.selectbox(key="runs_sweep").set_value("sweep-a").run()
+    table = at.dataframe[0].value
+    assert list(table["run"]) == ["sweep-a-t0"] and list(table["sweep"]) == ["sweep-a #0"]

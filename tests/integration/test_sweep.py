@@ -1,0 +1,133 @@
+"""A sweep over real sshd hosts (issue 50): 4 trials, 2 at once, each an ordinary run on its own
+host; the best trial is the one the runs' own metric files say, and nothing is left on a host.
+A stopped sweep stops its running trials and leaves nothing. The job is a tiny command job
+(5 reports, no TensorFlow): what is tested is the sweep's keeper, not training."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from backend.runs import launcher
+from backend.runs.store import RunStore
+from backend.sweeps import control
+from backend.sweeps.spec import sweep_from_dict
+from tests import sshd
+from tests.conftest import processes_of, ssh_task, wait_for
+
+REPORT = ("import sys, tfconsole\nx = float(sys.argv[1])\n"
+          "for s in range(1, 6): tfconsole.report(s, loss=1.0 / s, metrics={'val_loss': (x - 0.3) ** 2 + 1.0 / s})")
+
+
+def _sweep(ssh_hosts, client_key, python_path, tmp_path, command, **over) -> dict:
+    tasks = [ssh_task(ssh_hosts[0], "chief", sshd.free_port(), client_key, python_path, tmp_path / "h2"),
+             ssh_task(ssh_hosts[1], "worker", sshd.free_port(), client_key, python_path, tmp_path / "h3")]
+    return {"cluster": {"tasks": tasks}, "job": {"kind": "command", "command": command},
+            "space": {"x": {"range": [0.0, 1.0]}}, "objective": {"metric": "val_loss", "direction": "min"},
+            "budget": {"trials": 4}, "at_once": 2, "sampler": "random", "seed": 7, **over}
+
+
+def _start(data, tmp_path, ssh_options) -> tuple:
+    root = RunStore(tmp_path / "runs").root
+    return root, control.start(sweep_from_dict(data), data, root, ssh_options, poll_s=0.3)
+
+
+def _last_val_loss(tmp_path, run_id) -> float:
+    """The independent record: the chief's own metrics.jsonl on its host."""
+    path = next(tmp_path.glob(f"h*/runs/{run_id}.*/metrics.jsonl"))
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    return [x for x in lines if "val_loss" in json.dumps(x)][-1]
+
+
+def test_a_sweep_runs_its_budget_two_at_once_and_names_the_best(ssh_hosts, client_key, python_path,
+                                                                tmp_path, ssh_options):
+    data = _sweep(ssh_hosts, client_key, python_path, tmp_path, [python_path, "-c", REPORT, "{x}"])
+    root, sweep_id = _start(data, tmp_path, ssh_options)
+    found = wait_for(lambda: (s := control.status(root, sweep_id))["phase"] in ("finished", "failed") and s,
+                     120, "the sweep to finish")
+    assert found["phase"] == "finished", found
+    assert [t["state"] for t in found["trials"]] == ["complete"] * 4
+    hosts = {}
+    for t in found["trials"]:
+        run = launcher.attach(t["run_id"], store=RunStore(root), options=ssh_options)
+        assert str(run.state.phase) == "finished" and processes_of(run) == []
+        hosts[t["trial"]] = run.state.tasks[0].host
+        record = _last_val_loss(tmp_path, t["run_id"])
+        assert t["value"] == pytest.approx((t["params"]["x"] - 0.3) ** 2 + 0.2)
+        assert str(round(t["value"], 6))[:6] in json.dumps(record)
+        assert run.state.sweep == {"sweep": sweep_id, "trial": t["trial"], "params": t["params"]}
+    by_record = min(found["trials"], key=lambda t: abs(t["params"]["x"] - 0.3))
+    assert found["best"]["run_id"] == by_record["run_id"]
+    assert set(hosts.values()) == {"127.0.0.2", "127.0.0.3"}   # both groups were used
+    out = subprocess.run([sys.executable, "-m", "backend", "--runs", str(root), "sweep", "status", sweep_id, "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert json.loads(out.stdout)["best"]["trial"] == found["best"]["trial"]
+
+
+def test_stopping_a_sweep_stops_its_trials_and_leaves_nothing(ssh_hosts, client_key, python_path,
+                                                              tmp_path, ssh_options):
+    slow = [python_path, "-c", "import sys, time; time.sleep(300)", "{x}"]
+    root, sweep_id = _start(_sweep(ssh_hosts, client_key, python_path, tmp_path, slow), tmp_path, ssh_options)
+    live = wait_for(lambda: len([t for t in control.status(root, sweep_id)["trials"] if t["run_id"]]) == 2,
+                    60, "two trials to start")
+    assert live
+    found = control.stop(root, sweep_id)
+    assert found["phase"] == "stopped" and [t["state"] for t in found["trials"]] == ["fail", "fail"]
+    for t in found["trials"]:
+        run = launcher.attach(t["run_id"], store=RunStore(root), options=ssh_options)
+        assert str(run.state.phase) == "stopped" and processes_of(run) == []
+    assert not [line for line in subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True,
+                                                text=True).stdout.splitlines() if sweep_id in line]
+
+
+def test_an_objective_the_job_never_reports_is_named_after_the_first_trial(ssh_hosts, client_key, python_path,
+                                                                          tmp_path, ssh_options):
+    data = _sweep(ssh_hosts, client_key, python_path, tmp_path, [python_path, "-c", REPORT, "{x}"],
+                  objective={"metric": "val_acc", "direction": "max"}, at_once=1)
+    root, sweep_id = _start(data, tmp_path, ssh_options)
+    found = wait_for(lambda: (s := control.status(root, sweep_id))["phase"] in ("finished", "failed") and s,
+                     90, "the sweep to end")
+    assert found["phase"] == "failed" and len(found["trials"]) == 1
+    assert "'val_acc' was never reported by trial 0" in found["reason"] and "val_loss" in found["reason"]
+
+
+SLOW_REPORT = ("import sys, time, tfconsole\nx = float(sys.argv[1])\n"
+               "for s in range(1, 5):\n    time.sleep(1.0)\n"
+               "    tfconsole.report(s, loss=1.0 / s, metrics={'val_loss': (x - 0.3) ** 2 + 1.0 / s})")
+
+
+def test_a_sweep_whose_keeper_is_killed_resumes_and_runs_exactly_its_budget(ssh_hosts, client_key, python_path,
+                                                                            tmp_path, ssh_options):
+    """The console's machine restarts mid-sweep: the keeper dies with two trials running; resumed
+    (from the public API), it keeps those two runs and finishes with the budget's 4 trials."""
+    import os
+    import signal
+
+    from backend import api as tfconsole   # what `import tfconsole` finds (backend/client/__init__.py)
+    from backend.runs import detached
+    data = _sweep(ssh_hosts, client_key, python_path, tmp_path, [python_path, "-c", SLOW_REPORT, "{x}"])
+    root, sweep_id = _start(data, tmp_path, ssh_options)
+    def running() -> bool:   # both runs training (a keeper killed mid-launch: its trial is asked again)
+        ids = [t["run_id"] for t in control.status(root, sweep_id)["trials"]]
+        return len(ids) == 2 and all((root / i / "state.json").exists()
+                                     and str(RunStore(root).load(i).phase) == "running" for i in ids)
+    wait_for(running, 60, "two trials to run")
+    here = control.folder(root, sweep_id)
+    pid = detached.keeper_pid(here)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: detached.keeper_pid(here) is None, 10, "the keeper to die")
+    assert tfconsole.sweep_status(sweep_id, runs=root)["phase"] == "interrupted"
+    running = {t["run_id"] for t in control.status(root, sweep_id)["trials"] if t["state"] == "running"}
+    tfconsole.sweep_resume(sweep_id, runs=root)
+    found = wait_for(lambda: (s := control.status(root, sweep_id))["phase"] in ("finished", "failed") and s,
+                     120, "the resumed sweep to finish")
+    assert found["phase"] == "finished", found
+    trials = [t for t in found["trials"] if t["counted"]]
+    assert [t["state"] for t in trials] == ["complete"] * 4, [(t["state"], t["note"], t["run_id"]) for t in trials]
+    assert running <= {t["run_id"] for t in trials}   # the runs it had kept, not run again
+    runs = [launcher.attach(t["run_id"], store=RunStore(root), options=ssh_options) for t in trials]
+    assert len({r.run_id for r in runs}) == 4
+    assert all(str(r.state.phase) == "finished" and processes_of(r) == [] for r in runs)
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(sweep_id)) == sorted(r.run_id for r in runs)
