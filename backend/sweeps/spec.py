@@ -18,7 +18,8 @@ from typing import Mapping
 from backend.client.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from backend.client.harness.metric_line import name_problem
 from backend.config.fields import module_param_keys, read_yaml, show_value, unknown_keys
-from backend.config.slurm_spec import SlurmSpec, any_cluster_from_dict, is_slurm_spec, load_any_cluster
+from backend.config.kinds import any_cluster_from_dict, load_any_cluster
+from backend.config.slurm_spec import SlurmSpec, is_slurm_spec
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, Role, job_from_dict, load_job
 from backend.errors import SpecError, SpecErrors
 

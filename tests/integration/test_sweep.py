@@ -14,7 +14,7 @@ from backend.runs import launcher
 from backend.runs.store import RunStore
 from backend.sweeps import control
 from backend.sweeps.spec import sweep_from_dict
-from tests import sshd
+from rig import sshd
 from tests.conftest import processes_of, ssh_task, wait_for
 
 REPORT = ("import sys, tfconsole\nx = float(sys.argv[1])\n"
@@ -131,3 +131,22 @@ def test_a_sweep_whose_keeper_is_killed_resumes_and_runs_exactly_its_budget(ssh_
     assert len({r.run_id for r in runs}) == 4
     assert all(str(r.state.phase) == "finished" and processes_of(r) == [] for r in runs)
     assert sorted(p.name for p in root.iterdir() if p.name.startswith(sweep_id)) == sorted(r.run_id for r in runs)
+
+
+def test_a_sweep_kept_in_a_teams_postgresql_runs_its_budget_there(ssh_hosts, client_key, python_path,
+                                                                  tmp_path, ssh_options, postgres_url):
+    """``storage:`` a PostgreSQL URL (a real server, rig/postgres.py): the study and its trials
+    live in that database, not in a SQLite file in the runs folder; another machine reading the
+    same URL with Optuna's own API finds every trial and the same best."""
+    import optuna
+    data = _sweep(ssh_hosts, client_key, python_path, tmp_path, [python_path, "-c", REPORT, "{x}"],
+                  budget={"trials": 2}, storage=postgres_url)
+    root, sweep_id = _start(data, tmp_path, ssh_options)
+    found = wait_for(lambda: (s := control.status(root, sweep_id))["phase"] in ("finished", "failed") and s,
+                     120, "the sweep to finish")
+    assert found["phase"] == "finished", found
+    assert not list(control.folder(root, sweep_id).glob("*.db"))
+    study = optuna.load_study(study_name=sweep_id, storage=postgres_url)
+    assert sorted(t.number for t in study.trials) == sorted(t["trial"] for t in found["trials"])
+    assert study.best_trial.number == found["best"]["trial"]
+    assert study.best_value == pytest.approx(found["best"]["value"])

@@ -13,7 +13,7 @@ from backend.runs import launcher
 from backend.runs.store import RunStore
 from backend.sweeps import control
 from backend.sweeps.spec import sweep_from_dict
-from tests import sshd
+from rig import sshd
 from tests.conftest import processes_of, ssh_task, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
