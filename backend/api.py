@@ -162,6 +162,14 @@ def sweep_resume(sweep_id: str, *, runs: str | os.PathLike | None = None) -> dic
     return control.resume(_store(runs).root, sweep_id)
 
 
+def sweep_export(sweep_id: str, *, runs: str | os.PathLike | None = None, name: str | None = None,
+                 known_hosts: str = "~/.ssh/known_hosts", ssh_config: str = "~/.ssh/config") -> dict:
+    """Export the best trial's best checkpoint, verified as Export does; what Export returns,
+    with the trial, its run and the step chosen."""
+    from backend.sweeps import best
+    return best.export_best(_store(runs).root, sweep_id, _options(known_hosts, ssh_config), name=name)
+
+
 def __getattr__(name: str):
     if name == "ConsoleError":   # lazily: the backend is not on worker hosts
         from backend.errors import ConsoleError

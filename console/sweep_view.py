@@ -9,7 +9,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from backend.errors import ConsoleError
-from backend.sweeps import control
+from backend.hosts.ssh import SSHOptions
+from backend.sweeps import best as best_export, control
 
 
 def sweeps(runs_root: Path) -> list[str]:
@@ -22,6 +23,29 @@ def status(runs_root: Path, sweep_id: str) -> tuple[dict | None, str]:
         return control.status(runs_root, sweep_id), ""
     except ConsoleError as err:
         return None, str(err)
+
+
+def export_best(runs_root: Path, sweep_id: str, options: SSHOptions) -> tuple[str, bool]:
+    """Export the best trial's best checkpoint; what to say, and whether it went well."""
+    try:
+        result = best_export.export_best(runs_root, sweep_id, options)
+    except ConsoleError as err:
+        return str(err), False
+    said = (f"Trial {result['trial']}'s step {result['chosen_step']} (run {result['run_id']}) exported as "
+            f"{result.get('name')}")
+    if result.get("match"):
+        said += (f" and verified: reloaded models match the checkpoint, max abs diff "
+                 f"{result['max_abs_diff']:.2e}")
+    return said + ".", bool(result.get("match"))
+
+
+def stop(runs_root: Path, sweep_id: str) -> tuple[str, bool]:
+    """Stop the sweep: its running trials stop, its keeper ends."""
+    try:
+        found = control.stop(runs_root, sweep_id)
+    except ConsoleError as err:
+        return str(err), False
+    return f"Sweep {sweep_id} {found.get('phase')}.", True
 
 
 def trial_rows(found: dict) -> list[dict]:

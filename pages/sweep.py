@@ -4,7 +4,7 @@ The same numbers as `tfconsole sweep status SWEEP --json`."""
 import pandas as pd
 import streamlit as st
 
-from console import sweep_view
+from console import access_view, sweep_view
 from console.ui import page, state
 
 
@@ -27,6 +27,7 @@ def main() -> None:
     st.caption(f"objective: {status['direction']} {status['metric']}; budget: {status['budget']}; "
                f"{status['at_once']} at once; sampler {status['sampler']}, pruner {status['pruner']}")
     st.text(sweep_view.best_line(status))   # text: parameters are shown as written
+    _actions(root, sweep_id, status)
     rows = sweep_view.trial_rows(status)
     if rows:
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="sweep_trials")
@@ -37,6 +38,26 @@ def main() -> None:
         st.plotly_chart(fig, key=f"sweep_{title}")
     if skipped:
         st.caption("Not drawn yet: " + "; ".join(skipped))
+
+
+def _actions(root, sweep_id: str, status: dict) -> None:
+    """Stop a live sweep; export the best trial's best checkpoint. Offered only to whoever may
+    launch (a sweep launches runs) and export; the backend checks again at the action."""
+    refused = access_view.refusals(root, ("launch", "export"))
+    left, right = st.columns(2)
+    if status.get("phase") in ("starting", "running", "stopping"):
+        if refused["launch"]:
+            left.caption(f"Stop: {refused['launch']}")
+        elif left.button("Stop sweep", key="sweep_stop"):
+            with st.spinner("Stopping the sweep's running trials"):
+                said, ok = sweep_view.stop(root, sweep_id)
+            (st.success if ok else st.error)(said)
+    if status.get("best"):
+        if right.button("Export the best", key="sweep_export", disabled=bool(refused["export"]),
+                        help=refused["export"] or "Export the best trial's best checkpoint, verified as Export does"):
+            with st.spinner("Exporting on the best trial's chief, then verifying in a fresh process"):
+                said, ok = sweep_view.export_best(root, sweep_id, state.registry().options)
+            (st.success if ok else st.error)(said)
 
 
 main()

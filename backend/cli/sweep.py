@@ -65,6 +65,17 @@ def _show(found: dict, as_json: bool) -> int:
     return 0
 
 
+def cmd_export(a) -> int:
+    from backend.sweeps import best
+    result = best.export_best(RunStore(a.runs).root, a.sweep, _options(a), name=a.name)
+    if a.json:
+        print_json(result)
+    else:
+        print(f"sweep {a.sweep}: trial {result['trial']}'s step {result['chosen_step']} (run {result['run_id']}) "
+              f"exported and verified: {', '.join(f'{k} {v}' for k, v in result['paths'].items())}")
+    return 0
+
+
 def cmd_keep(a) -> int:
     from backend.sweeps import keeper
     options = SSHOptions(**{**asdict(_options(a)), **json.loads(a.ssh_options or "{}")})
@@ -73,12 +84,13 @@ def cmd_keep(a) -> int:
 
 
 def add_command(add) -> None:
-    s = add("sweep", lambda a: a.sweep_fn(a), "hyperparameter sweeps: start, status, stop, resume (Optuna)")
-    sub = s.add_subparsers(dest="sweep_command", required=True, metavar="start|status|stop|resume")
+    s = add("sweep", lambda a: a.sweep_fn(a), "hyperparameter sweeps: start, status, stop, resume, export (Optuna)")
+    sub = s.add_subparsers(dest="sweep_command", required=True, metavar="start|status|stop|resume|export")
     for name, fn, help in (("start", cmd_start, "start a sweep from its YAML file; prints its id"),
                            ("status", cmd_status, "every sweep, or one sweep's trials and best trial"),
                            ("stop", cmd_stop, "stop a sweep's running trials and its keeper"),
                            ("resume", cmd_resume, "start a keeper again for a sweep whose keeper is gone"),
+                           ("export", cmd_export, "export the best trial's best checkpoint, verified as Export does"),
                            ("keep", cmd_keep, "keep a sweep (start runs this detached)")):
         p = sub.add_parser(name, help=help, description=help)
         p.set_defaults(sweep_fn=fn)
@@ -88,6 +100,8 @@ def add_command(add) -> None:
         else:
             p.add_argument("sweep", nargs="?" if name == "status" else None,
                            help="the sweep's id, as start printed it" + (" (none: every sweep)" if name == "status" else ""))
+        if name == "export":
+            p.add_argument("--name", default=None, help="the export's folder name (default: SWEEP-best)")
         if name == "keep":
             p.add_argument("--ssh-options", default=None)
             p.add_argument("--poll", type=float, default=1.0)

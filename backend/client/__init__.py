@@ -21,7 +21,7 @@ __all__ = ["Context", "KerasCallback", "Loop", "checkpoint_dir", "close", "conte
 # backend (backend/api.py), found when first used: a worker host has only this package, and
 # `import tfconsole` loads nothing of the console.
 CONSOLE_API = ("ConsoleError", "RunHandle", "attach", "launch", "sweep_start", "sweep_status", "sweep_stop",
-               "sweep_resume")
+               "sweep_resume", "sweep_export")
 __all__ += list(CONSOLE_API)
 
 

@@ -82,3 +82,20 @@ def test_the_runs_table_filters_by_sweep(page, runs_dir):
     at.selectbox(key="runs_sweep").set_value("sweep-a").run()
     table = at.dataframe[0].value
     assert list(table["run"]) == ["sweep-a-t0"] and list(table["sweep"]) == ["sweep-a #0"]
+
+
+def test_export_the_best_names_what_stands_in_its_way(page, runs_dir):
+    """The best trial's run is gone from the runs folder: the click says so, no traceback."""
+    _finished_sweep(runs_dir)
+    at = page("sweep")
+    at.button(key="sweep_export").click().run()
+    assert not at.exception, at.exception
+    assert at.error and "sweep-a-t0" in at.error[0].value, [e.value for e in at.error]
+
+
+def test_a_viewer_is_offered_no_export_of_the_best(page, runs_dir):
+    _finished_sweep(runs_dir)
+    (runs_dir / "roles.yaml").write_text("default: viewer\n")
+    at = page("sweep")
+    assert not at.exception, at.exception
+    assert at.button(key="sweep_export").disabled

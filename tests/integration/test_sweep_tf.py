@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from backend import checkpoints
 from backend.runs import launcher
 from backend.runs.store import RunStore
 from backend.sweeps import control
@@ -72,3 +73,20 @@ def test_a_tensorflow_sweep_prunes_early_and_names_the_best_run(ssh_hosts, clien
         else:
             assert str(run.state.phase) == "finished"
     print("states:", [(t["trial"], t["params"], t["state"], t["pruned_step"], t["value"]) for t in trials])
+
+    # One action exports the best trial's best checkpoint, verified as Export does (from the
+    # command line, as an operator types it).
+    import subprocess
+    import sys
+    best_run = runs[found["best"]["trial"]]
+    listed = {c["step"]: c for c in checkpoints.list_checkpoints(best_run)}
+    out = subprocess.run([sys.executable, "-m", "backend", "--runs", str(root), "--known-hosts", ssh_options.known_hosts,
+                          "--ssh-config", ssh_options.ssh_config, "sweep", "export", sweep_id, "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    exported = json.loads(out.stdout)
+    assert exported["run_id"] == best_run.run_id and exported["match"] is True
+    saved = {s: c["metrics"]["val_loss"] for s, c in listed.items() if "val_loss" in (c.get("metrics") or {})}
+    assert saved and exported["chosen_step"] == min(saved, key=saved.get), (exported["chosen_step"], saved)
+    assert exported["step"] == exported["chosen_step"]
+    assert all(Path(p).exists() for p in exported["paths"].values())   # the chief's host is this machine
