@@ -12,6 +12,7 @@ RUNS = [
     ["harness_overhead.py", "--steps", "1500", "--rounds", "3"],
     ["export_during_training.py", "--rounds", "3"],
     ["slurm_submit.py", "--rounds", "3"],
+    ["sweep_overhead.py", "--trials", "6", "--steps", "60", "--pace", "0.2"],
 ]
 
 failed = 0

@@ -7,10 +7,15 @@ import json
 from pathlib import Path
 
 import plotly.graph_objects as go
+import yaml
 
 from backend.errors import ConsoleError
 from backend.hosts.ssh import SSHOptions
 from backend.sweeps import best as best_export, control
+from backend.sweeps.spec import sweep_from_dict
+from console import paths
+
+EXAMPLE = paths.EXAMPLES / "sweep_keras.yaml"
 
 
 def sweeps(runs_root: Path) -> list[str]:
@@ -21,6 +26,24 @@ def status(runs_root: Path, sweep_id: str) -> tuple[dict | None, str]:
     """The sweep's status, or None and why it cannot be read (a damaged storage, say)."""
     try:
         return control.status(runs_root, sweep_id), ""
+    except ConsoleError as err:
+        return None, str(err)
+
+
+def example_text() -> str:
+    """What the Start form holds at first: the example sweep (README, "Sweeps") to edit."""
+    return EXAMPLE.read_text() if EXAMPLE.exists() else ""
+
+
+def start(runs_root: Path, text: str, options: SSHOptions) -> tuple[str | None, str]:
+    """Start a sweep from the YAML typed on the page: (its id, "") or (None, what to fix).
+    Paths in it are read from the console's folder, as `tfconsole sweep start` reads a file's."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        return None, f"The sweep is not valid YAML ({' '.join(str(err).split())[:200]}): fix that line."
+    try:
+        return control.start(sweep_from_dict(data), data, runs_root, options), ""
     except ConsoleError as err:
         return None, str(err)
 

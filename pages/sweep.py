@@ -13,9 +13,10 @@ def main() -> None:
     if ss is None:
         return
     root = state.run_store().root
+    _start_form(root)
     found = sweep_view.sweeps(root)
     if not found:
-        st.info("No sweep yet: start one with `tfconsole sweep start SWEEP.yaml` (README, \"Sweeps\").")
+        st.info("No sweep yet: start one above, or with `tfconsole sweep start SWEEP.yaml` (README, \"Sweeps\").")
         return
     sweep_id = st.selectbox("Sweep", found, key="sweep_id")
     status, problem = sweep_view.status(root, sweep_id)
@@ -38,6 +39,23 @@ def main() -> None:
         st.plotly_chart(fig, key=f"sweep_{title}")
     if skipped:
         st.caption("Not drawn yet: " + "; ".join(skipped))
+
+
+def _start_form(root) -> None:
+    """A sweep from its YAML (job, cluster, space, objective, budget), as a sweep file holds it."""
+    refused = access_view.refusal(root, "launch")
+    with st.expander("Start a sweep", expanded=False):
+        with st.form("sweep_start_form"):
+            text = st.text_area("Sweep (YAML, as a sweep file)", value=sweep_view.example_text(), height=320,
+                                key="sweep_yaml")
+            go = st.form_submit_button("Start sweep", disabled=bool(refused), help=refused)
+        if go:
+            sweep_id, problem = sweep_view.start(root, text, state.registry().options)
+            if sweep_id:
+                st.session_state["sweep_id"] = sweep_id
+                st.success(f"Sweep {sweep_id} started: its trials appear below as they launch.")
+            else:
+                st.error(problem)
 
 
 def _actions(root, sweep_id: str, status: dict) -> None:

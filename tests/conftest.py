@@ -418,8 +418,22 @@ def temp_left(run, before: set[Path], wait_s: float = 10.0) -> list[str]:
     return found
 
 
-def processes_of(run) -> list[str]:
-    """Every live process of the run, from `ps`: by recorded process group or run id in argv."""
+def processes_of(run, settle_s: float = 10.0) -> list[str]:
+    """Every live process of the run, from `ps`: by recorded process group or run id in argv.
+
+    The console's own reads of the run's folder (``hostctl read``: the log copy that follows a
+    stop, backend/runs/aftercare.py) end by themselves; a full suite once caught two of them
+    still reading a moment after ``stop`` returned. Such reads are waited out for ``settle_s``;
+    one still there after that counts, and so does any other process at once."""
+    deadline = time.time() + settle_s
+    while True:
+        left = _live_processes_of(run)
+        if not left or not all(" hostctl read " in line for line in left) or time.time() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def _live_processes_of(run) -> list[str]:
     groups = {t.pgid for t in run.state.tasks if t.pgid}
     left = []
     for line in ps("pid=,pgid=,stat=,args="):

@@ -12,7 +12,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from backend.config.fields import write_yaml, read_yaml
-from backend.config.spec import cluster_to_dict, job_to_dict
+from backend.config.kinds import any_cluster_to_dict
+from backend.config.spec import job_to_dict
 from backend.errors import ConsoleError
 from backend.files import read_dict, write_private
 from backend.hosts.ssh import SSHOptions
@@ -47,7 +48,7 @@ def start(spec: SweepSpec, data: dict, runs_root: Path, options: SSHOptions, *,
     except studies.SweepError:
         shutil.rmtree(here, ignore_errors=True)
         raise
-    kept = {**data, "cluster": cluster_to_dict(spec.cluster), "job": job_to_dict(spec.job)}
+    kept = {**data, "cluster": any_cluster_to_dict(spec.cluster), "job": job_to_dict(spec.job)}
     write_yaml(kept, here / SPEC, private=True)   # its env may hold an API key
     set_state(here, phase="starting", created=time.time(), ssh_options=asdict(options), poll_s=poll_s)
     _spawn_keeper(runs_root, sweep_id)

@@ -141,7 +141,8 @@ class SweepKeeper:
                 act.trial.report(float(value), int(step))
                 act.reported.add(step)
         if state.live and act.reported and act.trial.should_prune():
-            act.run.stop(save=True, save_grace_s=PRUNE_SAVE_S, reason=f"pruned by the sweep at step {max(act.reported)}")
+            act.run.stop(save=self._saves(act.run), save_grace_s=PRUNE_SAVE_S,
+                         reason=f"pruned by the sweep at step {max(act.reported)}")
             act.trial.set_user_attr("note", f"pruned at step {max(act.reported)}")
             studies.tell(self.study, act.trial, state=TrialState.PRUNED)
             del self.active[slot]
@@ -164,6 +165,16 @@ class SweepKeeper:
                 f"the objective metric {self.spec.metric!r} was never reported by trial {act.trial.number} "
                 f"(run {act.run.run_id} reports: {names})",
                 "Name a metric the job reports in objective.metric, then start the sweep again.")
+
+    @staticmethod
+    def _saves(run) -> bool:
+        """Whether the trial's job answers a save (a harness job, a fit script's KerasCallback or a
+        tfconsole.Loop: each writes train.json at its start); a plain script that only reports is
+        stopped without waiting PRUNE_SAVE_S for a save it cannot make."""
+        try:
+            return remote.read_file(run.remote(run.state.chief.name), layout.TRAIN_INFO) is not None
+        except ConsoleError:
+            return True   # cannot tell: ask for the save, as for any pruned trial
 
     def _ever_reported(self) -> bool:
         return any(t.intermediate_values for t in self.study.get_trials(deepcopy=False))

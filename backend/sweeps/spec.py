@@ -261,10 +261,13 @@ def _host_key(task) -> tuple:
     return (task.host, task.ssh_port, task.user)
 
 
-def host_groups(cluster: ClusterSpec, at_once: int) -> list[ClusterSpec]:
+def host_groups(cluster: ClusterSpec | SlurmSpec, at_once: int) -> list[ClusterSpec | SlurmSpec]:
     """The cluster cut into ``at_once`` clusters on disjoint hosts (consecutive hosts together),
     each with at most one chief: a group without the chief makes its first task chief when the
-    cluster had one."""
+    cluster had one. On Slurm every trial is a job of the whole allocation's shape, and Slurm's
+    queue decides when each runs: ``at_once`` jobs are submitted, not hosts divided."""
+    if is_slurm_spec(cluster):
+        return [cluster] * at_once
     hosts = list(dict.fromkeys(_host_key(t) for t in cluster.tasks))
     size, extra = divmod(len(hosts), at_once)
     groups, start = [], 0
@@ -281,8 +284,7 @@ def host_groups(cluster: ClusterSpec, at_once: int) -> list[ClusterSpec]:
 
 def _at_once_fits(cluster, at_once: int) -> list[SpecError]:
     if is_slurm_spec(cluster):
-        return [SpecError("cluster", "sweeps on Slurm are not supported yet",
-                          "Give an SSH cluster (a tasks list) for now.")]
+        return []   # trials are jobs; the queue holds those the partition cannot run yet
     hosts = len({_host_key(t) for t in cluster.tasks})
     if at_once <= hosts:
         return []

@@ -99,3 +99,19 @@ def test_a_viewer_is_offered_no_export_of_the_best(page, runs_dir):
     at = page("sweep")
     assert not at.exception, at.exception
     assert at.button(key="sweep_export").disabled
+
+
+def test_a_sweep_typed_on_the_page_is_checked_field_by_field_and_nothing_is_started(page, runs_dir):
+    """The Start form holds the example sweep; a mistake in what the operator typed is named by
+    field and leaves no sweep behind (a real sweep started from the page is the CLI's start)."""
+    at = page("sweep")
+    assert "objective:" in at.text_area(key="sweep_yaml").value   # the example, to edit
+    bad = DATA | {"space": {"x": {"range": [1.0, 0.0]}}}
+    at.text_area(key="sweep_yaml").set_value(yaml.safe_dump(bad))
+    at.button[0].click().run()   # the form's Start sweep
+    assert not at.exception, at.exception
+    assert at.error and "space" in at.error[0].value, [e.value for e in at.error]
+    assert control.list_sweeps(runs_dir) == []
+    at.text_area(key="sweep_yaml").set_value("space: [unclosed")
+    at.button[0].click().run()
+    assert at.error and "not valid YAML" in at.error[0].value
