@@ -152,8 +152,8 @@ def sweep_status(sweep_id: str, *, runs: str | os.PathLike | None = None) -> dic
 
 def sweep_stop(sweep_id: str, *, runs: str | os.PathLike | None = None) -> dict:
     """Stop a sweep: its running trials stop, its keeper ends; its status after."""
-    from backend.sweeps import control
-    return control.stop(_store(runs).root, sweep_id)
+    from backend.sweeps import keeper
+    return keeper.stop(_store(runs).root, sweep_id)
 
 
 def sweep_resume(sweep_id: str, *, runs: str | os.PathLike | None = None) -> dict:

@@ -11,7 +11,7 @@ import yaml
 
 from backend.errors import ConsoleError
 from backend.hosts.ssh import SSHOptions
-from backend.sweeps import best as best_export, control
+from backend.sweeps import best as best_export, control, keeper
 from backend.sweeps.spec import sweep_from_dict
 from console import paths
 
@@ -65,7 +65,7 @@ def export_best(runs_root: Path, sweep_id: str, options: SSHOptions) -> tuple[st
 def stop(runs_root: Path, sweep_id: str) -> tuple[str, bool]:
     """Stop the sweep: its running trials stop, its keeper ends."""
     try:
-        found = control.stop(runs_root, sweep_id)
+        found = keeper.stop(runs_root, sweep_id)
     except ConsoleError as err:
         return str(err), False
     return f"Sweep {sweep_id} {found.get('phase')}.", True

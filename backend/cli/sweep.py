@@ -42,7 +42,8 @@ def cmd_status(a) -> int:
 
 
 def cmd_stop(a) -> int:
-    return _show(control.stop(RunStore(a.runs).root, a.sweep), a.json)
+    from backend.sweeps import keeper
+    return _show(keeper.stop(RunStore(a.runs).root, a.sweep), a.json)
 
 
 def cmd_resume(a) -> int:

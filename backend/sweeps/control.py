@@ -130,22 +130,3 @@ def study_of(runs_root: Path, sweep_id: str):
 def list_sweeps(runs_root: Path) -> list[str]:
     base = Path(runs_root) / FOLDER
     return sorted((p.name for p in base.iterdir() if (p / SPEC).exists()), reverse=True) if base.is_dir() else []
-
-
-def stop(runs_root: Path, sweep_id: str, *, wait_s: float = 120.0) -> dict:
-    """Ask the keeper to stop every running trial and end; wait for it. With no keeper alive,
-    this process does the keeper's stop itself. The sweep's status after."""
-    here = folder(runs_root, sweep_id)
-    status(runs_root, sweep_id)   # refuses an unknown sweep by name
-    (here / STOP).touch()
-    deadline = time.monotonic() + wait_s
-    while detached.keeper_pid(here) is not None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if detached.keeper_pid(here) is not None:
-        raise ConsoleError(f"sweep {sweep_id}: its keeper did not stop within {wait_s:g} s",
-                           "Run `tfconsole sweep stop` again; its log is in " + str(here / detached.KEEPER_LOG))
-    if read_dict(here / STATE).get("phase") in LIVE:
-        from backend.sweeps.keeper import SweepKeeper
-        options = SSHOptions(**read_dict(here / STATE).get("ssh_options", {}))
-        SweepKeeper(sweep_id, RunStore(runs_root), options).stop_all("stopped by the user")
-    return status(runs_root, sweep_id)

@@ -18,7 +18,7 @@ from backend.files import read_dict
 from backend.hosts import remote
 from backend.hosts.ssh import SSHOptions
 from backend.records import outcome
-from backend.runs import launcher
+from backend.runs import detached, launcher
 from backend.runs.store import RunStore
 from backend.sweeps import control, study as studies
 from backend.sweeps.spec import host_groups, with_params
@@ -216,3 +216,21 @@ def _trial(study, number: int):
 
 def main(sweep_id: str, runs_root: Path, options: SSHOptions, poll_s: float) -> str:
     return SweepKeeper(sweep_id, RunStore(runs_root), options, poll_s=poll_s).run()
+
+
+def stop(runs_root: Path, sweep_id: str, *, wait_s: float = 120.0) -> dict:
+    """Ask the keeper to stop every running trial and end; wait for it. With no keeper alive,
+    this process does the keeper's stop itself. The sweep's status after."""
+    here = control.folder(runs_root, sweep_id)
+    control.status(runs_root, sweep_id)   # refuses an unknown sweep by name
+    (here / control.STOP).touch()
+    deadline = time.monotonic() + wait_s
+    while detached.keeper_pid(here) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if detached.keeper_pid(here) is not None:
+        raise ConsoleError(f"sweep {sweep_id}: its keeper did not stop within {wait_s:g} s",
+                           "Run `tfconsole sweep stop` again; its log is in " + str(here / detached.KEEPER_LOG))
+    if read_dict(here / control.STATE).get("phase") in control.LIVE:
+        options = SSHOptions(**read_dict(here / control.STATE).get("ssh_options", {}))
+        SweepKeeper(sweep_id, RunStore(runs_root), options).stop_all("stopped by the user")
+    return control.status(runs_root, sweep_id)

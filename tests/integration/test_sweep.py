@@ -12,7 +12,7 @@ import pytest
 
 from backend.runs import launcher
 from backend.runs.store import RunStore
-from backend.sweeps import control
+from backend.sweeps import control, keeper
 from backend.sweeps.spec import sweep_from_dict
 from rig import sshd
 from tests.conftest import processes_of, ssh_task, wait_for
@@ -73,7 +73,7 @@ def test_stopping_a_sweep_stops_its_trials_and_leaves_nothing(ssh_hosts, client_
     live = wait_for(lambda: len([t for t in control.status(root, sweep_id)["trials"] if t["run_id"]]) == 2,
                     60, "two trials to start")
     assert live
-    found = control.stop(root, sweep_id)
+    found = keeper.stop(root, sweep_id)
     assert found["phase"] == "stopped" and [t["state"] for t in found["trials"]] == ["fail", "fail"]
     for t in found["trials"]:
         run = launcher.attach(t["run_id"], store=RunStore(root), options=ssh_options)
