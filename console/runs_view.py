@@ -10,8 +10,12 @@ from backend.runs import record
 from backend.runs.store import RunStore
 from backend.access import identity
 from backend.records.state import RunState
+from backend.errors import ConsoleError
+from backend.sweeps import control
 from backend.watch import summary
-from console.plain import md_escape
+from console.plain import home_short, md_escape
+
+SWEEP_CURVES = 8   # a sweep's trials drawn at first on Compare: more hide one another
 
 
 def damaged_note(store: RunStore) -> str | None:
@@ -22,7 +26,7 @@ def damaged_note(store: RunStore) -> str | None:
     if not damaged:
         return None
     lines = "\n".join(f"- {md_escape(err.problem)}" for err in damaged)
-    return (f"{len(damaged)} run(s) under {md_escape(store.root)} cannot be shown: their state file is "
+    return (f"{len(damaged)} run(s) under {md_escape(home_short(store.root))} cannot be shown: their state file is "
             f"damaged, and they are left out below.\n\n{lines}\n\n"
             "Inspect each file by hand; the runs' logs are still in their folders.")
 
@@ -42,32 +46,51 @@ def of_sweep(states: list[RunState], sweep_id: str) -> list[RunState]:
     return [s for s in states if (s.sweep or {}).get("sweep") == sweep_id]
 
 
+def objective_of(runs_root: Path, sweep_id: str) -> str | None:
+    """The metric the sweep optimises (its kept spec), or None when its folder cannot say."""
+    try:
+        return control.load_spec(control.folder(runs_root, sweep_id)).metric
+    except ConsoleError:
+        return None
+
+
 def run_rows(states: list[RunState], root: RunStore | None = None) -> list[dict]:
-    """A row per run: what it ran (job, parameters), how it went (phase, duration), and with
-    ``root`` each metric's last and best global value from its local copy of the metrics
-    (``summary.from_mirror``: parsed once, then only the lines added since the last click).
-    Sorting the table by a column answers "which run is best by val_accuracy"."""
+    """A row per run: what it ran (job, parameters: a sweep trial's own where the job has none),
+    how it went (phase, duration), and with ``root`` each metric's last and best global value from
+    its local copy of the metrics (``summary.of_mirror``: parsed once, then only the lines added
+    since the last click), ahead of who and when. Sorting the table by a column answers "which run
+    is best by val_accuracy"."""
     rows = []
     for s in states:
-        job = s.job.get("module") or " ".join(map(str, s.job.get("command") or []))
         owner = identity.Identity.of(s.owner)
-        row = {"run": s.run_id, "owner": owner.name if owner else "", "phase": s.phase, "live": s.live,
-               "attempt": s.attempt,
-               "tasks": len(s.tasks), "job": Path(job).name if job else "",
-               "params": params_text(s.job.get("params")),
-               "duration": duration_text(s),
+        row = {"run": s.run_id, "phase": s.phase,
                "sweep": f"{s.sweep['sweep']} #{s.sweep['trial']}" if s.sweep else "",
-               "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created))}
+               "params": params_text(s.job.get("params") or (s.sweep or {}).get("params")),
+               "duration": duration_text(s)}
         if root is not None:
             row.update(metric_cells(summary.of_mirror(root.path(s.run_id))))
+        row.update({"job": job_text(s.job), "owner": owner.name if owner else "", "live": s.live,
+                    "attempt": s.attempt, "tasks": len(s.tasks),
+                    "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created))})
         rows.append(row)
     return rows
+
+
+def job_text(job: dict, width: int = 48) -> str:
+    """The module's file name, or the command with its program's name only, cut to ``width``."""
+    if job.get("module"):
+        return Path(job["module"]).name
+    argv = [str(a) for a in job.get("command") or []]
+    text = " ".join([Path(argv[0]).name, *argv[1:]]) if argv else ""
+    text = " ".join(text.split())   # a `-c` script's newlines as spaces: one line per run
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def params_text(params) -> str:
     if not isinstance(params, dict):
         return ""
-    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
+    # A sampled float to 4 significant digits: 0.5108, not 0.510827605197663 (the record keeps all).
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))
 
 
 def duration_text(s: RunState) -> str:

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from console import runs_view
-from console.plain import md_escape
+from console.plain import home_short, md_escape
 from console.ui import page, state, widgets
 from console.figures import compare_runs_figure
 
@@ -20,7 +20,7 @@ def main() -> None:
         st.warning(damaged)   # runs whose record is damaged: named here, left out of every list
     states = store.list()
     if not states:
-        st.info(f"No run under {store.root} yet: start one on the Launch page.")
+        st.info(f"No run under {md_escape(home_short(store.root))} yet: start one on the Launch page.")
         return
 
     if st.toggle("Only runs I started", key="runs_mine"):
@@ -28,16 +28,17 @@ def main() -> None:
         if not states:
             st.info("You have started no run in this folder yet; switch off the filter to see everyone's.")
             return
+    sweep = ""
     if sweeps := runs_view.sweep_ids(states):
         sweep = st.selectbox("Sweep", [""] + sweeps, key="runs_sweep", format_func=lambda v: v or "every run")
         states = runs_view.of_sweep(states, sweep) if sweep else states
     live_ids = [s.run_id for s in states if s.live]
-    st.caption(f"{len(states)} run(s) under {store.root}; {len(live_ids)} live. "
+    st.caption(f"{len(states)} run(s) under {md_escape(home_short(store.root))}; {len(live_ids)} live. "
                f"Current run: {ss.run_id or 'none'}.")
     st.dataframe(pd.DataFrame(runs_view.run_rows(states, store)), hide_index=True, width="stretch",
                  key="runs_table")   # metric names are column headers: shown as text
-    st.caption("Metrics are each run's global values as this console copied them (open a run on "
-               "Monitor once to copy its history); click a column header to sort.")
+    st.caption("Metrics are each run's global values as this console copied them: while Monitor "
+               "showed it, and from its chief when it ended. Click a column header to sort.")
     ids = [s.run_id for s in states]
     current = ss.run_id if ss.run_id in ids else ids[0]
     pick = st.selectbox("Run", ids, index=ids.index(current), key="runs_pick")
@@ -74,18 +75,26 @@ def main() -> None:
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="compare_diff")
     else:
         st.info("Same parameters, hosts, versions and code.")
-    more = st.multiselect("More runs on the charts", [r for r in ids if r not in (a, b)],
-                          key="compare_more")
+    others = [r for r in ids if r not in (a, b)]
+    # A sweep's trials: all on the charts, over its objective, at first (each sweep its own widgets,
+    # so choosing another sweep starts from its defaults).
+    of = f"_{sweep}" if sweep else ""
+    more = st.multiselect("More runs on the charts", others, default=others[:runs_view.SWEEP_CURVES] if sweep else [],
+                          key=f"compare_more{of}")
     runs = list(dict.fromkeys([a, b, *more]))
     m_col, x_col, s_col = st.columns([2, 1, 2])
-    metric = m_col.selectbox("Metric", runs_view.metric_names(store, runs), key="compare_metric")
+    names = runs_view.metric_names(store, runs)
+    first = runs_view.objective_of(store.root, sweep) if sweep else None
+    metric = m_col.selectbox("Metric", names, index=names.index(first) if first in names else 0,
+                             key=f"compare_metric{of}")
     x = x_col.radio("Over", ["step", "time"], horizontal=True, key="compare_x")
     smoothing = s_col.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="compare_smoothing")
     series = runs_view.compare_series(store, runs, metric, x=x)
     empty = [r for r in runs if r not in series]
     if empty:
-        st.warning(f"No {md_escape(metric)} recorded locally for {', '.join(empty)}: open it on the "
-                   "Monitor page once so the console copies its history.")
+        st.warning(f"No {md_escape(metric)} recorded locally for {', '.join(empty)}: a live run's "
+                   "metrics are copied while the Monitor page shows it, an ended run's when it ended "
+                   "(if its chief's host answered then).")
     st.plotly_chart(compare_runs_figure(series, smoothing=smoothing, y_title=metric,
                                         x_title="step" if x == "step" else "seconds since start"),
                     key="compare_chart", width="stretch")

@@ -7,27 +7,8 @@ those lines, and the output says so), so it is as fresh as the run, with no cons
 from __future__ import annotations
 
 from backend.cli.checkpoints import _attach, print_json, print_table
-from backend.client.harness import layout
-from backend.hosts import remote
 from backend.watch import summary
-from backend.watch.lines import parse_metric_block
-from backend.watch.metrics import MetricsStore
-
-READ_BYTES = 64 << 20     # about 250,000 lines of a run with a few metrics
-
-
-def read_store(run) -> tuple[MetricsStore, bool]:
-    """The chief's metric lines in a store, and whether the file held more than was read."""
-    data = remote.read_tail(run.remote(run.state.chief.name), layout.METRICS, READ_BYTES + 1)
-    cut = len(data) > READ_BYTES
-    if cut:   # drop the partial first line of the tail
-        data = data[data.find(b"\n", len(data) - READ_BYTES) + 1:]
-    if data and not data.endswith(b"\n"):
-        data = data[:data.rfind(b"\n") + 1]   # a line being written: the next call reads it
-    store = MetricsStore()
-    cols, _ = parse_metric_block(data)
-    store.add_columns(cols)
-    return store, cut
+from backend.watch.chief_metrics import READ_BYTES, read_store
 
 
 def cmd_metrics(a) -> int:

@@ -35,6 +35,7 @@ STOP_GRACE_S = 1.0
 # stop --save: how long to wait for every worker to save its step and exit (the next sync point,
 # the save itself) before the plain stop goes on; the previous checkpoint stays usable.
 SAVE_GRACE_S = 60.0
+EXITED_POLL_S = 1.0   # how often a save-stop asks whether every task has already exited
 
 
 class Run:
@@ -334,10 +335,7 @@ class Run:
         self.move(Phase.STOPPING, when=lambda state: state.live)
         self.saved_step = None
         if save and not queued:
-            self.saved_step = self._save_then_exit(save_grace_s)
-            reason = (f"stopped: saved at step {self.saved_step} on every worker"
-                      if self.saved_step is not None else
-                      f"stopped: no save within {save_grace_s:g} s (the previous checkpoint stays usable)")
+            self.saved_step, reason = self._save_then_exit(save_grace_s)
         report = self.engine.stop(self, grace_s=grace_s)
         last_step = self.saved_step if self.saved_step is not None else self.last_step()
 
@@ -356,25 +354,37 @@ class Run:
                                  "The run stays 'stopping': when those hosts answer again, run stop again.")
         return report
 
-    def _save_then_exit(self, within_s: float) -> int | None:
-        """A save-stop request to the chief: every worker saves one step, then exits; the step,
-        once the chief has answered and no task runs any more (None: not within ``within_s``)."""
+    def _save_then_exit(self, within_s: float) -> tuple[int | None, str]:
+        """A save-stop request to the chief: every worker saves one step, then exits. The step,
+        once the chief has answered and no task runs any more, with the stop's reason; None when
+        there is no save: not within ``within_s``, or every task had already exited (a run that
+        finishes as it is stopped, a sweep's trial pruned at its end): no save can come then,
+        so the stop does not wait out ``within_s`` for one."""
         host = self.remote(self.state.chief.name)
+        no_save = f"stopped: no save within {within_s:g} s (the previous checkpoint stays usable)"
         try:
             name = remote.request_save(host, stop=True)
         except ConsoleError:
-            return None   # the chief does not answer: the plain stop below still runs
-        deadline, step = time.time() + within_s, None
+            return None, no_save   # the chief does not answer: the plain stop below still runs
+        deadline, step, asked = time.time() + within_s, None, 0.0
         while time.time() < deadline:
             try:
                 step = step if step is not None else remote.saved_step(host, name)
-                if step is not None and all(s.state in (TaskPhase.EXITED, TaskPhase.LOST)
-                                            for s in self.status()):
-                    return step
+                # Tasks are asked at most every EXITED_POLL_S while the save is awaited: each
+                # question is a call to every host.
+                if step is not None or time.time() - asked >= EXITED_POLL_S:
+                    asked = time.time()
+                    if all(s.state in (TaskPhase.EXITED, TaskPhase.LOST) for s in self.status()):
+                        # The chief writes its answer before it exits: asked once more, it is final.
+                        step = step if step is not None else remote.saved_step(host, name)
+                        if step is not None:
+                            return step, f"stopped: saved at step {step} on every worker"
+                        return None, ("stopped: every task had exited before it could save "
+                                      "(the previous checkpoint stays usable)")
             except ConsoleError:
                 pass   # a host that hiccups: ask again until the deadline
             time.sleep(0.2)
-        return step
+        return step, (f"stopped: saved at step {step} on every worker" if step is not None else no_save)
 
     def stop_attempt(self, *, grace_s: float) -> StopReport:
         """Stop the tasks without changing the run's phase (the keeper, between attempts)."""
@@ -384,10 +394,12 @@ class Run:
 
     def mirror_logs(self) -> list[str]:
         """Copy each task's log into the local run directory, every task at once, bounded
-        (``logcopy.keep_snapshots``), and keep the hosts' versions; best effort: hosts may be
+        (``logcopy.keep_snapshots``), and the chief's metric lines (``chief_metrics.keep``), and
+        keep the hosts' versions; best effort: hosts may be
         gone. Returns the tasks whose log could not be read."""
-        from backend.watch import logcopy
+        from backend.watch import chief_metrics, logcopy
         missed = logcopy.keep_snapshots(self, lambda task, size: self.engine.log_tail(self, task, size))
+        chief_metrics.keep(self)   # the Runs page shows an ended run's metrics without Monitor
         record.keep_host_versions(self)   # what each host ran with, kept while its hosts answer
         return missed
 

@@ -22,7 +22,7 @@ from backend.runs import detached, launcher
 from backend.runs.store import RunStore
 from backend.sweeps import control, study as studies
 from backend.sweeps.spec import host_groups, with_params
-from backend.watch.lines import parse_metric_block
+from backend.watch import chief_metrics
 from backend.watch.metrics import MetricsStore
 
 READ_BYTES = 8 << 20
@@ -181,11 +181,7 @@ class SweepKeeper:
 
     def _read(self, run) -> MetricsStore:
         """The chief's metric lines (their last READ_BYTES), as ``tfconsole metrics`` reads them."""
-        data = remote.read_tail(run.remote(run.state.chief.name), layout.METRICS, READ_BYTES)
-        data = data[:data.rfind(b"\n") + 1]
-        found = MetricsStore()
-        found.add_columns(parse_metric_block(data)[0])
-        return found
+        return chief_metrics.read_store(run, READ_BYTES)[0]
 
     def _objective(self, run):
         found = self._read(run)

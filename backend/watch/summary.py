@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from backend.client.harness import metric_line
+from backend.watch.chief_metrics import kept_path
 from backend.watch.journal import METRICS, MIRROR_DIR, line_blocks
 from backend.watch.lines import parse_metric_block
 from backend.watch.metrics import MetricsStore
@@ -63,7 +64,20 @@ def _num(value) -> float | None:
 
 
 def mirror_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / MIRROR_DIR / METRICS
+    """The run's local metric lines: what Monitor copied while it watched (the watch mirror), or
+    the copy the run's last ended attempt kept (``chief_metrics.keep``), whichever holds more: a
+    run never opened on Monitor has only the kept copy, a restarted run watched live has a
+    mirror past its last kept copy."""
+    watched = Path(run_dir) / MIRROR_DIR / METRICS
+    kept = kept_path(run_dir)
+    return kept if _size(kept) > _size(watched) else watched
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
 
 
 def of_mirror(run_dir: str | Path) -> dict:

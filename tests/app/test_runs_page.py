@@ -1,6 +1,10 @@
 """Runs page: lists runs, makes one current, compares two; empty folder says what to do."""
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from console import runs_view
 
 
@@ -140,3 +144,39 @@ def test_the_runs_table_shows_owners_and_filters_mine(page):
     at.toggle(key="runs_mine").set_value(True).run()
     assert not at.exception
     assert list(at.dataframe[0].value["run"]) == ["mine"]
+
+
+REPORTS = ("import tfconsole\n"
+           "for s in range(1, 7): tfconsole.report(s, loss=1.0 / s, metrics={'val_accuracy': s / 10})")
+
+
+def test_a_run_that_ended_unwatched_shows_its_metrics_on_runs_and_compare(local_cluster, python_path, runs_dir):
+    """Two runs launched from a script, never opened on Monitor (a sweep's trials, a CLI launch):
+    when they end, the chief's metric lines are kept in each run's folder, so the Runs table and
+    Compare show them. Checked against the chief's own metrics.jsonl on its host."""
+    from backend.config.spec import job_from_dict
+    from backend.runs import launcher
+    from backend.runs.store import RunStore
+    from backend.watch import chief_metrics, summary
+    from tests.app.conftest import open_page
+    store = RunStore()
+    ids = []
+    for lr in ("0.1", "0.2"):
+        job = job_from_dict({"kind": "command", "command": [python_path, "-c", REPORTS, lr]})
+        run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+        run.wait(timeout=60)
+        assert run.state.phase == "finished"
+        chief = Path(run.state.chief.remote_run_dir) / "metrics.jsonl"   # the independent record
+        assert (store.path(run.run_id) / chief_metrics.KEPT).read_bytes() == chief.read_bytes()
+        assert not (store.path(run.run_id) / summary.MIRROR_DIR).exists()   # Monitor never copied it
+        ids.append(run.run_id)
+    at = open_page("runs")
+    assert not at.exception
+    table = at.dataframe[0].value.set_index("run")
+    for run_id in ids:
+        assert table.loc[run_id, "loss"] == pytest.approx(1 / 6)
+        assert table.loc[run_id, "best val_accuracy"] == pytest.approx(0.6)
+    at.selectbox(key="compare_metric").set_value("val_accuracy").run()
+    assert not at.exception
+    assert not any("recorded locally" in w.value for w in at.warning)
+    assert len(at.get("plotly_chart")[-1].proto.spec) > 0

@@ -63,25 +63,42 @@ def test_a_damaged_sweep_storage_is_said_on_the_page(page, runs_dir):
     assert not at.exception and "cannot be read" in at.error[0].value
 
 
-def test_the_runs_table_filters_by_sweep(page, runs_dir):
+def test_the_runs_table_filters_by_sweep_and_compares_its_trials_on_the_objective(page, runs_dir):
+    """Filtered to a sweep, the table lists its trials only, and Compare draws all of them over
+    the sweep's objective (read from its kept spec) from each run's kept metric lines."""
+    import json
     import sys
 
     from backend.config.spec import cluster_to_dict, default_cluster
     from backend.records.state import Attempt, Phase, RunState, TaskState
     from backend.runs.store import RunStore
+    from backend.watch import chief_metrics
+    _finished_sweep(runs_dir)
     store = RunStore(runs_dir)
     for run_id, tag in (("sweep-a-t0", {"sweep": "sweep-a", "trial": 0, "params": {"x": 0.3}}),
+                        ("sweep-a-t1", {"sweep": "sweep-a", "trial": 1, "params": {"x": 0.9}}),
+                        ("sweep-a-t2", {"sweep": "sweep-a", "trial": 2, "params": {"x": 0.95}}),
                         ("sweep-b-t0", {"sweep": "sweep-b", "trial": 0, "params": {"x": 0.5}}), ("solo", None)):
         store.reserve(run_id)
+        x = (tag or {"params": {"x": 0.0}})["params"]["x"]
+        lines = [{"task": "chief", "step": s, "attempt": 1, "metrics": {"loss": 1.0 / s},
+                  "global": {"loss": 1.0 / s, "val_loss": (x - 0.3) ** 2 + 1.0 / s}} for s in range(1, 6)]
+        (store.path(run_id) / chief_metrics.KEPT).write_text("".join(json.dumps(x) + "\n" for x in lines))
         store.save(RunState(run_id, 1000.0, cluster_to_dict(default_cluster(sys.executable)),
                             {"kind": "command", "command": ["true"]},
                             [TaskState("chief-0", 0, "localhost", f"tfconsole/{run_id}")],
                             [Attempt(1, 1000.0)], phase=Phase.FINISHED, sweep=tag))
     at = page("runs")
-    assert not at.exception and len(at.dataframe[0].value) == 3
+    assert not at.exception and len(at.dataframe[0].value) == 5
     at.selectbox(key="runs_sweep").set_value("sweep-a").run()
-    table = at.dataframe[0].value
-    assert list(table["run"]) == ["sweep-a-t0"] and list(table["sweep"]) == ["sweep-a #0"]
+    table = at.dataframe[0].value.sort_values("run")
+    assert list(table["run"]) == ["sweep-a-t0", "sweep-a-t1", "sweep-a-t2"]
+    assert list(table["sweep"]) == ["sweep-a #0", "sweep-a #1", "sweep-a #2"]
+    assert list(table["best val_loss"]) == [0.2, (0.9 - 0.3) ** 2 + 0.2, (0.95 - 0.3) ** 2 + 0.2]
+    assert at.selectbox(key="compare_metric_sweep-a").value == "val_loss"
+    assert len(at.multiselect(key="compare_more_sweep-a").value) == 1   # the third trial
+    curves = at.get("plotly_chart")[-1].proto.spec
+    assert curves.count('"name":"sweep-a-t') >= 3, curves[:500]
 
 
 def test_export_the_best_names_what_stands_in_its_way(page, runs_dir):

@@ -42,11 +42,12 @@ class Console:
 
 
 @contextlib.contextmanager
-def console(argv: list[str], tmp_path: Path):
-    """Start ``python <argv> <free port>`` from the repository root with its own runs folder and
-    wait for /_stcore/health. Afterwards stop any run left live, then the console's process group."""
+def console(argv: list[str], tmp_path: Path, *, runs: Path | None = None):
+    """Start ``python <argv> <free port>`` from the repository root with its own runs folder
+    (``tmp_path/runs`` unless given) and wait for /_stcore/health. Afterwards stop any run left
+    live, then the console's process group."""
     port = free_port()
-    runs = tmp_path / "runs"
+    runs = runs or tmp_path / "runs"
     env = dict(os.environ, TFCONSOLE_RUNS=str(runs))
     log_path = tmp_path / f"console-{port}.log"   # one per console: a restart keeps the old log
     log = open(log_path, "wb")
@@ -182,6 +183,33 @@ def falling_workers(page) -> list[dict] | None:
     if len(tasks) == 2 and all(len(t["y"]) >= 5 and t["y"][-1] < t["y"][0] for t in tasks):
         return tasks
     return None
+
+
+def choose(page, label: str, pick) -> str:
+    """Choose ``pick(option texts)`` in the selectbox ``label``; return the chosen text.
+
+    A page run that ends while the list is open (a background action finishing, the pick before
+    this one) closes it and redraws the options, as it would under an operator's mouse: then the
+    list is opened again and the pick made from the new options. A click that lands while such a
+    page run redraws the box opens nothing (seen once in a loaded CI run, the box redrawn with
+    a new list); the operator clicks again, and so does this."""
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label)
+    options = page.locator('[role="option"]')
+    for _ in range(4):
+        box.click()
+        try:
+            options.first.wait_for(timeout=10_000)
+        except Exception:  # noqa: BLE001 - the click opened nothing; click again
+            page.keyboard.press("Escape")
+            continue
+        target = pick([t.strip() for t in options.all_inner_texts()])
+        try:
+            options.filter(has_text=re.compile(rf"^\s*{re.escape(target)}\s*$")).first.click(timeout=5_000)
+            return target
+        except Exception:  # noqa: BLE001 - the list was redrawn under us; open it again
+            page.keyboard.press("Escape")
+    fail(page, f"selectbox {label!r}: four clicks, and no pick held (no options shown, or "
+                   "the list redrawn each time)")
 
 
 def wait_text(page, pattern: str, timeout_s: float) -> str:

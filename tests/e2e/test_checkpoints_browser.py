@@ -17,33 +17,6 @@ def _listed_steps(page) -> list[int]:
     return [int(s) for s in re.findall(r"\d+", text.split("at steps", 1)[1].split(".", 1)[0])]
 
 
-def _choose(page, label: str, pick) -> str:
-    """Choose ``pick(option texts)`` in the selectbox ``label``; return the chosen text.
-
-    A page run that ends while the list is open (a background action finishing, the pick before
-    this one) closes it and redraws the options, as it would under an operator's mouse: then the
-    list is opened again and the pick made from the new options. A click that lands while such a
-    page run redraws the box opens nothing (seen once in a loaded CI run, the box redrawn with
-    a new list); the operator clicks again, and so does this."""
-    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label)
-    options = page.locator('[role="option"]')
-    for _ in range(4):
-        box.click()
-        try:
-            options.first.wait_for(timeout=10_000)
-        except Exception:  # noqa: BLE001 - the click opened nothing; click again
-            page.keyboard.press("Escape")
-            continue
-        target = pick([t.strip() for t in options.all_inner_texts()])
-        try:
-            options.filter(has_text=re.compile(rf"^\s*{re.escape(target)}\s*$")).first.click(timeout=5_000)
-            return target
-        except Exception:  # noqa: BLE001 - the list was redrawn under us; open it again
-            page.keyboard.press("Escape")
-    web.fail(page, f"selectbox {label!r}: four clicks, and no pick held (no options shown, or "
-                   "the list redrawn each time)")
-
-
 def _oldest_listed(listed: list[int]):
     def pick(texts: list[str]) -> str:
         both = [t for t in texts if t.isdigit() and int(t) in listed]
@@ -81,9 +54,9 @@ def test_export_latest_and_restore_oldest_three_times_each(server):  # noqa: F81
         attempt = 1
         for i in range(3):
             # Picking reruns the page, so the second pick chooses from the newest list.
-            first = _choose(page, "Resume from step", _oldest_listed(_listed_steps(page)))
+            first = web.choose(page, "Resume from step", _oldest_listed(_listed_steps(page)))
             web.wait_text(page, rf"Restore will use step {first}\.", 30)
-            oldest = _choose(page, "Resume from step", _oldest_listed(_listed_steps(page)))
+            oldest = web.choose(page, "Resume from step", _oldest_listed(_listed_steps(page)))
             web.wait_text(page, rf"Restore will use step {oldest}\.", 30)
             web.click(page, "Restore")
             asked = web.wait_text(page, r"Relaunch run \S+ from step \d+\?", 30)

@@ -1,0 +1,57 @@
+"""The chief's metric lines read from its host, for every reader that does not follow the run:
+``tfconsole metrics``, a sweep's keeper, and the copy an ended attempt keeps in the run's own
+folder (``keep``, from ``Run.mirror_logs``). With that copy the Runs page, ``runs --json`` and
+Compare show a finished run's metrics without its being opened on Monitor first (a sweep's
+trials used to read "no loss recorded locally" until each was)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from backend.client.harness import layout
+from backend.errors import ConsoleError
+from backend.files import write_private
+from backend.hosts import remote
+from backend.watch.lines import parse_metric_block
+from backend.watch.metrics import MetricsStore
+
+READ_BYTES = 64 << 20     # about 250,000 lines of a run with a few metrics
+KEPT = "metrics.jsonl"    # runs/<id>/metrics.jsonl: the chief's lines when an attempt last ended
+
+
+def read_lines(run, max_bytes: int = READ_BYTES) -> tuple[bytes, bool]:
+    """The chief's whole metric lines (at most its last ``max_bytes``), and whether the file held
+    more. A line being written is left for the next read."""
+    data = remote.read_tail(run.remote(run.state.chief.name), layout.METRICS, max_bytes + 1)
+    cut = len(data) > max_bytes
+    if cut:   # drop the partial first line of the tail
+        data = data[data.find(b"\n", len(data) - max_bytes) + 1:]
+    return data[:data.rfind(b"\n") + 1], cut
+
+
+def read_store(run, max_bytes: int = READ_BYTES) -> tuple[MetricsStore, bool]:
+    """``read_lines`` parsed into a store."""
+    data, cut = read_lines(run, max_bytes)
+    store = MetricsStore()
+    store.add_columns(parse_metric_block(data)[0])
+    return store, cut
+
+
+def kept_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / KEPT
+
+
+def keep(run) -> bool:
+    """Copy the chief's metric lines into the run's folder (replacing an earlier attempt's copy);
+    best effort, as the log copies: False when the chief's host does not answer or the local
+    disk refuses (the watch mirror, if any, still holds what Monitor copied)."""
+    try:
+        data, _ = read_lines(run)
+    except ConsoleError:
+        return False
+    if not data:
+        return True   # no metric lines (a command job without reports): nothing to keep
+    try:   # whole or not at all: a reader meets the earlier copy or this one
+        write_private(kept_path(run.local_dir), data.decode("utf-8", "replace"))
+    except (ConsoleError, OSError):   # a full disk (DiskFullError), a folder gone
+        return False
+    return True
