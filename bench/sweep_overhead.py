@@ -13,7 +13,8 @@ training's. Side by side in one run:
 
 The overhead per trial is the time from one trial's last metric line to the next trial's first
 (the ``time`` fields of the chiefs' own ``metrics.jsonl``); the steps trained are counted from
-the same files.
+the same files. For each pruned trial: how fast it stopped (the chief's line at the pruned step
+-> the run's end in its record) and how many steps it reported after that line.
 
     .venv/bin/python bench/sweep_overhead.py [--trials 6] [--steps 20] [--pace 0.2]
 """
@@ -61,6 +62,21 @@ def gaps_and_steps(root: Path, run_ids: list[str]) -> tuple[list[float], int]:
     return gaps, sum(max(m["step"] for m in ls) for ls in found)
 
 
+def prune_reaction(root: Path, runs: Path, found: dict) -> list[tuple[int, float, int]]:
+    """Per pruned trial: its pruned step, seconds from the chief's line at that step to the run's
+    end as its record says (the keeper's read, Optuna's decision, the save and the stop), and the
+    steps the chief reported after that line."""
+    out = []
+    for t in found["trials"]:
+        if t["state"] != "pruned" or not t["run_id"]:
+            continue
+        chief = [m for m in lines(root, t["run_id"]) if m["task"] == "chief-0"]
+        at = next(m for m in chief if m["step"] == t["pruned_step"])
+        ended = RunStore(runs).load(t["run_id"]).attempts[-1].ended
+        out.append((t["pruned_step"], ended - at["time"], max(m["step"] for m in chief) - t["pruned_step"]))
+    return out
+
+
 def by_hand(cluster: dict, root: Path, options, xs: list[float], steps: int, pace: float) -> list[str]:
     store = RunStore(root / "runs-by-hand")
     ids = []
@@ -105,6 +121,7 @@ def main() -> None:
             pruned, found = sweep(cluster, root, options, a.trials, a.steps, a.pace, "median")
             rows = {"by hand": gaps_and_steps(root, hand), "sweep": gaps_and_steps(root, swept),
                     "sweep + median pruner": gaps_and_steps(root, pruned)}
+            reaction = prune_reaction(root, root / "runs-median", found)
         finally:
             for h in hosts:
                 h.stop()
@@ -113,6 +130,9 @@ def main() -> None:
         print(f"{name:>22}: trial end -> next trial's first step median {statistics.median(gaps):.2f} s "
               f"(each: {' '.join(f'{g:.2f}' for g in gaps)}); steps trained {steps}")
     print("pruned:", [(t["trial"], t["pruned_step"]) for t in found["trials"] if t["state"] == "pruned"])
+    for step, seconds, after in reaction:
+        print(f"  pruned at step {step}: its line -> the run ended {seconds:.2f} s; "
+              f"{after} step(s) reported after it")
 
 
 if __name__ == "__main__":

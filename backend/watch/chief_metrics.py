@@ -55,3 +55,30 @@ def keep(run) -> bool:
     except (ConsoleError, OSError):   # a full disk (DiskFullError), a folder gone
         return False
     return True
+
+
+class Growing:
+    """The chief's metric lines as they grow, for a reader that asks again and again (a sweep's
+    keeper, every poll): each ``read`` fetches only the bytes after the last whole line it read
+    and adds them to one store, where reading the tail again moved the whole file each time
+    (8 MB a poll for a long trial)."""
+
+    def __init__(self, run) -> None:
+        self.run, self.offset, self.store = run, 0, MetricsStore()
+
+    def read(self) -> MetricsStore:
+        """The store with every whole line written so far (a line being written waits)."""
+        host = self.run.remote(self.run.state.chief.name)
+        while True:
+            data, size = remote.read_at(host, layout.METRICS, self.offset)
+            if size < 0:
+                return self.store   # no metrics yet
+            if size < self.offset:   # the file was replaced: read it again from its start
+                self.offset, self.store = 0, MetricsStore()
+                continue
+            whole = data[:data.rfind(b"\n") + 1]
+            if whole:
+                self.store.add_columns(parse_metric_block(whole)[0])
+                self.offset += len(whole)
+            if not whole or self.offset >= size:
+                return self.store
