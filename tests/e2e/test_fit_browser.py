@@ -11,7 +11,7 @@ import pytest
 
 from rig import browser as chromium
 from tests.e2e import browser as web
-from tests.e2e.test_checkpoints_browser import _choose
+
 
 # 50 ms asleep per step leaves the 2 cores to the export and the browser; 2 x 1500 steps outlast
 # the test (the fixture stops the run at the end).
@@ -46,7 +46,7 @@ def test_fit_job_curves_save_now_export_and_restore_in_the_browser(server):
         assert f"(step {saved})" in text, (saved, text)   # the newest listed: the one just saved
         chromium.button(page, "Download model.keras").wait_for(timeout=60_000)
 
-        picked = _choose(page, "Resume from step", lambda texts: str(saved) if str(saved) in texts else texts[0])
+        picked = web.choose(page, "Resume from step", lambda texts: str(saved) if str(saved) in texts else texts[0])
         assert picked == str(saved)
         web.wait_text(page, rf"Restore will use step {saved}\.", 30)
         web.click(page, "Restore")

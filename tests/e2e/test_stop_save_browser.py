@@ -15,7 +15,7 @@ from backend.runs.store import RunStore
 from tests.conftest import processes_of, wait_for
 from rig import browser as chromium
 from tests.e2e import browser as web
-from tests.e2e.test_checkpoints_browser import _choose, _listed_steps
+from tests.e2e.test_checkpoints_browser import _listed_steps
 
 
 def _first_rows(run, attempt: int) -> list[int]:
@@ -61,7 +61,7 @@ def test_save_then_stop_then_restore_offers_and_resumes_the_saved_step(server):
         listed = _listed_steps(page)
         assert max(listed) == saved and len(listed) >= 2, listed
         offered: list[str] = []
-        picked = _choose(page, "Resume from step", lambda texts: (offered.extend(texts), texts[0])[1])
+        picked = web.choose(page, "Resume from step", lambda texts: (offered.extend(texts), texts[0])[1])
         assert offered[0] == str(saved) and picked == str(saved), offered   # offered first
         web.wait_text(page, rf"Restore will use step {saved}\.", 30)
         web.click(page, "Restore")
