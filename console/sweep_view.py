@@ -82,7 +82,7 @@ def best_line(found: dict) -> str:
     best = found["best"]
     if not best:
         return f"No trial has finished yet ({found['direction']} {found['metric']})."
-    return (f"Best so far: trial {best['trial']}, {found['metric']} = {best['value']:.6g} "
+    return (f"Best so far: trial {best['trial']}, {found['metric']} = {best['value']:.6g} ({found['of']} of its values) "
             f"(run {best['run_id']}), params {json.dumps(best['params'])}")
 
 

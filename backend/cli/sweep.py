@@ -56,7 +56,7 @@ def _show(found: dict, as_json: bool) -> int:
         return 0
     best = found["best"]
     print(f"sweep {found['sweep']}: {found.get('phase')}" + (f" ({found['reason']})" if found.get("reason") else ""))
-    print(f"objective: {found['direction']} {found['metric']}; best: "
+    print(f"objective: {found['direction']} {found['metric']}, each trial's {found['of']} value; best: "
           + (f"trial {best['trial']} = {best['value']:.6g} (run {best['run_id']})" if best else "none yet"))
     rows = [{"trial": t["trial"], "state": t["state"], "value": "" if t["value"] is None else f"{t['value']:.6g}",
              "pruned at": "" if t["pruned_step"] is None else t["pruned_step"], "run": t["run_id"] or "",

@@ -1,7 +1,8 @@
 """Export the best trial's best checkpoint in one action (issue 50, item 6): the sweep's best
 trial by its objective, then, among the checkpoints that trial's run kept, the one whose saved
-objective value is best (the newest where none carries it), exported and verified on the chief
-as Export does for any run (backend/checkpoints.py: held, rebuilt, compared in a fresh process)."""
+objective value is best (the newest where none carries it, or with ``objective.of: last``),
+exported and verified on the chief as Export does for any run (backend/checkpoints.py: held,
+rebuilt, compared in a fresh process)."""
 from __future__ import annotations
 
 import math
@@ -15,9 +16,13 @@ from backend.runs.store import RunStore
 from backend.sweeps import control
 
 
-def best_step(listed: list[dict], metric: str, direction: str) -> int:
+def best_step(listed: list[dict], metric: str, direction: str, of: str = "best") -> int:
     """The step of the checkpoint with the best saved ``metric`` (min or max); the newest when
-    no checkpoint carries a finite value of it (a fit script's epoch-end saves carry val_*)."""
+    no checkpoint carries a finite value of it (a fit script's epoch-end saves carry val_*).
+    ``of: last`` (the sweep judged each trial by its last value): the newest, the checkpoint
+    nearest the value the trial was judged by, as the best one is under ``of: best``."""
+    if of == "last":
+        return max(c["step"] for c in listed)
     scored = [(c["metrics"][metric], c["step"]) for c in listed
               if isinstance((c.get("metrics") or {}).get(metric), (int, float))
               and math.isfinite(c["metrics"][metric])]
@@ -39,6 +44,6 @@ def export_best(runs_root: Path, sweep_id: str, options: SSHOptions, *, name: st
     if not listed:
         raise ConsoleError(f"the best trial's run {run.run_id} kept no checkpoint",
                            "Make the job save checkpoints (KerasCallback, tfconsole.Loop or the harness).")
-    step = best_step(listed, found["metric"], found["direction"])
+    step = best_step(listed, found["metric"], found["direction"], found["of"])
     result = checkpoints.export(run, step=step, name=name or f"{sweep_id}-best")
     return {"sweep": sweep_id, "trial": best["trial"], "run_id": run.run_id, "chosen_step": step, **result}

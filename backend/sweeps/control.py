@@ -94,9 +94,10 @@ def status(runs_root: Path, sweep_id: str) -> dict:
     spec, state = load_spec(here), read_dict(here / STATE)
     if state.get("phase") in LIVE and detached.keeper_pid(here) is None:
         state["phase"], state["reason"] = "interrupted", "its keeper is gone: `tfconsole sweep resume` goes on"
-    out = {"sweep": sweep_id, **state, "metric": spec.metric, "direction": spec.direction,
+    out = {"sweep": sweep_id, **state, "metric": spec.metric, "direction": spec.direction, "of": spec.of,
            "budget": {"trials": spec.trials, "wall_s": spec.wall_s}, "at_once": spec.at_once,
-           "sampler": spec.sampler, "pruner": spec.pruner, "best": None, "trials": []}
+           "sampler": spec.sampler, "pruner": spec.pruner, "pruner_options": dict(spec.pruner_options),
+           "best": None, "trials": []}
     if (here / studies.DB).exists() or spec.storage:
         try:
             found = studies.read_study(here, sweep_id, spec.storage) if _has_study(here, sweep_id, spec) else None

@@ -155,7 +155,7 @@ class SweepKeeper:
         if last.startswith(outcome.INTERRUPTED):   # a keeper killed while launching it: it never ran
             act.trial.set_user_attr(NEVER, True)
         if phase == "finished" and len(values):
-            studies.tell(self.study, act.trial, float(values[-1]))
+            studies.tell(self.study, act.trial, studies.trial_value(values, self.spec.direction, self.spec.of))
             return
         act.trial.set_user_attr("note", f"run {phase}" + ("" if len(values) else f", no {self.spec.metric} reported"))
         studies.tell(self.study, act.trial, state=TrialState.FAIL)

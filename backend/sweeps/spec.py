@@ -25,8 +25,15 @@ from backend.errors import SpecError, SpecErrors
 
 KINDS = ("choice", "range", "int_range", "log_range")
 SAMPLERS = ("tpe", "random", "grid")
-PRUNERS = ("none", "median", "hyperband")
+PRUNERS = ("none", "median", "successive_halving", "hyperband")
+# Options a pruner takes in `pruner: {NAME: {...}}`, in the job's reported steps, and their defaults:
+# rungs from the first step (Optuna's own "auto" for successive halving waits for a finished
+# trial, too late for a short sweep); hyperband's last rung at the steps a finished trial
+# reported, unless max_resource says it.
+PRUNER_OPTIONS = {"successive_halving": {"min_resource": 1, "reduction_factor": 3},
+                  "hyperband": {"min_resource": 1, "max_resource": "auto", "reduction_factor": 3}}
 DIRECTIONS = ("min", "max")
+OFS = ("best", "last")   # a complete trial's value: its best reported value, or its last
 TOP_KEYS = ("cluster", "job", "space", "objective", "budget", "at_once", "sampler", "pruner",
             "seed", "storage")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -52,11 +59,13 @@ class SweepSpec:
     space: tuple[Dimension, ...]
     metric: str
     direction: str = "min"
+    of: str = "best"                 # a complete trial's value: its best reported value, or its last
     trials: int | None = None        # budget: how many trials in all (None: wall time alone)
     wall_s: float | None = None      # budget: no new trial after this long
     at_once: int = 1
     sampler: str = "tpe"
     pruner: str = "none"
+    pruner_options: tuple = ()       # (name, value) pairs, every option of PRUNER_OPTIONS[pruner]
     seed: int | None = None
     storage: str | None = None       # an Optuna RDB URL; None: SQLite in the sweep's folder
 
@@ -75,11 +84,11 @@ def sweep_from_dict(data: object, *, base_dir: Path | None = None) -> SweepSpec:
     cluster = _part(data, "cluster", base, errors, load_any_cluster, any_cluster_from_dict)
     job = _part(data, "job", base, errors, load_job, lambda d: job_from_dict(d, base_dir=base))
     space = _space(data.get("space"), errors)
-    metric, direction = _objective(data.get("objective"), errors)
+    metric, direction, of = _objective(data.get("objective"), errors)
     trials, wall_s = _budget(data.get("budget"), errors)
     at_once = _count(data.get("at_once", 1), "at_once", errors, low=1)
     sampler = _one_of(data.get("sampler") or "tpe", "sampler", SAMPLERS, errors)
-    pruner = _one_of(data.get("pruner") or "none", "pruner", PRUNERS, errors)
+    pruner, pruner_options = _pruner(data.get("pruner") or "none", errors)
     seed = None if data.get("seed") is None else _count(data.get("seed"), "seed", errors, low=0)
     storage = data.get("storage")
     if storage is not None and not (isinstance(storage, str) and "://" in storage):
@@ -95,8 +104,8 @@ def sweep_from_dict(data: object, *, base_dir: Path | None = None) -> SweepSpec:
         errors += _at_once_fits(cluster, at_once)
     if errors:
         raise SpecErrors(errors)
-    return SweepSpec(cluster, job, space, metric, direction, trials, wall_s, at_once, sampler,
-                     pruner, seed, storage)
+    return SweepSpec(cluster, job, space, metric, direction, of, trials, wall_s, at_once, sampler,
+                     pruner, pruner_options, seed, storage)
 
 
 def _part(data: Mapping, name: str, base: Path, errors: list, load, build):
@@ -172,18 +181,56 @@ def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _objective(value: object, errors: list) -> tuple[str, str]:
+def _objective(value: object, errors: list) -> tuple[str, str, str]:
     fix = "Write it as `objective: {metric: val_loss, direction: min}` (a metric the job reports)."
     if not isinstance(value, Mapping):
         errors.append(SpecError("objective", f"expected a mapping, got {show_value(value)}", fix))
-        return "", "min"
-    errors += unknown_keys(value, ("metric", "direction"), "objective.")
+        return "", "min", "best"
+    errors += unknown_keys(value, ("metric", "direction", "of"), "objective.")
     metric = value.get("metric")
     problem = name_problem(metric)
     if problem:
         errors.append(SpecError("objective.metric", problem, fix))
     direction = _one_of(value.get("direction") or "min", "objective.direction", DIRECTIONS, errors)
-    return metric if not problem else "", direction or "min"
+    of = _one_of(value.get("of") or "best", "objective.of", OFS, errors)
+    return metric if not problem else "", direction or "min", of or "best"
+
+
+def _pruner(value: object, errors: list) -> tuple[str | None, tuple]:
+    """``pruner: NAME`` or ``pruner: {NAME: {option: value}}``: the name and every option of it
+    (PRUNER_OPTIONS' defaults where not given)."""
+    options: object = {}
+    if isinstance(value, Mapping) and len(value) == 1:
+        value, options = next(iter(value.items()))
+    name = _one_of(value, "pruner", PRUNERS, errors)
+    if name is None:
+        return None, ()
+    defaults = PRUNER_OPTIONS.get(name, {})
+    if options is None:   # `{hyperband: }` in YAML: its defaults
+        options = {}
+    if not defaults and options:
+        errors.append(SpecError(f"pruner.{name}", f"{name} takes no options, got {show_value(options)}",
+                                f"Write it as `pruner: {name}`."))
+        return name, ()
+    if not isinstance(options, Mapping):
+        errors.append(SpecError(f"pruner.{name}", f"expected options as a mapping, got {show_value(options)}",
+                                f"Write it as `pruner: {{{name}: {{min_resource: 1}}}}` "
+                                f"(options: {', '.join(defaults)}), or `pruner: {name}`."))
+        return name, tuple(defaults.items())
+    errors += unknown_keys(options, tuple(defaults), f"pruner.{name}.")
+    got = {**defaults, **{k: v for k, v in options.items() if k in defaults and v is not None}}
+    for key, low in (("min_resource", 1), ("reduction_factor", 2)):
+        if key in options and _count(options[key], f"pruner.{name}.{key}", errors, low=low) is None:
+            got[key] = defaults[key]
+    top = got.get("max_resource")
+    if top not in (None, "auto") and (isinstance(top, bool) or not isinstance(top, int)
+                                      or top <= got["min_resource"]):
+        errors.append(SpecError(f"pruner.{name}.max_resource",
+                                f"expected a step above min_resource ({got['min_resource']}) or auto, "
+                                f"got {show_value(top)}",
+                                "Give the last step the job reports (its steps, not a count of reports), "
+                                "or auto: the steps the first finished trial reported."))
+    return name, tuple(got.items())
 
 
 def _budget(value: object, errors: list) -> tuple[int | None, float | None]:

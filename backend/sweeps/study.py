@@ -55,6 +55,17 @@ def tell(study: optuna.Study, trial, value: float | None = None, *, state: Trial
             raise
 
 
+def trial_value(values, direction: str, of: str) -> float:
+    """A complete trial's objective from the values it reported, in order: the best (``of:
+    best``; min or max by ``direction``) or the last (``of: last``). A NaN or infinite value (a
+    diverged step) is never the best; with none finite the last is told, and Optuna fails it."""
+    values = [float(v) for v in values]
+    finite = [v for v in values if math.isfinite(v)]
+    if of == "last" or not finite:
+        return values[-1]
+    return min(finite) if direction == "min" else max(finite)
+
+
 def sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
     if spec.sampler == "grid":
         return optuna.samplers.GridSampler(grid(spec.space), seed=spec.seed)
@@ -67,8 +78,12 @@ def sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
 def pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
     if spec.pruner == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=min(2, spec.trials or 2), n_min_trials=1)
+    # Rungs are in the job's reported steps (the keeper reports each at its step): a job that
+    # reports every 100 steps wants min_resource 100 (README, "Sweeps").
+    if spec.pruner == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(**dict(spec.pruner_options))
     if spec.pruner == "hyperband":
-        return optuna.pruners.HyperbandPruner()
+        return optuna.pruners.HyperbandPruner(**dict(spec.pruner_options))
     return optuna.pruners.NopPruner()
 
 

@@ -1,7 +1,9 @@
 """A sweep over real sshd hosts (issue 50): 4 trials, 2 at once, each an ordinary run on its own
 host; the best trial is the one the runs' own metric files say, and nothing is left on a host.
-A stopped sweep stops its running trials and leaves nothing. The job is a tiny command job
-(5 reports, no TensorFlow): what is tested is the sweep's keeper, not training."""
+A stopped sweep stops its running trials and leaves nothing. A complete trial counts its best
+reported value (or, with ``of: last``, its last); successive halving and hyperband stop the
+hopeless trials early. The job is a tiny command job (a few reports, no TensorFlow): what is
+tested is the sweep's keeper, not training."""
 from __future__ import annotations
 
 import json
@@ -29,9 +31,9 @@ def _sweep(ssh_hosts, client_key, python_path, tmp_path, command, **over) -> dic
             "budget": {"trials": 4}, "at_once": 2, "sampler": "random", "seed": 7, **over}
 
 
-def _start(data, tmp_path, ssh_options) -> tuple:
+def _start(data, tmp_path, ssh_options, sweep_id=None) -> tuple:
     root = RunStore(tmp_path / "runs").root
-    return root, control.start(sweep_from_dict(data), data, root, ssh_options, poll_s=0.3)
+    return root, control.start(sweep_from_dict(data), data, root, ssh_options, sweep_id=sweep_id, poll_s=0.3)
 
 
 def _last_val_loss(tmp_path, run_id) -> float:
@@ -39,6 +41,18 @@ def _last_val_loss(tmp_path, run_id) -> float:
     path = next(tmp_path.glob(f"h*/runs/{run_id}.*/metrics.jsonl"))
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     return [x for x in lines if "val_loss" in json.dumps(x)][-1]
+
+
+def _val_losses(tmp_path, run_id) -> list[tuple[int, float]]:
+    """Every (step, val_loss) in the chief's own metrics.jsonl on its host, in order."""
+    path = next(tmp_path.glob(f"h*/runs/{run_id}.*/metrics.jsonl"))
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    return [(x["step"], x["global"]["val_loss"]) for x in lines if "val_loss" in (x.get("global") or {})]
+
+
+def _ended(root, sweep_id, within_s: float) -> dict:
+    return wait_for(lambda: (s := control.status(root, sweep_id))["phase"] in ("finished", "failed") and s,
+                    within_s, "the sweep to end")
 
 
 def test_a_sweep_runs_its_budget_two_at_once_and_names_the_best(ssh_hosts, client_key, python_path,
@@ -150,3 +164,74 @@ def test_a_sweep_kept_in_a_teams_postgresql_runs_its_budget_there(ssh_hosts, cli
     assert sorted(t.number for t in study.trials) == sorted(t["trial"] for t in found["trials"])
     assert study.best_trial.number == found["best"]["trial"]
     assert study.best_value == pytest.approx(found["best"]["value"])
+
+
+DOWN_UP = ("import sys, tfconsole\nx = float(sys.argv[1])\n"
+           "for s in range(1, 7): tfconsole.report(s, loss=1.0 / s, metrics={'val_loss': (x - 0.3) ** 2 + 0.1 * (s - 3) ** 2})")
+
+
+@pytest.mark.parametrize("of", ["best", "last"])
+def test_a_complete_trials_value_is_its_best_reported_value_or_with_of_last_its_last(
+        of, ssh_hosts, client_key, python_path, tmp_path, ssh_options):
+    """val_loss goes down to step 3, then up: ``of: best`` (the default) tells Optuna the
+    minimum the chief's own metrics.jsonl holds, ``of: last`` its last value; status, the CLI
+    and the best trial agree with it."""
+    objective = {"metric": "val_loss", "direction": "min", **({"of": of} if of == "last" else {})}
+    data = _sweep(ssh_hosts, client_key, python_path, tmp_path, [python_path, "-c", DOWN_UP, "{x}"],
+                  budget={"trials": 2}, objective=objective)
+    root, sweep_id = _start(data, tmp_path, ssh_options)
+    found = _ended(root, sweep_id, 120)
+    assert found["phase"] == "finished" and found["of"] == of, found
+    assert [t["state"] for t in found["trials"]] == ["complete"] * 2
+    for t in found["trials"]:
+        record = [v for _, v in _val_losses(tmp_path, t["run_id"])]
+        assert len(record) == 6 and min(record) < record[-1]   # the job's best is in the middle
+        assert t["value"] == pytest.approx(min(record) if of == "best" else record[-1], rel=1e-6)
+    best = min(found["trials"], key=lambda t: t["value"])
+    assert (found["best"]["trial"], found["best"]["value"]) == (best["trial"], best["value"])
+    out = subprocess.run([sys.executable, "-m", "backend", "--runs", str(root), "sweep", "status", sweep_id],
+                         capture_output=True, text=True, timeout=60)
+    assert f"each trial's {of} value; best: trial {best['trial']} = {best['value']:.6g}" in out.stdout, out
+
+
+# 10 reports, one a second: a launch holds the keeper ~3.5 s on these hosts, so a trial still has
+# several steps to go when the keeper, polling every 0.3 s, reads its first report and prunes it.
+# val_loss hardly moves with the step, so a trial's rung value does not depend on which poll read it.
+STEPS = 10
+PACED = ("import sys, time, tfconsole\nx = float(sys.argv[1])\n"
+         f"for s in range(1, {STEPS + 1}):\n    time.sleep(1.0)\n"
+         "    tfconsole.report(s, loss=1.0 / s, metrics={'val_loss': 10 * (x - 0.3) ** 2 + 0.5 + 0.01 / s})")
+
+
+@pytest.mark.parametrize("pruner", [{"hyperband": {"max_resource": STEPS}}, "successive_halving"])
+def test_hyperband_and_successive_halving_prune_hopeless_trials_early_and_leave_nothing(
+        pruner, ssh_hosts, client_key, python_path, tmp_path, ssh_options):
+    """6 trials, 2 at once, seed 7 (x: 0.08, 0.78, 0.44, 0.72, 0.98, 0.54). With at most 5
+    trials at a rung, Optuna's successive halving promotes only a trial as good as the best that
+    reached the rung before it: the hopeless trials are those worse than a trial launched before
+    them (1, 3, 4, 5); hyperband's brackets for this sweep id ({0, 1, 4} and {2, 3, 5}) keep the
+    same ones. Each is stopped at the first rung the keeper checks, steps before its job's end."""
+    data = _sweep(ssh_hosts, client_key, python_path, tmp_path, [python_path, "-c", PACED, "{x}"],
+                  budget={"trials": 6}, pruner=pruner, seed=7)
+    root, sweep_id = _start(data, tmp_path, ssh_options, sweep_id="sweep-hb")
+    found = _ended(root, sweep_id, 240)
+    assert found["phase"] == "finished", found
+    trials = found["trials"]
+    assert len(trials) == 6 and all(t["counted"] for t in trials), trials
+    far = [abs(t["params"]["x"] - 0.3) for t in trials]
+    hopeless = {n for n in range(6) if min(far[:n], default=1.0) < far[n]}
+    pruned = {t["trial"] for t in trials if t["state"] == "pruned"}
+    assert pruned == hopeless and hopeless, [(t["trial"], t["state"], t["pruned_step"]) for t in trials]
+    assert found["best"]["trial"] == min(range(6), key=far.__getitem__)
+    for t in trials:
+        run = launcher.attach(t["run_id"], store=RunStore(root), options=ssh_options)
+        record = _val_losses(tmp_path, t["run_id"])
+        assert processes_of(run) == [], (t, processes_of(run))
+        if t["trial"] in pruned:
+            assert t["pruned_step"] < STEPS and t["note"] == f"pruned at step {t['pruned_step']}", t
+            assert str(run.state.phase) == "stopped", t
+            assert run.state.attempts[-1].reason == f"pruned by the sweep at step {t['pruned_step']}"
+            assert t["pruned_step"] <= record[-1][0] < STEPS   # the job itself stopped before its end
+        else:
+            assert str(run.state.phase) == "finished" and record[-1][0] == STEPS
+            assert t["value"] == pytest.approx(min(v for _, v in record), rel=1e-6)

@@ -101,3 +101,45 @@ def test_the_readme_example_sweep_reads_and_fills_the_keras_script_arguments():
     job = with_params(spec.job, {"lr": 0.01, "batch": 64})
     assert job.command[job.command.index("--lr") + 1] == "0.01" and "{batch}" not in job.command
     assert [len(g.tasks) for g in host_groups(spec.cluster, spec.at_once)] == [2, 2]
+
+
+def test_a_trials_value_is_its_best_reported_value_unless_of_last():
+    from backend.sweeps.study import trial_value
+    assert sweep_from_dict(_sweep()).of == "best"
+    assert sweep_from_dict(_sweep(objective={"metric": "val_loss", "of": "last"})).of == "last"
+    down_up = [0.9, 0.4, 0.6, float("nan")]
+    assert trial_value(down_up, "min", "best") == 0.4
+    assert trial_value(down_up, "max", "best") == 0.9
+    assert trial_value(down_up[:3], "min", "last") == 0.6
+    found = _refused(_sweep(objective={"metric": "val_loss", "of": "bestt", "from": 1}))
+    assert "unknown value 'bestt'" in found["objective.of"] and "Use one of: best, last" in found["objective.of"]
+    assert "Use only: metric, direction, of" in found["objective.from"]
+
+
+def test_pruners_take_their_options_in_the_jobs_steps_and_bad_ones_are_named():
+    import optuna
+    from backend.sweeps.study import pruner
+    spec = sweep_from_dict(_sweep(pruner="successive_halving"))
+    assert dict(spec.pruner_options) == {"min_resource": 1, "reduction_factor": 3}
+    assert isinstance(pruner(spec), optuna.pruners.SuccessiveHalvingPruner)
+    spec = sweep_from_dict(_sweep(pruner={"hyperband": {"max_resource": 9, "reduction_factor": 2}}))
+    built = pruner(spec)
+    assert isinstance(built, optuna.pruners.HyperbandPruner)
+    assert (built._min_resource, built._max_resource, built._reduction_factor) == (1, 9, 2)
+    assert dict(sweep_from_dict(_sweep(pruner={"hyperband": None})).pruner_options)["max_resource"] == "auto"
+    found = _refused(_sweep(pruner={"hyperband": {"max_resource": 1, "reduction_factor": 1, "eta": 3}}))
+    assert "expected a step above min_resource (1) or auto" in found["pruner.hyperband.max_resource"]
+    assert "at least 2" in found["pruner.hyperband.reduction_factor"]
+    assert "Use only: min_resource, max_resource, reduction_factor" in found["pruner.hyperband.eta"]
+    assert "median takes no options" in _refused(_sweep(pruner={"median": {"n": 1}}))["pruner.median"]
+    assert "Did you mean 'successive_halving'?" in _refused(_sweep(pruner="successive_halvin"))["pruner"]
+    assert "expected options as a mapping" in _refused(_sweep(pruner={"hyperband": 3}))["pruner.hyperband"]
+
+
+def test_export_takes_the_checkpoint_the_trials_value_came_from():
+    from backend.sweeps.best import best_step
+    listed = [{"step": 10, "metrics": {"val_loss": 0.5}}, {"step": 20, "metrics": {"val_loss": 0.3}},
+              {"step": 30, "metrics": {"val_loss": 0.4}}]
+    assert best_step(listed, "val_loss", "min") == 20
+    assert best_step(listed, "val_loss", "max") == 10
+    assert best_step(listed, "val_loss", "min", "last") == 30
