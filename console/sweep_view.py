@@ -3,7 +3,6 @@ trial, a figure of every trial's objective over steps, and Optuna's own plotly f
 numbers come from ``backend.sweeps.control.status`` (what `tfconsole sweep status --json` prints)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -13,7 +12,7 @@ from backend.errors import ConsoleError
 from backend.hosts.ssh import SSHOptions
 from backend.sweeps import best as best_export, control, keeper
 from backend.sweeps.spec import sweep_from_dict
-from console import paths
+from console import paths, runs_view
 
 EXAMPLE = paths.EXAMPLES / "sweep_keras.yaml"
 
@@ -72,10 +71,15 @@ def stop(runs_root: Path, sweep_id: str) -> tuple[str, bool]:
 
 
 def trial_rows(found: dict) -> list[dict]:
-    """One row per trial: state, objective, pruned at which step, its run, its parameters (text)."""
-    return [{"trial": t["trial"], "state": t["state"], "objective": t["value"],
-             "pruned at step": t["pruned_step"], "run": t["run_id"] or "", "params": json.dumps(t["params"]),
-             "note": t["note"]} for t in found["trials"]]
+    """One row per trial: state, objective, pruned at which step, its run, then a column per
+    parameter (sortable, as the Runs table's metrics)."""
+    rows = []
+    for t in found["trials"]:
+        row = {"trial": t["trial"], "state": t["state"], "objective": t["value"],
+               "pruned at step": t["pruned_step"], "run": t["run_id"] or ""}
+        row.update({(f"param {k}" if k in row or k == "note" else k): v for k, v in t["params"].items()})
+        rows.append({**row, "note": t["note"]})
+    return rows
 
 
 def best_line(found: dict) -> str:
@@ -83,7 +87,15 @@ def best_line(found: dict) -> str:
     if not best:
         return f"No trial has finished yet ({found['direction']} {found['metric']})."
     return (f"Best so far: trial {best['trial']}, {found['metric']} = {best['value']:.6g} ({found['of']} of its values) "
-            f"(run {best['run_id']}), params {json.dumps(best['params'])}")
+            f"(run {best['run_id']}), params {runs_view.params_text(best['params'])}")
+
+
+def budget_text(budget: dict) -> str:
+    """``{"trials": 12, "wall_s": 3600}`` as "12 trials or 3600 s, whichever comes first"."""
+    parts = [f"{budget['trials']} trials" if budget.get("trials") else "",
+             f"{budget['wall_s']:g} s" if budget.get("wall_s") else ""]
+    said = " or ".join(p for p in parts if p)
+    return said + (", whichever comes first" if all(parts) else "")
 
 
 def curves_figure(found: dict) -> go.Figure:

@@ -25,7 +25,7 @@ def main() -> None:
         return
     phase = status.get("phase", "")
     st.markdown(f"**{phase}**" + (f": {status['reason']}" if status.get("reason") else ""))
-    st.caption(f"objective: {status['direction']} {status['metric']}, each trial's {status['of']} value; budget: {status['budget']}; "
+    st.caption(f"objective: {status['direction']} {status['metric']}, each trial's {status['of']} value; budget: {sweep_view.budget_text(status['budget'])}; "
                f"{status['at_once']} at once; sampler {status['sampler']}, pruner {status['pruner']}")
     st.text(sweep_view.best_line(status))   # text: parameters are shown as written
     _actions(root, sweep_id, status)

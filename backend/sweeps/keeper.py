@@ -23,9 +23,7 @@ from backend.runs.store import RunStore
 from backend.sweeps import control, study as studies
 from backend.sweeps.spec import host_groups, with_params
 from backend.watch import chief_metrics
-from backend.watch.metrics import MetricsStore
 
-READ_BYTES = 8 << 20
 PRUNE_SAVE_S = 30.0
 NEVER = "never_launched"   # a trial's user attr: cut off before its run existed, not in the budget
 
@@ -36,6 +34,10 @@ class Active:
     run: object            # backend.runs.handle.Run
     group: int
     reported: set = field(default_factory=set)
+    lines: chief_metrics.Growing | None = None   # the chief's metric lines, read as they grow
+
+    def __post_init__(self) -> None:
+        self.lines = chief_metrics.Growing(self.run)
 
 
 class SweepKeeper:
@@ -135,7 +137,7 @@ class SweepKeeper:
         act = self.active[slot]
         act.run.settle()   # a run without a keeper of its own is settled by its readers: here
         state = act.run.state
-        steps, values = self._objective(act.run)
+        steps, values = self._objective(act)
         for step, value in zip(steps, values):
             if step not in act.reported:
                 act.trial.report(float(value), int(step))
@@ -160,7 +162,7 @@ class SweepKeeper:
         act.trial.set_user_attr("note", f"run {phase}" + ("" if len(values) else f", no {self.spec.metric} reported"))
         studies.tell(self.study, act.trial, state=TrialState.FAIL)
         if phase == "finished" and not self._ever_reported():
-            names = ", ".join(self._read(act.run).metric_names()) or "none"
+            names = ", ".join(act.lines.read().metric_names()) or "none"
             raise studies.SweepError(
                 f"the objective metric {self.spec.metric!r} was never reported by trial {act.trial.number} "
                 f"(run {act.run.run_id} reports: {names})",
@@ -179,12 +181,8 @@ class SweepKeeper:
     def _ever_reported(self) -> bool:
         return any(t.intermediate_values for t in self.study.get_trials(deepcopy=False))
 
-    def _read(self, run) -> MetricsStore:
-        """The chief's metric lines (their last READ_BYTES), as ``tfconsole metrics`` reads them."""
-        return chief_metrics.read_store(run, READ_BYTES)[0]
-
-    def _objective(self, run):
-        found = self._read(run)
+    def _objective(self, act: Active):
+        found = act.lines.read()
         if self.spec.metric not in found.metric_names():
             return [], []
         return found.metric(self.spec.metric)

@@ -70,7 +70,10 @@ class Growing:
         """The store with every whole line written so far (a line being written waits)."""
         host = self.run.remote(self.run.state.chief.name)
         while True:
-            data, size = remote.read_at(host, layout.METRICS, self.offset)
+            try:
+                data, size = remote.read_at(host, layout.METRICS, self.offset)
+            except remote.NotInstalled:   # the run's folder is not there (yet, or any more)
+                return self.store
             if size < 0:
                 return self.store   # no metrics yet
             if size < self.offset:   # the file was replaced: read it again from its start

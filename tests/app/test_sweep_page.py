@@ -43,7 +43,10 @@ def test_the_sweep_page_shows_trials_best_curves_and_optunas_figures(page, runs_
     assert list(table["state"]) == ["complete", "complete", "pruned"]
     assert list(table["pruned at step"].fillna(-1)) == [-1, -1, 2]
     assert list(table["run"]) == ["sweep-a-t0", "sweep-a-t1", "sweep-a-t2"]
-    assert any("Best so far: trial 0" in t.value and "run sweep-a-t0" in t.value for t in at.text)
+    assert list(table["x"]) == [0.3, 0.9, 0.95]   # a column per parameter
+    assert any("Best so far: trial 0" in t.value and "run sweep-a-t0" in t.value and "params x=0.3" in t.value
+               for t in at.text)
+    assert any("budget: 3 trials;" in c.value for c in at.caption)
     titles = [s.value for s in at.subheader]
     assert "Optimisation history" in titles and "Parallel coordinates" in titles
     assert len(at.get("plotly_chart")) >= 3   # the curves and Optuna's figures
