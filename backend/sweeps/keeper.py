@@ -143,9 +143,11 @@ class SweepKeeper:
                 act.trial.report(float(value), int(step))
                 act.reported.add(step)
         if state.live and act.reported and act.trial.should_prune():
-            act.run.stop(save=self._saves(act.run), save_grace_s=PRUNE_SAVE_S,
-                         reason=f"pruned by the sweep at step {max(act.reported)}")
-            act.trial.set_user_attr("note", f"pruned at step {max(act.reported)}")
+            step = max(act.reported)
+            # The value that pruned it, as the chief reported it (Optuna holds it as well).
+            said = f"at step {step} ({self.spec.metric} {dict(zip(steps, values))[step]:.6g})"
+            act.run.stop(save=self._saves(act.run), save_grace_s=PRUNE_SAVE_S, reason=f"pruned by the sweep {said}")
+            act.trial.set_user_attr("note", f"pruned {said}")
             studies.tell(self.study, act.trial, state=TrialState.PRUNED)
             del self.active[slot]
         elif not state.live:

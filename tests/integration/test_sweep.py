@@ -221,16 +221,19 @@ def test_hyperband_and_successive_halving_prune_hopeless_trials_early_and_leave_
     far = [abs(t["params"]["x"] - 0.3) for t in trials]
     hopeless = {n for n in range(6) if min(far[:n], default=1.0) < far[n]}
     pruned = {t["trial"] for t in trials if t["state"] == "pruned"}
-    assert pruned == hopeless and hopeless, [(t["trial"], t["state"], t["pruned_step"]) for t in trials]
+    # Only hopeless trials are pruned, and some are (which ones exactly would depend on the order
+    # in which trials running at once reach a rung: a loaded machine may swap two).
+    assert pruned and pruned <= hopeless, [(t["trial"], t["state"], t["pruned_step"]) for t in trials]
     assert found["best"]["trial"] == min(range(6), key=far.__getitem__)
     for t in trials:
         run = launcher.attach(t["run_id"], store=RunStore(root), options=ssh_options)
         record = _val_losses(tmp_path, t["run_id"])
         assert processes_of(run) == [], (t, processes_of(run))
         if t["trial"] in pruned:
-            assert t["pruned_step"] < STEPS and t["note"] == f"pruned at step {t['pruned_step']}", t
+            said = f"at step {t['pruned_step']} (val_loss {dict(record)[t['pruned_step']]:.6g})"   # the record's value
+            assert t["pruned_step"] < STEPS and t["note"] == f"pruned {said}", t
             assert str(run.state.phase) == "stopped", t
-            assert run.state.attempts[-1].reason == f"pruned by the sweep at step {t['pruned_step']}"
+            assert run.state.attempts[-1].reason == f"pruned by the sweep {said}"
             assert t["pruned_step"] <= record[-1][0] < STEPS   # the job itself stopped before its end
         else:
             assert str(run.state.phase) == "finished" and record[-1][0] == STEPS
