@@ -35,6 +35,7 @@ STOP_GRACE_S = 1.0
 # stop --save: how long to wait for every worker to save its step and exit (the next sync point,
 # the save itself) before the plain stop goes on; the previous checkpoint stays usable.
 SAVE_GRACE_S = 60.0
+SAVED_ON_EVERY_WORKER = " on every worker"   # ends the reason of a stop whose save was made
 EXITED_POLL_S = 1.0   # how often a save-stop asks whether every task has already exited
 
 
@@ -328,14 +329,17 @@ class Run:
             # for a save that no worker will make (this used to reset ``saved_step`` and wait
             # ``save_grace_s``, and the console then said "no save" after both workers saved).
             last = self.state.attempts[-1] if self.state.attempts else None
-            saved = last is not None and (last.reason or "").startswith("stopped: saved at step")
+            saved = last is not None and (last.reason or "").endswith(SAVED_ON_EVERY_WORKER)
             self.saved_step = last.last_step if saved else None
             return StopReport()
         queued = self.state.phase == Phase.QUEUED   # nothing started, so nothing to save
         self.move(Phase.STOPPING, when=lambda state: state.live)
         self.saved_step = None
         if save and not queued:
-            self.saved_step, reason = self._save_then_exit(save_grace_s)
+            # The save's outcome follows the stop's own reason ("pruned by the sweep at step 18
+            # (val_loss 0.52): saved at step 19 on every worker"); a plain stop's is "stopped: ...".
+            self.saved_step, said = self._save_then_exit(save_grace_s)
+            reason = f"{reason}: {said}"
         report = self.engine.stop(self, grace_s=grace_s)
         last_step = self.saved_step if self.saved_step is not None else self.last_step()
 
@@ -356,12 +360,12 @@ class Run:
 
     def _save_then_exit(self, within_s: float) -> tuple[int | None, str]:
         """A save-stop request to the chief: every worker saves one step, then exits. The step,
-        once the chief has answered and no task runs any more, with the stop's reason; None when
+        once the chief has answered and no task runs any more, with what became of the save; None when
         there is no save: not within ``within_s``, or every task had already exited (a run that
         finishes as it is stopped, a sweep's trial pruned at its end): no save can come then,
         so the stop does not wait out ``within_s`` for one."""
         host = self.remote(self.state.chief.name)
-        no_save = f"stopped: no save within {within_s:g} s (the previous checkpoint stays usable)"
+        no_save = f"no save within {within_s:g} s (the previous checkpoint stays usable)"
         try:
             name = remote.request_save(host, stop=True)
         except ConsoleError:
@@ -378,13 +382,13 @@ class Run:
                         # The chief writes its answer before it exits: asked once more, it is final.
                         step = step if step is not None else remote.saved_step(host, name)
                         if step is not None:
-                            return step, f"stopped: saved at step {step} on every worker"
-                        return None, ("stopped: every task had exited before it could save "
+                            return step, f"saved at step {step}{SAVED_ON_EVERY_WORKER}"
+                        return None, ("every task had exited before it could save "
                                       "(the previous checkpoint stays usable)")
             except ConsoleError:
                 pass   # a host that hiccups: ask again until the deadline
             time.sleep(0.2)
-        return step, (f"stopped: saved at step {step} on every worker" if step is not None else no_save)
+        return step, (f"saved at step {step}{SAVED_ON_EVERY_WORKER}" if step is not None else no_save)
 
     def stop_attempt(self, *, grace_s: float) -> StopReport:
         """Stop the tasks without changing the run's phase (the keeper, between attempts)."""

@@ -5,6 +5,7 @@ say; a pruned trial was stopped before its last epoch, with a save; nothing is l
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,9 @@ def test_a_tensorflow_sweep_prunes_early_and_names_the_best_run(ssh_hosts, clien
         assert processes_of(run) == [], (t, processes_of(run))
         if t["state"] == "pruned" and t["pruned_step"] < EPOCHS * STEPS:   # stopped early, with a save
             assert str(run.state.phase) == "stopped", t
-            assert run.state.attempts[-1].reason.startswith("stopped: saved at step"), run.state.attempts[-1]
+            reason = run.state.attempts[-1].reason   # why it stopped, then the save it made
+            assert re.fullmatch(rf"pruned by the sweep at step {t['pruned_step']} \(val_loss [0-9.e+-]+\): "
+                                r"saved at step \d+ on every worker", reason), reason
             assert run.state.attempts[-1].last_step < EPOCHS * STEPS   # saved and stopped before its end
         elif t["state"] == "pruned":   # pruned on its last epoch's value: it may have finished first
             assert str(run.state.phase) in ("stopped", "finished"), t

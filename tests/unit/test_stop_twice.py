@@ -54,7 +54,7 @@ def test_a_second_save_stop_of_an_ended_run_keeps_the_first_record_and_waits_for
     def save_then_exit(self, within_s):   # every worker saved step 260, then exited
         saves.append(within_s)
         step = 260 if len(saves) == 1 else None
-        return step, f"stopped: saved at step {step} on every worker"
+        return step, f"saved at step {step} on every worker"
     monkeypatch.setattr(Run, "_save_then_exit", save_then_exit)
     run.stop(save=True)
     first = run.store.load("r1")
