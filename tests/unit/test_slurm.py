@@ -227,3 +227,20 @@ def test_attach_slurm_refuses_a_cluster_file_that_is_not_slurm(tmp_path):
     (tmp_path / "hosts.yaml").write_text("tasks:\n  - {role: worker, host: 127.0.0.1, tf_port: 2222}\n")
     with pytest.raises(SpecError, match="is not a Slurm cluster file. Give a file with `kind: slurm`"):
         load_slurm(tmp_path / "hosts.yaml")
+
+
+def test_a_restored_attempts_job_does_not_read_the_previous_jobs_exit_codes(tmp_path):
+    """A Restore submits a new job into the run's folder, where the last job's tasks left
+    ``tasks/<task>.exit`` (0) and their ``.json`` (job 2). Until the new job's wrapper starts and
+    replaces them, they are not the new job's: read as its own, the restored attempt was
+    "finished" before its tasks ran, and the keeper cancelled it (a full suite, one run in
+    several). The probe is the one that runs on the login host; scontrol is not needed here."""
+    from backend.client.harness import layout, slurm_task
+    (tmp_path / layout.TASKS).mkdir()
+    for name in ("chief-0", "worker-0"):
+        (tmp_path / layout.TASKS / f"{name}.json").write_text('{"pid": 10, "node": "vm", "rank": 0, "job": "2"}')
+        (tmp_path / layout.TASKS / f"{name}.exit").write_text("0\n")
+    stale = slurm_task.probe(str(tmp_path), "3", ["chief-0", "worker-0"])["tasks"]
+    assert stale == {"chief-0": {"info": None, "exit": None}, "worker-0": {"info": None, "exit": None}}
+    own = slurm_task.probe(str(tmp_path), "2", ["chief-0"])["tasks"]["chief-0"]
+    assert own["exit"] == 0 and own["info"]["job"] == "2"

@@ -188,10 +188,15 @@ def probe(run_dir: str, job: str, names: list[str]) -> dict:
     for name in names:
         info, code = _read(layout.task_file(run_dir, name, "json")), _read(layout.task_file(run_dir, name, "exit"))
         try:
-            tasks[name] = {"info": json.loads(info) if info else None,
-                           "exit": int(code) if code and code.strip() else None}
+            found = {"info": json.loads(info) if info else None, "exit": int(code) if code and code.strip() else None}
         except ValueError:   # a file being written: the next poll reads it whole
-            tasks[name] = {"info": None, "exit": None}
+            found = {"info": None, "exit": None}
+        if str((found["info"] or {}).get("job", job)) != str(job):
+            # An earlier job's files (a Restore submits a new job into the same run folder): its
+            # exit code 0 read as this job's made a restored attempt "finished" before its tasks
+            # started, and the keeper cancelled it. This job's wrapper replaces them as it starts.
+            found = {"info": None, "exit": None}
+        tasks[name] = found
     try:
         requeued = json.loads(_read(os.path.join(run_dir, REQUEUED)) or "null")
     except ValueError:
