@@ -12,6 +12,7 @@ bare "Authentication error"; we ask first, so the page can say which setting to 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import time
 import tomllib
@@ -109,12 +110,13 @@ def _fix(key: str) -> str:
 _answers: dict[tuple, tuple[float, str | None]] = {}
 
 
-def provider_problem(found: Settings, *, now: float | None = None) -> str | None:
+def provider_problem(found: Settings, *, now: float | None = None, fresh: bool = False) -> str | None:
     """None when the provider answers its discovery URL with OpenID metadata and takes this
-    client's secret; else what is wrong, naming the setting. Remembered ``REMEMBER_S``."""
+    client's secret; else what is wrong, naming the setting. Remembered ``REMEMBER_S``, unless
+    ``fresh`` (the Sign in click itself: the provider may have gone since the page was drawn)."""
     key = (found.metadata_url, found.client_id, found.client_secret)
     now = time.monotonic() if now is None else now
-    if key in _answers and now - _answers[key][0] < REMEMBER_S:
+    if not fresh and key in _answers and now - _answers[key][0] < REMEMBER_S:
         return _answers[key][1]
     problem = _ask(found)
     _answers[key] = (now, problem)
@@ -163,6 +165,29 @@ def _refused_client(token_url: str, body: dict, headers: dict) -> bool:
     except OSError:
         pass   # the sign-in itself will say more; the metadata answered
     return False
+
+
+UNKNOWN = "unknown"   # where a person is when nothing trustworthy says
+# The header a reverse proxy on the console's own machine (nginx, an auth proxy) sets to the
+# browser's address, e.g. X-Forwarded-For; only this header, and only on connections that reach
+# the console over loopback (from that proxy), is believed: a browser can send any header.
+PROXY_ENV = "TFCONSOLE_PROXY_HEADER"
+
+
+def where_from(ip: str | None, headers: Mapping, *, proxy_header: str | None) -> str:
+    """Where a browser is: Streamlit's ``ip_address`` (None for a loopback connection: a browser
+    on this machine, an SSH tunnel or a local proxy), or, over loopback, the trusted proxy's
+    header (its last address: the one the proxy itself added), else "unknown"."""
+    if isinstance(ip, str) and ip.strip():
+        return ip.strip()
+    value = headers.get(proxy_header) if proxy_header else None
+    if isinstance(value, str) and value.strip():
+        last = value.split(",")[-1].strip()
+        try:
+            return str(ipaddress.ip_address(last.strip("[]")))
+        except ValueError:
+            pass
+    return UNKNOWN
 
 
 def identity_of(user: Mapping, host: str) -> Identity:

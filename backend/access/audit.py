@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from backend.errors import ConsoleError
-from backend.access import identity, roles
+from backend.access import identity, roles, viewing
 
 FILE = "audit.jsonl"
 ACTIONS = ("launch", *roles.RUN_ACTIONS, *roles.ADMIN_ACTIONS)   # what is recorded (and checked against the roles)
@@ -96,7 +96,9 @@ def allowed(root: Path, action: str, *, owner: Callable[[], dict | None] = lambd
 
 
 def read(root: Path) -> tuple[list[dict], list[str]]:
-    """Every whole line, oldest first, and what was skipped (``line N: why``)."""
+    """Every whole line, oldest first, and what was skipped (``line N: why``). AccessDenied for
+    a console's person with no role (viewing.py)."""
+    viewing.require(root)
     try:
         text = (Path(root) / FILE).read_bytes().decode(errors="replace")
     except FileNotFoundError:

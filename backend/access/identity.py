@@ -60,8 +60,8 @@ def local(via: str = "python") -> Identity:
 
 
 _DEFAULT: list[Identity] = []
-# A shared console's sessions each have their own person: the console installs a resolver that
-# answers from the session being served (its signed-in user), None outside of one.
+# A console's sessions each have their own person: the console installs a resolver that answers
+# from the session being served (its token holder or signed-in user), None outside of one.
 _RESOLVER: list[Callable[[], "Identity | None"]] = []
 _ACTING: contextvars.ContextVar[Identity | None] = contextvars.ContextVar("tfconsole_acting", default=None)
 
@@ -74,6 +74,12 @@ def set_default(identity: Identity) -> None:
 def set_resolver(resolve: Callable[[], "Identity | None"] | None) -> None:
     """Ask ``resolve()`` first, before the default (None: no resolver)."""
     _RESOLVER[:] = [resolve] if resolve else []
+
+
+def serving() -> Identity | None:
+    """The person a console page is being drawn for (the resolver's answer), or None outside of
+    a served page: the command line, a keeper, a console's background thread."""
+    return _RESOLVER[0]() if _RESOLVER else None
 
 
 def current() -> Identity:

@@ -13,7 +13,7 @@ before. With one, whoever it does not name has no access at all (``default:`` ca
     operators_act_on: own       # own (their runs only) or all
     session_hours: 12           # a sign-in older than this is asked again (sign-in only)
 
-viewer: sees runs, logs and curves. operator: launches, and stops, saves, exports, restores and
+viewer: sees runs, logs and curves (whoever has no role sees nothing: not a page, not a run). operator: launches, and stops, saves, exports, restores and
 dumps the stacks of the runs they own (or every run, ``operators_act_on: all``). admin:
 everything, and trusts hosts' SSH keys (the Cluster page, ``tfconsole trust-host``). A run's keeper
 is not a person: it carries out the restart policy its owner launched with, unchecked.
@@ -33,6 +33,7 @@ FILE = "roles.yaml"
 ROLES = ("viewer", "operator", "admin")
 RUN_ACTIONS = ("stop", "save_now", "export", "restore", "dump_stacks")   # on one run: its owner matters
 ADMIN_ACTIONS = ("trust_host",)   # the console's own settings: admins only
+VIEW = "view"   # to look at all: every page, and the readers the pages use (backend/access/viewing.py)
 KEEPER = "keeper"   # identity.via of a run's keeper (`tfconsole keep`, started by a launch)
 SESSION_HOURS = 12.0   # how long a sign-in lasts unless the roles file says otherwise
 FIX = "Ask an admin of this console to give you a role in its roles file."
@@ -118,9 +119,10 @@ def _role(role: object, where: str, path: Path) -> None:
 
 def check(roles: Roles | None, who: Identity, action: str, *, owner: dict | None = None) -> None:
     """Raise AccessDenied unless ``who`` may take ``action`` (on a run that ``owner`` started)."""
+    verb = "look" if action == VIEW else "act"
     if roles is None and who.provider:
         raise AccessDenied(f"{who.shown()} signed in, but this console has no roles file, so nobody "
-                           "signed in may act (any account of the provider could otherwise)",
+                           f"signed in may {verb} (any account of the provider could otherwise)",
                            "Write roles.yaml in the runs folder naming who may do what (README, "
                            "\"A console for a team\").")
     if roles is None:
@@ -131,7 +133,10 @@ def check(roles: Roles | None, who: Identity, action: str, *, owner: dict | None
     if role == "admin":
         return
     if role is None:
-        raise AccessDenied(f"{who.shown()} has no role on this console ({roles.source})", FIX)
+        raise AccessDenied(f"{who.shown()} has no role on this console ({roles.source}), so may "
+                           f"not {verb}", FIX)
+    if action == VIEW:
+        return   # every role may look
     if action in ADMIN_ACTIONS:
         raise AccessDenied(f"{who.shown()} is {'a viewer' if role == 'viewer' else 'an operator'}: "
                            f"{action} is for admins", FIX)

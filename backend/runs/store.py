@@ -22,7 +22,7 @@ from backend.alerts import settings as alert_settings
 from backend.errors import DiskFullError, RunError
 from backend.client.harness import layout
 from backend.files import FULL, write_private
-from backend.access import audit, roles
+from backend.access import audit, roles, viewing
 from backend.records.state import RUN_ID, Phase, RunState, check_run_id, from_json
 
 LOCK = "state.lock"
@@ -158,8 +158,13 @@ class RunStore:
         write_private(self.path(state.run_id) / layout.STATE, json.dumps(asdict(state), indent=1))
 
     def load(self, run_id: str) -> RunState:
-        path = self.path(run_id) / layout.STATE
+        """The run's state; AccessDenied first for a console's person with no role (viewing.py)."""
         self._require_folder()
+        viewing.require(self.root)
+        return self._load(run_id)
+
+    def _load(self, run_id: str) -> RunState:
+        path = self.path(run_id) / layout.STATE
         try:
             state = from_json(json.loads(path.read_text()))
         except FileNotFoundError:
@@ -180,8 +185,9 @@ class RunStore:
     def list_all(self) -> list[RunState | RunError]:
         """Every run, newest (latest created) first, whatever its name: a run named ``fitjob`` is
         not newer than a later timestamped one. A damaged run appears as its RunError (dated by
-        its state file), never hidden."""
+        its state file), never hidden. AccessDenied for a console's person with no role."""
         self._require_folder()
+        viewing.require(self.root)
         try:
             folders = list(self.root.iterdir())
         except FileNotFoundError:
@@ -194,7 +200,7 @@ class RunStore:
             try:
                 if not (RUN_ID.match(folder.name) and state_file.exists()):
                     continue   # not a run, or one whose launch has not saved its state yet
-                state = self.load(folder.name)
+                state = self._load(folder.name)
                 found.append((state.created, state))
             except (RunError, OSError) as err:   # skipped, named, and the rest still listed
                 found.append((_mtime(state_file), err if isinstance(err, RunError) else RunError(

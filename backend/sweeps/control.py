@@ -19,6 +19,7 @@ from backend.files import read_dict, write_private
 from backend.hosts.ssh import SSHOptions
 from backend.records.state import check_run_id, new_run_id
 from backend.runs import detached
+from backend.access import viewing
 from backend.runs.store import RunStore
 from backend.sweeps import study as studies
 from backend.sweeps.spec import SweepSpec, sweep_from_dict
@@ -88,6 +89,7 @@ def set_state(here: Path, **change) -> dict:
 
 def status(runs_root: Path, sweep_id: str) -> dict:
     """What ``sweep status --json`` prints: phase, objective, budget, best trial, every trial."""
+    viewing.require(runs_root)
     here = folder(runs_root, sweep_id)
     if not (here / SPEC).exists():
         raise ConsoleError(f"no sweep {sweep_id!r} under {runs_root}", "List sweeps with `tfconsole sweep status`.")
@@ -121,6 +123,7 @@ def _has_study(here: Path, sweep_id: str, spec: SweepSpec) -> bool:
 
 def study_of(runs_root: Path, sweep_id: str):
     """The sweep's Optuna study (for Optuna's own figures), or None before its first trial."""
+    viewing.require(runs_root)
     here = folder(runs_root, sweep_id)
     spec = load_spec(here)
     if not ((here / studies.DB).exists() or spec.storage) or not _has_study(here, sweep_id, spec):
@@ -129,5 +132,6 @@ def study_of(runs_root: Path, sweep_id: str):
 
 
 def list_sweeps(runs_root: Path) -> list[str]:
+    viewing.require(runs_root)
     base = Path(runs_root) / FOLDER
     return sorted((p.name for p in base.iterdir() if (p / SPEC).exists()), reverse=True) if base.is_dir() else []

@@ -9,12 +9,15 @@ import threading
 
 import streamlit as st
 
+from backend.access import identity, viewing
 from backend.errors import ConsoleError
+from backend.runs.store import default_root
 from console import tokens
+from console.plain import md_escape
 from console.ui import signin
 
 SESSION_KEY = "_login_token"
-SHUT_OUT_KEY = "_login_shut_out"   # this session was let in, then lost the token
+LET_IN_KEY = "_login_let_in"   # this session was let in once: a later refusal must hide the page list
 
 
 def _request_host() -> str | None:
@@ -68,9 +71,11 @@ def _nothing() -> None:
 
 
 def _check(*, entry: bool = False) -> tokens.Access | None:
-    """The access setting in force, when this session presented the token (now or before) or the
-    token is off; else None, with the refusal (or what to fix) drawn and nothing else. ``entry``:
-    the entry script's call; the signed-in person's sidebar is drawn by the page's (once a run)."""
+    """The access setting in force, when this session may see the console: it presented the token
+    (now or before), or the token is off, or its person signed in; and its person may look (a
+    roles file that gives them no role shows them nothing). Else None, with the refusal (or what
+    to fix) drawn and nothing else. ``entry``: the entry script's call; the signed-in person's
+    sidebar is drawn by the page's (once a run)."""
     wrong_host = _wrong_host()
     if wrong_host:
         st.title("Wrong address")
@@ -78,30 +83,61 @@ def _check(*, entry: bool = False) -> tokens.Access | None:
         return None
     try:
         setting = tokens.access()
-        if setting is tokens.Access.NONE:
-            return setting
         if setting is tokens.Access.OIDC:
-            return setting if signin.gate(sidebar=not entry) else None
-        token = _server_token()
+            admitted = signin.gate(sidebar=not entry)
+        else:
+            identity.set_resolver(_token_holder)
+            admitted = setting is tokens.Access.NONE or _holds_presented_token()
     except ConsoleError as err:
         st.error(str(err))
-        return None
+        admitted = False
+    if admitted and not _may_look(setting):
+        admitted = False
+    ss = st.session_state
+    if admitted:
+        ss[LET_IN_KEY] = True
+        return setting
+    if ss.get(LET_IN_KEY):             # every run: a stale page list must not come back
+        _hide_pages()
+    return None
+
+
+def _holds_presented_token() -> bool:
+    """Whether the session holds the console's token, taking one from the URL first; the refusal
+    drawn when not."""
+    token = _server_token()
     ss = st.session_state
     presented = st.query_params.get(tokens.PARAM)
     if presented is not None:
         del st.query_params[tokens.PARAM]     # out of the address bar, the history and screenshots
         if tokens.matches(presented, token):
             ss[SESSION_KEY] = presented
-    held = ss.get(SESSION_KEY)
-    if tokens.matches(held, token):
-        return setting
+    if tokens.matches(ss.get(SESSION_KEY), token):
+        return True
     ss.pop(SESSION_KEY, None)          # an old token (the file was replaced) is no use again
-    if held is not None:
-        ss[SHUT_OUT_KEY] = True
-    if ss.get(SHUT_OUT_KEY):           # every run: a stale page list must not come back
-        _hide_pages()
     _refuse(wrong=presented is not None)
-    return None
+    return False
+
+
+def _token_holder() -> identity.Identity | None:
+    """The person a token (or token-off) console serves: its OS user, from the browser's address;
+    None outside of a served page (a background thread acts as whoever submitted its work)."""
+    if not signin.in_session():
+        return None
+    return identity.Identity(identity.local("console").name, "console", signin.where())
+
+
+def _may_look(setting: tokens.Access) -> bool:
+    """Whether the person served may look at all (``backend.access.viewing``); else the page that
+    says why and nothing else (with a Sign out for a signed-in person)."""
+    refused = viewing.refusal(default_root())
+    if refused is None:
+        return True
+    st.title("Signed in, but no access" if setting is tokens.Access.OIDC else "No access")
+    st.error(md_escape(refused))   # names from the provider: text, never Markdown
+    if setting is tokens.Access.OIDC:
+        st.button("Sign out", on_click=st.logout, key="no_access_sign_out")
+    return False
 
 
 def gate() -> bool:
@@ -120,12 +156,15 @@ def holds_token() -> bool:
         return False
     try:
         setting = tokens.access()
-        if setting is not tokens.Access.TOKEN:
-            return setting is tokens.Access.NONE or signin.signed_in()
-        token = _server_token()        # under the lock: a missing file is made (and printed) once
+        if setting is tokens.Access.TOKEN:
+            token = _server_token()    # under the lock: a missing file is made (and printed) once
+            if not tokens.matches(st.session_state.get(SESSION_KEY), token):
+                return False
+        elif setting is tokens.Access.OIDC and not signin.signed_in():
+            return False
     except ConsoleError:
         return False
-    return tokens.matches(st.session_state.get(SESSION_KEY), token)
+    return viewing.refusal(default_root()) is None
 
 
 def still_allowed() -> None:

@@ -6,7 +6,7 @@ says what they may do. A sign-in older than the roles file's ``session_hours`` i
 """
 from __future__ import annotations
 
-import socket
+import os
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -18,7 +18,8 @@ from console import signin
 from console.plain import md_escape
 
 SOURCE = ".streamlit/secrets.toml (or the file given to --auth-file)"
-NOBODY = identity.Identity("(nobody signed in)", "console", socket.gethostname())
+NOBODY = identity.Identity("(nobody signed in)", "console", signin.UNKNOWN)
+PROBLEM_KEY = "_sign_in_problem"   # what the provider said when Sign in was clicked, for the next run
 
 
 def _settings() -> signin.Settings:
@@ -37,30 +38,39 @@ def _hours() -> float:
     return found.session_hours if found else roles.SESSION_HOURS
 
 
+def in_session() -> bool:
+    """Whether a page is being served (not a background thread, which acts as whoever submitted
+    its work: console.background)."""
+    return get_script_run_ctx(suppress_warning=True) is not None
+
+
 def _user() -> dict:
-    if get_script_run_ctx(suppress_warning=True) is None:
-        return {}   # a background thread: it acts as whoever submitted its work (console.background)
-    return st.user.to_dict()
+    return st.user.to_dict() if in_session() else {}
 
 
-def _where() -> str:
+def where() -> str:
+    """The browser's address, as Streamlit or the trusted proxy's header gives it, else "unknown"
+    (``console.signin.where_from``): never the console's own host name."""
     try:
-        ip = st.context.ip_address
+        ip, headers = st.context.ip_address, st.context.headers
     except Exception:  # noqa: BLE001 - no request behind this run
-        ip = None
-    return ip if isinstance(ip, str) and ip else socket.gethostname()
+        ip, headers = None, {}
+    return signin.where_from(ip, headers, proxy_header=os.environ.get(signin.PROXY_ENV))
 
 
 def session_identity() -> identity.Identity | None:
-    """The signed-in person of the session being served (None: no session, or nobody signed in,
-    and then ``NOBODY`` acts: the console's own OS user never stands in for a visitor)."""
+    """The signed-in person of the session being served; ``NOBODY`` for a session nobody (or
+    nobody still valid) signed in to: the console's own OS user never stands in for a visitor.
+    None outside of a served page."""
+    if not in_session():
+        return None
     user = _user()
     if not user.get("is_logged_in") or signin.too_old(user, _hours()):
-        return None
+        return NOBODY
     try:
-        return signin.identity_of(user, _where())
+        return signin.identity_of(user, where())
     except ConsoleError:
-        return None
+        return NOBODY
 
 
 def signed_in() -> bool:
@@ -73,6 +83,17 @@ def _problem_page(title: str, text: str) -> bool:
     st.title(title)
     st.error(md_escape(text))
     return False
+
+
+def _sign_in(found: signin.Settings) -> None:
+    """Sign in's click: the provider asked again, uncached (the page may have been drawn while it
+    answered), so a provider down now gets the page naming it, not Streamlit's bare
+    "Authentication error"."""
+    problem = signin.provider_problem(found, fresh=True)
+    if problem:
+        st.session_state[PROBLEM_KEY] = problem
+        return
+    st.login(*((found.name,) if found.name else ()))
 
 
 def gate(*, sidebar: bool = True) -> bool:
@@ -88,17 +109,16 @@ def gate(*, sidebar: bool = True) -> bool:
         return _problem_page("Sign-in is not set up", str(err))
     user = _user()
     if not user.get("is_logged_in"):
-        problem = signin.provider_problem(found)
+        problem = st.session_state.pop(PROBLEM_KEY, None) or signin.provider_problem(found)
         if problem:
             return _problem_page("The identity provider cannot be reached", problem)
         st.title("Sign in")
         st.info("This console is shared by a team: sign in with your team's account. What you may "
                 "do (look, start and stop your runs, or everything) is in the console's roles file.")
-        st.button(f"Sign in with {found.provider}", type="primary", on_click=st.login,
-                  args=(found.name,) if found.name else ())
+        st.button(f"Sign in with {found.provider}", type="primary", on_click=_sign_in, args=(found,))
         return False
     try:
-        who = signin.identity_of(user, _where())
+        who = signin.identity_of(user, where())
     except signin.SignInError as err:
         st.button("Sign out", on_click=st.logout)
         return _problem_page("Signed in, but not known", str(err))

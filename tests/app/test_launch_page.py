@@ -174,6 +174,6 @@ def test_a_viewer_is_offered_no_start_and_is_told_why(page, runs_dir, monkeypatc
     at.run()
     assert not at.button(key="start_button").disabled
     (runs_dir / "roles.yaml").write_text("users:\n  bob: superuser\n")
-    at.run()
-    assert at.button(key="start_button").disabled
-    assert "unknown role 'superuser'" in at.button(key="start_button").help
+    at.run()   # a mistake in the file: nobody may look until it is fixed, and the page says where
+    assert not at.exception and [t.value for t in at.title] == ["No access"]
+    assert "unknown role 'superuser'" in errors(at)[0] and not [b for b in at.button if b.key == "start_button"]

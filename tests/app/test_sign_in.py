@@ -148,6 +148,9 @@ def test_each_role_sees_what_it_may_do_and_acts_as_itself(oidc):
         return [(e["who"].name, e["action"], e["outcome"][:7]) for e in audit.read(oidc)[0]]
     wait_for(lambda: ("alice@example.org", "stop", "ok") in lines(), 20, f"the owner's stop, audited as her {lines()}")
     assert ("carol@example.org", "stop", "refused") in lines(), lines()
+    # From where: AppTest's browser is on loopback, which Streamlit does not name: "unknown",
+    # never the console's own host name (which every person on loopback or a tunnel would share).
+    assert {e["who"].host for e in audit.read(oidc)[0] if e["action"] == "stop" and e["who"].name == "alice@example.org"} == {"unknown"}
     assert not RunStore(oidc).load(run.run_id).live
     assert RunStore(oidc).load(run.run_id).owner["name"] == "alice@example.org"
 
@@ -162,10 +165,23 @@ def test_an_old_or_nameless_or_unruled_sign_in_may_do_nothing(oidc):
     odd = "<b>eve</b>\x1b[31m@example.org"
     at = _page("launch", auth=auth, user=_user(odd), cluster_rows=local_rows())
     assert at.sidebar.text[0].value == odd   # drawn as text: never markup
-    assert "has no role" in at.button(key="start_button").help
-    (oidc / "roles.yaml").unlink()   # signed in, and no roles file: nobody signed in may act
+    _nothing_but_no_access(at, "has no role")
+    (oidc / "roles.yaml").unlink()   # signed in, and no roles file: nobody signed in may look
     at = _page("launch", auth=auth, user=_user("alice@example.org"), cluster_rows=local_rows())
-    assert at.button(key="start_button").disabled and "no roles file" in at.button(key="start_button").help
+    _nothing_but_no_access(at, "no roles file")
+
+
+def _nothing_but_no_access(at: AppTest, says: str) -> None:
+    """The page a person with no role gets: the title, why (ending with what to do), a Sign out,
+    and nothing of the console: no button, table, chart, run or host."""
+    assert not at.exception, at.exception
+    assert [t.value for t in at.title] == ["Signed in, but no access"], [t.value for t in at.title]
+    assert len(at.error) == 1 and says in errors(at)[0], errors(at)
+    assert "Ask an admin" in errors(at)[0] or "roles.yaml" in errors(at)[0], errors(at)
+    assert {b.label for b in at.button} == {"Sign out"}, [b.label for b in at.button]
+    main = at.main   # (the sidebar names the person signed in, with its own Sign out)
+    assert not main.dataframe and not main.get("plotly_chart") and not main.selectbox and not main.text_input
+    assert not main.subheader and not main.caption and not main.code and not main.info and not main.warning
 
 
 HOST_KEY = {"target": "gpu1", "host": "gpu1", "port": None, "label": "gpu1", "fingerprint": "SHA256:abc",
@@ -197,7 +213,7 @@ def test_a_downgraded_or_removed_person_loses_access_at_the_next_request(oidc):
     assert at.button(key="start_button").disabled and "is a viewer" in at.button(key="start_button").help
     (oidc / "roles.yaml").write_text(ROLES.replace("  bob@example.org: operator\n", ""))
     at.run()
-    assert at.button(key="start_button").disabled and "has no role" in at.button(key="start_button").help
+    _nothing_but_no_access(at, "has no role")
     bob = identity.Identity("bob@example.org", "console", "127.0.0.1", (), "default")
     with identity.acting_as(bob), pytest.raises(ConsoleError, match="has no role"):
         audit.allowed(oidc, "launch")   # and the backend says the same at the action
@@ -223,8 +239,8 @@ def test_a_bad_roles_file_lets_nobody_act_and_says_what_to_fix(oidc, text, says)
     (oidc / "roles.yaml").write_text(text)
     auth = _auth("http://127.0.0.1:9/unused")
     at = _page("launch", auth=auth, user=_user("alice@example.org"), cluster_rows=local_rows())
-    start = at.button(key="start_button")
-    assert not at.exception and start.disabled and says in start.help and "roles.yaml" in start.help, start.help
+    _nothing_but_no_access(at, says)
+    assert "roles.yaml" in errors(at)[0]
     alice = identity.Identity("alice@example.org", "console", "127.0.0.1", (), "default")
     with identity.acting_as(alice), pytest.raises(ConsoleError, match="roles.yaml"):
         audit.allowed(oidc, "launch")
@@ -244,3 +260,52 @@ def test_every_page_draws_for_each_role_without_an_error(oidc):
             assert [t.value for t in at.sidebar.text] == [who["email"]], (role, name)
             if name == "launch":
                 assert at.button(key="start_button").disabled == (role == "viewer"), role
+
+
+PAGES = ("app", "launch", "monitor", "checkpoints", "cluster", "runs", "sweep", "audit")
+
+
+def test_a_person_with_no_role_sees_nothing_on_any_page_nor_through_the_readers(oidc):
+    """A security defect of round four: signed in with no role (the roles file names them
+    nowhere, no default:), a person saw the live run, its tasks, every chart, the runs and the
+    audit. Now every page, by any URL, is the no-access page alone, and the readers behind the
+    pages refuse the same person, so a page added later cannot show them a run either."""
+    from backend.access.roles import AccessDenied
+    from backend.sweeps import control
+    alice = identity.Identity("alice@example.org", "console", "127.0.0.1", (), "default")
+    run = _sleeping_run(oidc, alice)
+    try:
+        auth = _auth("http://127.0.0.1:9/unused")
+        for name in PAGES:
+            at = _page(name, auth=auth, user=_user("mallory@example.org"), run_id=run.run_id,
+                       cluster_rows=local_rows())
+            _nothing_but_no_access(at, "has no role")
+            assert run.run_id not in str(at._tree) and "alice" not in str(at._tree), name
+        mallory = identity.Identity("mallory@example.org", "console", "unknown", (), "default")
+        identity.set_resolver(lambda: mallory)   # as a page served to her would ask
+        for read in (lambda: RunStore(oidc).list(), lambda: RunStore(oidc).load(run.run_id),
+                     lambda: audit.read(oidc), lambda: control.list_sweeps(oidc)):
+            with pytest.raises(AccessDenied, match="has no role"):
+                read()
+        identity.set_resolver(None)   # outside of a page (the CLI, a keeper): the OS user's own rights
+        assert [s.run_id for s in RunStore(oidc).list()] == [run.run_id]
+        at = _page("runs", auth=auth, user=_user("carol@example.org", groups=["watchers"]))
+        assert not at.exception and run.run_id in str(at._tree)   # a viewer does see it
+    finally:
+        with identity.acting_as(alice):
+            run.stop(grace_s=1)
+
+
+def test_sign_in_asks_the_provider_again_when_clicked(oidc):
+    """The page was drawn while the provider answered; it went down before the click. The click
+    asks again (uncached) and the page names the problem, not Streamlit's bare "Authentication
+    error"."""
+    server, url = _provider()
+    at = _page("app", auth=_auth(url))
+    assert [b.label for b in at.button] == ["Sign in with default"]
+    server.shutdown()
+    server.server_close()
+    at.button[0].click().run()   # within the 10 s the first answer is remembered
+    assert not at.exception, at.exception
+    assert [t.value for t in at.title] == ["The identity provider cannot be reached"]
+    assert "does not answer" in errors(at)[0] and "server_metadata_url" in errors(at)[0]

@@ -46,3 +46,18 @@ def test_session_hours_come_from_the_roles_file(tmp_path, monkeypatch):
     (tmp_path / roles.FILE).write_text("users: {a: admin}\nsession_hours: never\n")
     with pytest.raises(SpecError, match="session_hours"):
         roles.load(tmp_path)
+
+
+@pytest.mark.parametrize("ip, headers, proxy, where", [
+    ("203.0.113.7", {}, None, "203.0.113.7"),                      # Streamlit names a remote browser
+    (None, {}, None, "unknown"),                                   # loopback: this machine, a tunnel
+    (None, {"X-Forwarded-For": "198.51.100.2"}, None, "unknown"),  # a header nobody said to trust
+    (None, {"X-Forwarded-For": "10.0.0.9, 198.51.100.2"}, "X-Forwarded-For", "198.51.100.2"),
+    (None, {"X-Real-IP": "2001:db8::1"}, "X-Real-IP", "2001:db8::1"),
+    (None, {"X-Forwarded-For": "not-an-address"}, "X-Forwarded-For", "unknown"),
+    ("203.0.113.7", {"X-Forwarded-For": "198.51.100.2"}, "X-Forwarded-For", "203.0.113.7"),  # not via the proxy
+])
+def test_where_a_person_is_comes_from_the_browser_or_a_trusted_proxy_never_the_console(ip, headers, proxy, where):
+    import socket
+    found = signin.where_from(ip, headers, proxy_header=proxy)
+    assert found == where and found != socket.gethostname()
