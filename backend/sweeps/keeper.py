@@ -2,11 +2,16 @@
 of hosts, reports the run's objective values to Optuna as they come, prunes (save, then stop)
 where Optuna says so, and tells Optuna each trial's end. One keeper per sweep (a lock); a
 keeper started again finds the trials still running in the storage and keeps them (their run
-ids are trial attributes), so none is lost or run twice."""
+ids are trial attributes), so none is lost or run twice.
+
+A launch takes seconds (preflight, shipping the project, starting the tasks), so each runs on a
+thread of its own (one per group of hosts) while the keeper goes on following the running
+trials: a prune never waits for a launch to finish. Optuna itself is asked and told only from the keeper's own thread."""
 from __future__ import annotations
 
 import fcntl
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +57,8 @@ class SweepKeeper:
             control.set_state(self.here, phase="failed", reason=str(err))
             raise
         self.active: dict[int, Active] = {}
+        self.launching: dict[int, tuple[object, str, Future]] = {}   # slot -> (trial, run id, its launch)
+        self.launcher: ThreadPoolExecutor | None = None
 
     def run(self) -> str:
         lock = open(self.here / "keeper.lock", "a")
@@ -61,6 +68,7 @@ class SweepKeeper:
             return "another keeper keeps this sweep"
         started = read_dict(self.here / control.STATE).get("started") or time.time()
         control.set_state(self.here, phase="running", started=started)
+        self.launcher = ThreadPoolExecutor(max_workers=len(self.groups), thread_name_prefix="sweep-launch")
         try:
             self._adopt()
             return self._loop(started)
@@ -71,17 +79,21 @@ class SweepKeeper:
             self.stop_all(f"the sweep's keeper failed ({type(err).__name__}: {err}); its log has the details",
                           phase="failed")
             raise
+        finally:
+            self.launcher.shutdown(wait=True)
 
     def _loop(self, started: float) -> str:
         while True:
             if (self.here / control.STOP).exists():
                 self.stop_all("stopped by the user")
                 return "stopped"
+            for slot in [s for s, (_, _, launch) in self.launching.items() if launch.done()]:
+                self._launched(slot)
             for slot in list(self.active):
                 self._follow(slot)
-            while self._budget_left(started) and len(self.active) < len(self.groups):
-                self._launch(min(set(range(len(self.groups))) - set(self.active)))
-            if not self.active and not self._budget_left(started):
+            while self._budget_left(started) and len(busy := set(self.active) | set(self.launching)) < len(self.groups):
+                self._launch(min(set(range(len(self.groups))) - busy))
+            if not self.active and not self.launching and not self._budget_left(started):
                 control.set_state(self.here, phase="finished", reason="budget spent")
                 return "finished"
             time.sleep(self.poll_s)
@@ -112,6 +124,7 @@ class SweepKeeper:
             self.active[group] = Active(trial, run, group, set(frozen.intermediate_values))
 
     def _launch(self, slot: int) -> None:
+        """Ask Optuna for the slot's next trial and start its launch on the launch thread."""
         trial = self.study.ask(studies.distributions(self.spec.space))
         run_id = f"{self.sweep_id}-t{trial.number}"
         # Named before the launch: a keeper killed during it finds the run on restart (or, when
@@ -120,10 +133,16 @@ class SweepKeeper:
         trial.set_user_attr("run_id", run_id)
         job = with_params(self.spec.job, trial.params)
         tag = {"sweep": self.sweep_id, "trial": trial.number, "params": trial.params}
+        preflight = launcher.Preflight.REQUIRED if trial.number == 0 else launcher.Preflight.SKIP
+        self.launching[slot] = (trial, run_id, self.launcher.submit(
+            launcher.launch, self.groups[slot], job, store=self.store, options=self.options, run_id=run_id,
+            sweep=tag, preflight=preflight))
+
+    def _launched(self, slot: int) -> None:
+        """A launch has ended: its trial is followed from now on, or failed with the refusal."""
+        trial, run_id, launch = self.launching.pop(slot)
         try:
-            run = launcher.launch(self.groups[slot], job, store=self.store, options=self.options, run_id=run_id,
-                                  sweep=tag,
-                                  preflight=launcher.Preflight.REQUIRED if trial.number == 0 else launcher.Preflight.SKIP)
+            run = launch.result()
         except ConsoleError as err:
             trial.set_user_attr("note", f"launch refused: {err}")
             studies.tell(self.study, trial, state=TrialState.FAIL)
@@ -190,7 +209,14 @@ class SweepKeeper:
         return found.metric(self.spec.metric)
 
     def stop_all(self, reason: str, *, phase: str = "stopped") -> None:
-        """Stop every running trial's run (nothing left on a host), mark those trials failed."""
+        """Stop every running trial's run (nothing left on a host), mark those trials failed. A
+        launch under way is waited for first: its run is then one of those stopped."""
+        for _, _, launch in self.launching.values():
+            try:
+                launch.result()
+            except Exception:  # noqa: BLE001 - a launch that failed left no run to stop
+                pass
+        self.launching.clear()
         for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             run_id = frozen.user_attrs.get("run_id")
             if run_id:
