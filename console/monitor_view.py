@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from backend.diagnosis import data_checks, health
 from backend.diagnosis import stacks
+from backend.client.harness import metric_line
 from backend.config.spec import RestartMode
 from backend.watch import summary
 from backend.watch.metrics import task_order
@@ -279,6 +280,27 @@ def data_notes(live: LiveRun) -> tuple[str, list[str]]:
     warnings = data_checks.input_bound_lines(shares)
     same = data_checks.same_data_line(live.metrics.same_data())
     return data_checks.wait_caption(shares), warnings + ([same] if same else [])
+
+
+SHOWN_LEFT_OUT = 10   # names a warning lists; the task's log has them all
+
+
+def left_out_warning(store) -> str:
+    """What the job's line writer left out of its metrics (metric_line.LEFT_OUT), per task or
+    per group of tasks that left out the same; "" when nothing."""
+    groups: dict[tuple, list[str]] = {}
+    for task, names in store.left_out().items():
+        groups.setdefault(tuple(names), []).append(task)
+    if not groups:
+        return ""
+    said = []
+    for names, tasks in groups.items():
+        more = f" and {len(names) - SHOWN_LEFT_OUT} more" if len(names) > SHOWN_LEFT_OUT else ""
+        said.append(f"{', '.join(tasks)}: {', '.join(names[:SHOWN_LEFT_OUT])}{more}")
+    return (f"Metrics left out of the lines (training went on): {'; '.join(said)}. A line keeps "
+            f"the first {metric_line.MAX_NAMES} names that are numbers, the loss first, then in "
+            "the order the script gives them; the task's log says why each was left out. To "
+            "choose, report fewer metrics: pass only the ones to watch.")
 
 
 def gpu_rows(samples: dict[str, list]) -> list[dict]:

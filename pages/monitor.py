@@ -85,6 +85,9 @@ def main() -> None:
         waits, data_warnings = monitor_view.data_notes(live)
         for line in data_warnings:
             st.warning(md_escape(line))    # task names come from the job's metric lines
+        left_out = monitor_view.left_out_warning(live.metrics)
+        if left_out:
+            st.warning(md_escape(left_out))   # metric and task names come from the job's lines
         if snap.outliers:   # who stands out among many workers (names from the job's lines)
             st.caption(md_escape("Stand out: " + "; ".join(snap.outliers)))
         live_chart(snap.loss, key="loss_chart")

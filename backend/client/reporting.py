@@ -12,7 +12,7 @@ from .harness.report import MetricsReporter
 from .harness.rows import VAL_PREFIX
 from .context import Context, from_env
 
-_state: dict = {"ctx": None, "reporter": None, "seen": [], "tb": {}}
+_state: dict = {"ctx": None, "reporter": None, "seen": [], "tb": {}, "told": set()}
 # The same files under their other name: ``tfconsole`` on a host and in a job, ``backend.client``
 # in the console's own processes. Both in one run's process would keep two states (two Save-now
 # request lists, two preemption watches): refused at the first use in a run.
@@ -52,27 +52,64 @@ def report(step: int, loss: float | None = None, *, epoch: int = 1,
     ``metrics={task: {"accuracy": 0.9}}`` with ``losses=``; ``global_metrics={name: value}``
     (the learning rate, or values from summed state); without it each name's global value is
     the mean over workers (metric_line.mean_of_workers). Names: 1-64 printable characters, at
-    most 64 per line; a bad name or value raises ValueError that names it.
+    most 64 per line, the loss first. Nothing here ends training (issue 56): a name or value
+    that cannot be carried is left out, and the task's log (and Monitor) says once which and
+    why; a call that can make no line (a step that is not a whole number) writes none, says so
+    once and returns False.
     """
     ctx = context()
     if not ctx.in_run or not ctx.is_chief:
         return False
-    values = dict(losses) if losses else {ctx.task: loss}
-    if any(v is None for v in values.values()):
-        raise ValueError("tfconsole.report: give loss= (this worker's) or losses={task: loss}")
-    given = _per_task(metrics, values, single=not losses, task=ctx.task)
-    # The loss is a metric like any other from here on (metric_line.py).
-    per_task = {t: {metric_line.LOSS: float(v), **given.get(t, {})} for t, v in values.items()}
+    if _whole(step) is None or _whole(epoch) is None:
+        _say_once(ctx, f"step={step!r}, epoch={epoch!r}: no metrics line without a whole step "
+                  "and epoch; pass the number of steps done (an int)")
+        return False
+    values = _losses(ctx, loss, losses)
+    given = _per_task(ctx, metrics, values, single=not isinstance(losses, dict) or not losses)
+    # The loss is a metric like any other from here on, and the first of its line (metric_line.py).
+    per_task = {t: {metric_line.LOSS: v, **given.get(t, {})} for t, v in values.items()}
+    if global_metrics is not None and not isinstance(global_metrics, dict):
+        _say_once(ctx, "global_metrics= is a dict of metric name -> number, not "
+                  f"{type(global_metrics).__name__}: left out")
+        global_metrics = None
     glob = {**metric_line.mean_of_workers(per_task), **(global_metrics or {})}
     now = time.time()
     rep = _reporter(ctx)
     tasks = [t for t in ctx.tasks if t in values] + [t for t in values if t not in ctx.tasks]
+    written = {}
     for task in tasks:
-        rep.log(task, step, epoch, metrics=per_task[task], global_metrics=glob,
-                step_time=_nan(_of(step_time, task)),
-                examples_per_sec=_nan(_of(examples_per_sec, task)), now=now)
-    _tensorboard(ctx, step, tasks, per_task, glob, {t: _nan(_of(step_time, t)) for t in tasks})
+        written[task] = rep.log(task, step, epoch, metrics=per_task[task], global_metrics=glob,
+                                step_time=_nan(_of(step_time, task)),
+                                examples_per_sec=_nan(_of(examples_per_sec, task)), now=now)
+    # TensorBoard gets what the lines hold: the values the writer kept.
+    _tensorboard(ctx, step, tasks, {t: line.get(metric_line.MINE, {}) for t, line in written.items()},
+                 written[tasks[-1]].get(metric_line.GLOBAL, {}) if tasks else {},
+                 {t: _nan(_of(step_time, t)) for t in tasks})
     return True
+
+
+def _whole(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _say_once(ctx: Context, text: str) -> None:
+    """One line in the task's log (stderr) per distinct problem: a report made every step must
+    not fill the log with it."""
+    if text not in _state["told"] and len(_state["told"]) < 100:
+        _state["told"].add(text)
+        print(f"[{ctx.task}] tfconsole.report: {text}; training goes on", file=sys.stderr, flush=True)
+
+
+def _losses(ctx: Context, loss, losses) -> dict:
+    """{task: loss} from ``losses=`` or ``loss=``; a loss that is no number is left out by the
+    writer, which says so."""
+    if losses is not None and not isinstance(losses, dict):
+        _say_once(ctx, f"losses= is a dict of task -> loss, not {type(losses).__name__}: "
+                  "loss= is used instead")
+    return dict(losses) if isinstance(losses, dict) and losses else {ctx.task: loss}
 
 
 def _tensorboard(ctx: Context, step: int, tasks: list, per_task: dict, glob: dict, times: dict) -> None:
@@ -97,19 +134,22 @@ def _tensorboard(ctx: Context, step: int, tasks: list, per_task: dict, glob: dic
         writers["val"].write(step, val)
 
 
-def _per_task(metrics: dict | None, losses: dict, *, single: bool, task: str) -> dict:
-    """``metrics`` as {task: {name: value}} whichever form it was given in."""
+def _per_task(ctx: Context, metrics, losses: dict, *, single: bool) -> dict:
+    """``metrics`` as {task: {name: value}} whichever form it was given in; a form that fits
+    neither is left out (said once)."""
     if not metrics:
         return {}
     if not isinstance(metrics, dict):
-        raise ValueError("tfconsole.report: metrics= is a dict of metric name -> number")
+        _say_once(ctx, "metrics= is a dict of metric name -> number, not "
+                  f"{type(metrics).__name__}: left out")
+        return {}
     if single:
-        return {task: metrics}
+        return {ctx.task: metrics}
     unknown = [t for t in metrics if t not in losses]
     if unknown or not all(isinstance(v, dict) for v in metrics.values()):
-        raise ValueError("tfconsole.report: with losses={task: loss}, give metrics={task: "
-                         "{name: value}} for the same tasks (got "
-                         f"{sorted(map(str, metrics))[:5]})")
+        _say_once(ctx, "with losses={task: loss}, give metrics={task: {name: value}} for the same "
+                  f"tasks (got {sorted(map(str, metrics))[:5]}): metrics= left out")
+        return {}
     return metrics
 
 
@@ -118,7 +158,8 @@ def _of(value, task: str):
 
 
 def _nan(value) -> float:
-    return math.nan if value is None else float(value)
+    number = metric_line.as_number(value)
+    return math.nan if number is None else number
 
 
 def should_save() -> bool:

@@ -108,4 +108,15 @@ def _with_arrow(data: bytes, count: int) -> dict | None:
                 continue
             named[(key, field.name)] = (child.cast(pa.float64()).to_numpy(zero_copy_only=False), present)
     cols.update(named=named, skipped_named=skipped)
+    cols[metric_line.LEFT_OUT] = _left_out(table, pa) if metric_line.LEFT_OUT in names else {}
     return fold_loss(cols)
+
+
+def _left_out(table, pa) -> dict[int, list[str]]:
+    """Row -> the names its writer left out, for the few rows that list any (a column of
+    another type, from a hand-written line, lists none)."""
+    col = table.column(metric_line.LEFT_OUT).combine_chunks()
+    if not (pa.types.is_list(col.type) and pa.types.is_string(col.type.value_type)):
+        return {}
+    rows = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False))
+    return {int(i): names for i in rows if (names := metric_line.left_out(col[int(i)].as_py()))}

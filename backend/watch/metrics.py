@@ -180,6 +180,8 @@ def records_to_columns(records: Iterable[Mapping]) -> tuple[dict, int]:
         good = [r for r in good if all(_fits(r.get(name)) for name in _FLOAT_IN)]
         floats = {name: _floats([r.get(name) for r in good]) for name in _FLOAT_IN}
     cols = {"task": [r["task"] for r in good], **named_columns([r.get(k) for r in good] for k in NAMED),
+            metric_line.LEFT_OUT: {i: names for i, r in enumerate(good)
+                                   if (names := metric_line.left_out(r.get(metric_line.LEFT_OUT)))},
             "step": np.fromiter((r["step"] for r in good), np.int64, len(good)),
             "attempt": np.fromiter((a if type(a := r.get("attempt")) is int and abs(a) < 2 ** 62
                                     else 0 for r in good), np.int64, len(good))}
@@ -214,6 +216,7 @@ class MetricsStore:
         self.dropped_names = 0  # lines of task names past the first MAX_TASKS
         self.dropped_long = 0   # lines whose task name is longer than MAX_TASK_NAME
         self._named = NamedSeries(self._new_series)   # accuracy, val_loss ... per task and global
+        self._left_out: dict[str, list[str]] = {}   # task -> names its job's writer left out
 
     def add(self, record: Mapping) -> int:
         return self.add_many((record,))
@@ -257,7 +260,7 @@ class MetricsStore:
             self._global.add(attempt[g], {"step": cols["step"][g], "time": cols["time"][g],
                                           "loss": cols["global_loss"][g]})
             kept += self._named.add(cols, attempt, accepted)
-            if kept:
+            if self._note_left_out(cols, accepted) or kept:
                 self.version += 1
         return kept
 
@@ -343,6 +346,27 @@ class MetricsStore:
             return ""
         return ("; ".join(notes) + " (each task name costs memory in the console). Write one "
                 "task name per worker, such as the harness's chief-0, worker-1.")
+
+    def _note_left_out(self, cols: Mapping, accepted: np.ndarray) -> bool:
+        """Keep the names each task's lines say the writer left out (metric_line.LEFT_OUT), at
+        most MAX_NAMES a task; whether any was new."""
+        new = False
+        tasks = cols["task"]
+        for row, names in (cols.get(metric_line.LEFT_OUT) or {}).items():
+            if not accepted[row]:
+                continue
+            task = tasks[0][tasks[1][row]] if isinstance(tasks, tuple) else tasks[row]
+            known = self._left_out.setdefault(task, [])
+            for name in names:
+                if name not in known and len(known) < metric_line.MAX_NAMES:
+                    known.append(name)
+                    new = True
+        return new
+
+    def left_out(self) -> dict[str, list[str]]:
+        """Task -> the metric names its job's writer left out of its lines, in task order."""
+        with self._lock:
+            return {t: list(self._left_out[t]) for t in sorted(self._left_out, key=_task_order)}
 
     def _check_finite(self, task: str, steps: np.ndarray, loss: np.ndarray) -> None:
         """Keep a task's first non-finite loss: the console flags it at once."""

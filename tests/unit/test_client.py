@@ -119,3 +119,37 @@ def test_a_job_that_imports_the_client_under_two_names_is_refused_at_its_first_r
     out = _python(code, _env(run, 0), tmp_path)
     assert "refused: tfconsole is imported twice in this process" in out, out
     assert "import it only as `tfconsole`" in out
+
+
+def test_a_report_of_too_many_or_unusable_metrics_never_ends_the_script(tmp_path):
+    """Issue 56: 64 named metrics plus the loss raised `ValueError: ... at most 64 per line`
+    inside tfconsole.report and ended the user's training. Every report below is written (or,
+    without a whole step, skipped) and the script runs to its end; the log says each problem once."""
+    run = tmp_path / "run"
+    _unpack(run)
+    code = ("import tfconsole\n"
+            "many = {f'm{i}': i / 100 for i in range(64)}\n"
+            "for s in range(1, 4): print(tfconsole.report(s, loss=1.0 / s, metrics=many))\n"
+            "print(tfconsole.report(4, loss=None, metrics={'acc': 'high', 'ok': 1.0}, step_time='x'))\n"
+            "print(tfconsole.report(5, loss=0.2, metrics=[1, 2], global_metrics=3))\n"
+            "print(tfconsole.report(6, losses={'chief-0': 0.1}, metrics={'nobody': {'a': 1.0}}))\n"
+            "print(tfconsole.report(None, loss=0.1), tfconsole.report(None, loss=0.1))\n"
+            "print('trained to the end')\n")
+    out = subprocess.run([sys.executable, "-c", code], env=_env(run, 0), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True"] * 6 + ["False", "False", "trained", "to", "the", "end"]
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2, 3, 4, 5, 6]
+    assert list(lines[0]["metrics"]) == ["loss", *[f"m{i}" for i in range(63)]]
+    assert lines[0]["left_out"] == ["m63"] and "left_out" not in lines[1]
+    assert lines[3]["metrics"] == {"ok": 1.0} and lines[3]["left_out"] == ["loss", "acc"]
+    assert lines[4]["metrics"] == {"loss": 0.2} and lines[5]["metrics"] == {"loss": 0.1}
+    log = out.stderr
+    assert log.count("left out m63 (past the first 64 names of a line)") == 1, log
+    assert "left out loss (NoneType, not a number); acc (str, not a number)" in log
+    assert "metrics= is a dict of metric name -> number, not list" in log
+    assert "global_metrics= is a dict of metric name -> number, not int" in log
+    assert "give metrics={task: {name: value}} for the same tasks" in log
+    assert log.count("no metrics line without a whole step") == 1
+    assert log.count("training goes on") == 6

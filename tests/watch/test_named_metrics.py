@@ -111,20 +111,72 @@ def test_a_script_reporting_hundreds_of_names_is_capped_at_a_stated_bound():
     assert f"past the first {metric_line.MAX_NAMES}" in store.warning()
 
 
-def test_the_writer_refuses_bad_names_and_values_naming_them(tmp_path):
+def test_the_writer_keeps_the_first_64_names_and_says_once_what_it_left_out(tmp_path, capsys):
+    """Issue 56: 64 named metrics plus the loss raised ValueError inside tfconsole.report and
+    ended training. Now the line keeps the loss and the first 63 others, in the order given, and
+    the log says once which were left out, why and how to choose; training goes on."""
     rep = MetricsReporter(str(tmp_path), "r")
-    for metrics, words in [({"": 1.0}, "empty"), ({"a\nb": 1.0}, "control characters"),
-                           ({"x" * 65: 1.0}, "at most 64"), ({"acc": "0.9"}, "'acc' is str"),
-                           ({1: 1.0}, "must be a string"),
-                           ({f"m{i}": 1.0 for i in range(65)}, "at most 64 per line")]:
-        with pytest.raises(ValueError, match=words):
-            rep.log("chief-0", 1, 1, metrics=metrics, global_metrics={"loss": 1.0})
-    rep.log("chief-0", 1, 1, metrics={"loss": 1.0, "acc": np.float32(0.5)},
-            global_metrics={"loss": 1.0, "learning_rate": 0.01, "val_loss": math.nan})
+    many = {"loss": 1.0, **{f"m{i}": float(i) for i in range(64)}}
+    for step in (1, 2, 3):
+        rep.log("worker-0", step, 1, metrics=many, global_metrics=many)
     rep.close()
-    written = json.loads((tmp_path / "metrics.jsonl").read_text())
-    assert written["metrics"] == {"loss": 1.0, "acc": 0.5} and math.isnan(written["global"]["val_loss"])
-    assert metric_line.parse(written).metrics == {"loss": 1.0, "acc": 0.5}
+    written = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [w["step"] for w in written] == [1, 2, 3]
+    assert list(written[0]["metrics"]) == ["loss", *[f"m{i}" for i in range(63)]]
+    assert list(written[0]["global"]) == list(written[0]["metrics"])
+    assert written[0]["left_out"] == ["m63"]
+    assert all("left_out" not in w for w in written[1:])     # listed once, not on every line
+    log = capsys.readouterr().err.splitlines()
+    assert len(log) == 1, log
+    assert "metrics of worker-0: left out m63 (past the first 64 names of a line)" in log[0]
+    assert "training goes on" in log[0] and "report fewer metrics" in log[0]
+    assert metric_line.parse(written[0]).metrics == {n: many[n] for n in written[0]["metrics"]}
+
+
+def test_the_writer_leaves_out_bad_names_and_values_naming_them_and_writes_the_rest(tmp_path, capsys):
+    rep = MetricsReporter(str(tmp_path), "r")
+    bad = {"": 1.0, "a\nb": 1.0, "x" * 65: 1.0, "acc": "0.9", 1: 1.0, "flag": True,
+           "vec": np.array([1.0, 2.0]), "none": None, "huge": 10 ** 400}
+    rep.log("chief-0", 1, 1, metrics={"loss": 1.0, "ok": np.float32(0.5), **bad},
+            global_metrics={"loss": 1.0, "learning_rate": 0.01, "val_loss": math.nan}, step_time="fast")
+    rep.log("chief-0", 2, 1, metrics={"loss": 0.5}, global_metrics="not a dict")
+    rep.close()
+    first, second = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert first["metrics"] == {"loss": 1.0, "ok": 0.5} and math.isnan(first["global"]["val_loss"])
+    assert first["step_time"] is None
+    assert first["left_out"] == ["", "a\\nb", "x" * 64 + "...", "acc", "<int>", "flag", "vec", "none", "huge"]
+    assert second["metrics"] == {"loss": 0.5} and "global" not in second
+    log = capsys.readouterr().err
+    for words in ["empty", "control characters", "65 characters (at most 64)", "acc (str, not a number)",
+                  "must be a string", "flag (bool, not a number)", "vec (ndarray, not a number)",
+                  "none (NoneType, not a number)", "str (not a dict of metric name -> number)"]:
+        assert words in log, (words, log)
+
+
+@pytest.mark.parametrize("count", [2, ARROW_MIN_LINES])   # below and above pyarrow's threshold
+def test_the_names_a_writer_left_out_reach_monitor_and_older_lines_read_as_before(count):
+    from console import monitor_view
+    rows = []
+    for step in range(1, count + 1):
+        for task in ("worker-0", "worker-1"):
+            row = {"task": task, "step": step, "metrics": {"loss": 1.0 / step}}
+            if step == 1:
+                row["left_out"] = [f"m{i}" for i in range(63, 75)]
+            rows.append(row)
+    if count < ARROW_MIN_LINES:   # a hand-written line's left_out of another type lists nothing
+        rows.append({"task": "worker-2", "step": 1, "metrics": {"loss": 1.0}, "left_out": "not a list"})
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    if count >= ARROW_MIN_LINES:
+        from backend.watch import lines as reader
+        assert reader._with_arrow(data, data.count(b"\n")) is not None   # the columnar reader's turn
+    store = store_of(data)
+    assert store.left_out() == {t: [f"m{i}" for i in range(63, 75)] for t in ("worker-0", "worker-1")}
+    said = monitor_view.left_out_warning(store)
+    assert said.startswith("Metrics left out of the lines (training went on): worker-0, worker-1: "
+                           "m63, m64, m65, m66, m67, m68, m69, m70, m71, m72 and 2 more.")
+    assert "first 64 names" in said and "report fewer metrics" in said
+    old = store_of(lines(range(1, 4)))
+    assert old.left_out() == {} and monitor_view.left_out_warning(old) == ""
 
 
 def test_the_loss_is_a_metric_name_and_older_lines_with_a_top_level_loss_still_read():

@@ -8,7 +8,8 @@ worker per sync point in RUN/metrics.jsonl::
      "step_time", "examples_per_sec",          # timings (null where unknown)
      "input_wait", "first_batch",              # the harness's input checks (optional)
      "metrics": {"loss": 0.29, "accuracy": 0.91, "val_loss": 0.31, ...},   # this worker's
-     "global":  {"loss": 0.28, "accuracy": 0.90, "val_loss": 0.30, "learning_rate": 0.001, ...}}
+     "global":  {"loss": 0.28, "accuracy": 0.90, "val_loss": 0.30, "learning_rate": 0.001, ...},
+     "left_out": ["m64", ...]}                 # optional: names the writer left out (below)
 
 What the values mean (docs/job-contract.md, "Metrics"): a worker's value is that worker's own
 over the window since the previous line (its share of the data); a global value is computed
@@ -20,8 +21,12 @@ watch/lines.py, through ``legacy_loss``) take the loss from either place.
 
 Names are nested under "metrics"/"global", so a metric called "step" cannot clash with a line
 field. A name is 1-64 printable characters; a line carries at most MAX_NAMES of them. The writer
-refuses anything else with a message naming the metric; readers skip it (and count it), so a
-hand-written line can never break a reader.
+never refuses a line, so a script's metrics never end its training (issue 56): it keeps the
+first MAX_NAMES usable names in the order given (the loss first), leaves out the rest (a bad
+name, a value that is not a number, a name past the limit), prints once why, and lists each
+name it left out in ``left_out`` on the first line of that task that left it out (at most
+MAX_NAMES a task), so Monitor can say it too. Readers skip a bad entry (and count it), so a
+hand-written line can never break a reader; a line without ``left_out`` reads as before.
 """
 from __future__ import annotations
 
@@ -35,9 +40,11 @@ NAME_MAX = 64
 MAX_NAMES = 64      # per line and per worker; a run's store keeps at most MAX_NAMES names too
 # Top-level fields a line may carry; "metrics" and "global" hold the named values.
 FIELDS = ("run_id", "attempt", "task", "step", "epoch", "time",
-          "step_time", "examples_per_sec", "input_wait", "first_batch", "metrics", "global")
+          "step_time", "examples_per_sec", "input_wait", "first_batch", "metrics", "global",
+          "left_out")
 FLOATS = ("time", "step_time", "examples_per_sec", "input_wait", "first_batch")   # numbers or null
 MINE, GLOBAL = "metrics", "global"     # the named values: this worker's, and global
+LEFT_OUT = "left_out"                  # names the writer left out (kept, module docstring)
 # Older lines' top-level loss fields, and where their value lives now.
 LEGACY = {LOSS: (MINE, LOSS), "global_loss": (GLOBAL, LOSS)}
 
@@ -55,32 +62,47 @@ def name_problem(name) -> str | None:
     return None
 
 
-def checked(values: Mapping | None, *, what: str) -> dict[str, float]:
-    """The writer's check: ``{name: number}`` as floats, or ValueError naming what is wrong.
-    NaN and Inf are kept (the console flags them)."""
+def kept(values, *, limit: int = MAX_NAMES) -> tuple[dict[str, float], list[tuple[str, str]]]:
+    """The writer's sort, which never raises: the first ``limit`` usable ``{name: float}`` of
+    ``values`` in the order given, and ``(name as shown, why)`` for each entry left out (a bad
+    name, a value that is not a number, a name past ``limit``). NaN and Inf are kept (the
+    console flags them). A script's metrics must never end its training (issue 56)."""
     if values is None:
-        return {}
+        return {}, []
     if not isinstance(values, Mapping):
-        raise ValueError(f"{what}: give a dict of metric name -> number, not "
-                         f"{type(values).__name__}")
-    if len(values) > MAX_NAMES:
-        raise ValueError(f"{what}: {len(values)} metrics, at most {MAX_NAMES} per line; report "
-                         "the ones you look at (each name costs a series in the console)")
-    out = {}
+        return {}, [(type(values).__name__, "not a dict of metric name -> number")]
+    out, left = {}, []
     for name, value in values.items():
         problem = name_problem(name)
+        number = None if problem else as_number(value)
         if problem:
-            raise ValueError(f"{what}: {problem}; rename it")
-        if isinstance(value, bool) or not _is_number(value):
-            raise ValueError(f"{what}: metric {name!r} is {type(value).__name__}, not a number; "
-                             "pass float(value)")
-        out[name] = float(value)
-    return out
+            left.append((shown(name), problem))
+        elif number is None:
+            left.append((name, f"{type(value).__name__}, not a number"))
+        elif len(out) >= limit:
+            left.append((name, f"past the first {limit} names of a line"))
+        else:
+            out[name] = number
+    return out, left
 
 
-def _is_number(value) -> bool:
-    """A Python or numpy number, or a 0-d tensor: anything with ``__float__`` but text."""
-    return not isinstance(value, (str, bytes)) and hasattr(value, "__float__")
+def as_number(value) -> float | None:
+    """``value`` as a float, or None for anything that is not one number: text, a bool, None, an
+    array of several values, an integer no float holds."""
+    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def shown(name) -> str:
+    """A name as a log line or a metrics line can carry it: printable, at most NAME_MAX + 3."""
+    if not isinstance(name, str):
+        return f"<{type(name).__name__}>"
+    text = name if name.isprintable() else repr(name)[1:-1]
+    return text if len(text) <= NAME_MAX else text[:NAME_MAX] + "..."
 
 
 def named(values) -> tuple[dict[str, float], int]:
@@ -99,6 +121,14 @@ def named(values) -> tuple[dict[str, float], int]:
         except OverflowError:   # an integer no float holds
             skipped += 1
     return out, skipped
+
+
+def left_out(value) -> list[str]:
+    """The reader's side of ``left_out``: its names, shown printable, at most MAX_NAMES; [] for
+    a line without it or with anything but a list there. Never raises."""
+    if not isinstance(value, list):
+        return []
+    return [shown(name) for name in value[:MAX_NAMES] if isinstance(name, str)]
 
 
 @dataclass(frozen=True)
@@ -157,12 +187,17 @@ def mean_of_workers(per_task: Mapping[str, Mapping[str, float]]) -> dict[str, fl
     """Global values where only each worker's own value is known: per name that every worker
     has, the mean over workers. Equal to the summed-state value when every worker saw an equal
     share of examples in the window (sharded batches of one size, as harness jobs and Keras'
-    distributed datasets give); a script that has the summed state passes global values."""
+    distributed datasets give); a script that has the summed state passes global values. A name
+    whose value is not a number on some worker has none (the writer says why)."""
     rows = [r for r in per_task.values() if r]
     if not rows:
         return {}
-    common = [n for n in rows[0] if all(n in r for r in rows[1:])]
-    return {n: sum(float(r[n]) for r in rows) / len(rows) for n in common}
+    out = {}
+    for name in rows[0]:
+        values = [as_number(r[name]) if name in r else None for r in rows]
+        if None not in values:
+            out[name] = sum(values) / len(values)
+    return out
 
 
 def from_state(total: float, count: float) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 
 from . import layout, metric_line
@@ -26,6 +27,10 @@ class MetricsReporter:
         self.attempt = int(attempt)
         # Line buffered append: several attempts of one run share the file.
         self._fh = open(self.path, "a", buffering=1)
+        # What was left out is said once, not on every line: a script reports the same names
+        # at every step. Both stop at MAX_NAMES names, for a script that invents one per line.
+        self._listed: dict[str, set] = {}   # task -> the names its lines listed as left out
+        self._told: set = set()             # the names the log has said were left out
 
     def log(self, task: str, step: int, epoch: int, *, metrics: dict, global_metrics: dict,
             step_time: float = math.nan, examples_per_sec: float = math.nan,
@@ -33,9 +38,11 @@ class MetricsReporter:
             first_batch: float | None = None) -> dict:
         """One worker's line. ``metrics``: this worker's named values (the loss is one of them,
         ``loss``); ``global_metrics``: the global values (metric_line.py says what both mean).
-        Raises ValueError for a name or value metric_line refuses, before anything is written."""
-        mine = metric_line.checked(metrics, what=f"metrics of {task}")
-        glob = metric_line.checked(global_metrics, what="global metrics")
+        Never raises for what they hold: what ``metric_line.kept`` leaves out is said once on
+        stderr (the task's log) and listed in the line's ``left_out``, and the line is written."""
+        mine, left = metric_line.kept(metrics)
+        glob, left_global = metric_line.kept(global_metrics)
+        left += left_global
         line = {
             "run_id": self.run_id, "attempt": self.attempt, "task": task,
             "step": int(step), "epoch": int(epoch),
@@ -52,9 +59,42 @@ class MetricsReporter:
             line[metric_line.MINE] = mine
         if glob:
             line[metric_line.GLOBAL] = glob
+        if left:
+            self._tell(task, left)
+            listed = self._list(task, left)
+            if listed:
+                line[metric_line.LEFT_OUT] = listed
         self._fh.write(json.dumps(line) + "\n")
         self._fh.flush()
         return line
+
+    def _list(self, task: str, left: list) -> list[str]:
+        """The names of ``left`` that no line of ``task`` has listed yet."""
+        seen = self._listed.setdefault(task, set())
+        room = max(0, metric_line.MAX_NAMES - len(seen))
+        new = list(dict.fromkeys(name for name, _ in left if name not in seen))[:room]
+        seen.update(new)
+        return new
+
+    def _tell(self, task: str, left: list) -> None:
+        """One line on stderr for the names the log has not named yet: which, why, what to do."""
+        room = max(0, metric_line.MAX_NAMES - len(self._told))
+        first: dict[str, str] = {}
+        for name, why in left:
+            if name not in self._told:
+                first.setdefault(name, why)
+        new = list(first.items())[:room]
+        if not new:
+            return
+        self._told.update(n for n, _ in new)
+        by_why: dict[str, list[str]] = {}
+        for name, why in new:
+            by_why.setdefault(why, []).append(name)
+        said = "; ".join(f"{', '.join(names)} ({why})" for why, names in by_why.items())
+        print(f"tfconsole: metrics of {task}: left out {said}; training goes on. A line keeps the "
+              f"first {metric_line.MAX_NAMES} names that are numbers, the loss first, then in the "
+              "order the script gives them: to choose, report fewer metrics (pass only the ones "
+              "to watch)", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self._fh.close()
@@ -67,6 +107,7 @@ class MetricsReporter:
 
 
 def _finite(value: float) -> float | None:
-    """JSON has no NaN: an unknown figure (an attempt's first step has no step time) is null."""
-    value = float(value)
-    return value if math.isfinite(value) else None
+    """JSON has no NaN: an unknown figure (an attempt's first step has no step time), or one that
+    is not a number, is null."""
+    value = metric_line.as_number(value)
+    return value if value is not None and math.isfinite(value) else None
