@@ -426,9 +426,16 @@ def _env_value(key: str, item: object, where: str, fix: str) -> str:
 
 
 def unknown_keys(data: Mapping, allowed, prefix: str) -> list[SpecError]:
-    return [SpecError(prefix + (key if isinstance(key, str) else show_value(key)), f"unknown key {show_value(key)}",
-                      f"Use only: {', '.join(allowed)}.")
-            for key in data if key not in allowed]
+    """A key nothing reads, named with the closest allowed one (``prunner``: "Did you mean 'pruner'?")."""
+    out = []
+    for key in data:
+        if key in allowed:
+            continue
+        close = difflib.get_close_matches(key, list(allowed), n=1) if isinstance(key, str) else []
+        hint = f"Did you mean {close[0]!r}? " if close else ""
+        out.append(SpecError(prefix + (key if isinstance(key, str) else show_value(key)),
+                             f"unknown key {show_value(key)}", f"{hint}Use only: {', '.join(allowed)}."))
+    return out
 
 
 def parse_fields(data: Mapping, table: dict, prefix: str) -> tuple[dict, list[SpecError]]:

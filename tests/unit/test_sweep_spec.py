@@ -143,3 +143,15 @@ def test_export_takes_the_checkpoint_the_trials_value_came_from():
     assert best_step(listed, "val_loss", "min") == 20
     assert best_step(listed, "val_loss", "max") == 10
     assert best_step(listed, "val_loss", "min", "last") == 30
+
+
+def test_a_misspelled_key_is_answered_with_the_closest_key():
+    """``prunner: median`` (a typo an operator makes) names ``pruner``, as a misspelled
+    parameter already named the closest one; a key like nothing allowed gets the list alone."""
+    data = _sweep()
+    data["prunner"] = data.pop("pruner", "median")
+    found = _refused(data)
+    assert found["prunner"].startswith("prunner: unknown key 'prunner'. Did you mean 'pruner'? Use only:"), found
+    found = _refused(_sweep(objective={"metric": "val_loss", "directon": "min", "zzz": 1}))
+    assert "Did you mean 'direction'?" in found["objective.directon"]
+    assert "Did you mean" not in found["objective.zzz"] and "Use only: metric, direction, of" in found["objective.zzz"]
