@@ -25,11 +25,13 @@ SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-serve
                 "/usr/libexec/sftp-server", "/usr/lib/ssh/sftp-server")
 # Runs every session: the command the client asked for, from the private home, through sh
 # (sshd itself would use the login shell; both take the POSIX quoting the adapter produces).
+# ``shell="/bin/bash"`` is a host whose login shell is bash, as Debian's is: bash run for sshd
+# (SSH_CLIENT set, first shell level) reads ~/.bashrc before every command, as on a real host.
 SESSION_WRAPPER = """#!/bin/sh
 export HOME={home}
 cd "$HOME" || exit 1
-if [ -z "$SSH_ORIGINAL_COMMAND" ]; then exec /bin/sh -l; fi
-exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"
+if [ -z "$SSH_ORIGINAL_COMMAND" ]; then exec {shell} -l; fi
+exec {shell} -c "$SSH_ORIGINAL_COMMAND"
 """
 
 
@@ -50,7 +52,8 @@ class SSHHost:
     def host_key_pub(self) -> str:
         return (self.folder / "host_ed25519.pub").read_text()
 
-    def config_lines(self, authorized_keys: Path, home: str | None, sftp: bool) -> list[str]:
+    def config_lines(self, authorized_keys: Path, home: str | None, sftp: bool,
+                     shell: str = "/bin/sh") -> list[str]:
         lines = [f"Port {self.port}", f"ListenAddress {self.address}",
                  f"HostKey {self.folder / 'host_ed25519'}",
                  f"AuthorizedKeysFile {authorized_keys}",
@@ -64,15 +67,16 @@ class SSHHost:
             lines.append(f"Subsystem sftp {sftp_server() if home else 'internal-sftp'}")
         if home:
             wrapper = self.folder / "session.sh"
-            wrapper.write_text(SESSION_WRAPPER.format(home=home))
+            wrapper.write_text(SESSION_WRAPPER.format(home=home, shell=shell))
             wrapper.chmod(0o755)
             lines.append(f"ForceCommand {wrapper}")
         return lines + [""]
 
-    def start(self, authorized_keys: Path, *, home: str | None = None, sftp: bool = True) -> "SSHHost":
+    def start(self, authorized_keys: Path, *, home: str | None = None, sftp: bool = True,
+              shell: str = "/bin/sh") -> "SSHHost":
         """Start sshd; ``home``: the directory every session starts in (see the module notes)."""
         conf = self.folder / "sshd_config"
-        conf.write_text("\n".join(self.config_lines(authorized_keys, home, sftp)))
+        conf.write_text("\n".join(self.config_lines(authorized_keys, home, sftp, shell)))
         argv = [SSHD, "-D", "-e", "-f", str(conf)]
         self.process = subprocess.Popen(self.netns.argv(argv) if self.netns else argv,
                                         stdout=subprocess.DEVNULL,
@@ -184,7 +188,7 @@ def keygen(path: Path) -> None:
 
 
 def make_host(root: Path, address: str, authorized_keys: Path, *, home: str | None = None,
-              netns=None, port: int | None = None, sftp: bool = True) -> SSHHost:
+              netns=None, port: int | None = None, sftp: bool = True, shell: str = "/bin/sh") -> SSHHost:
     """A started sshd on ``address``; ``netns``: inside that private network namespace."""
     folder = root / address
     folder.mkdir(parents=True, exist_ok=True)
@@ -192,7 +196,7 @@ def make_host(root: Path, address: str, authorized_keys: Path, *, home: str | No
         keygen(folder / "host_ed25519")
     os.makedirs("/run/sshd", exist_ok=True) if os.geteuid() == 0 else None  # privsep dir
     host = SSHHost(address, port or free_port(address), folder, netns=netns)
-    return host.start(authorized_keys, home=home, sftp=sftp)
+    return host.start(authorized_keys, home=home, sftp=sftp, shell=shell)
 
 
 def known_hosts_line(host: SSHHost) -> str:

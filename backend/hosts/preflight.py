@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +20,20 @@ from backend.hosts.resolve import tf_addresses
 from backend.config.spec import ClusterSpec, TaskSpec
 
 PROBE = (Path(__file__).resolve().parents[1] / "client" / "harness" / "probe.py").read_text()
-CHECKS = ("ssh", "python", "tensorflow", "gpus", "port", "workdir", "peers", "packages")
+CHECKS = ("ssh", "login", "python", "tensorflow", "gpus", "port", "workdir", "peers", "packages")
+# What a login costs: every host command goes through the user's login shell, which runs its
+# startup files first (bash run by sshd reads ~/.bashrc even for a command). `conda init`,
+# `module load` or a `pyenv init` waiting on a stale lock there cost seconds per command, and
+# every short host command (status, metrics, Save now) then times out without naming why.
+LOGIN_SLOW_S = 1.0        # a command slower than this to start is named, with the fix
+LOGIN_LIMIT_S = 20.0      # past this, the check fails: the console's short commands would time out
+STARTUP_FILES = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshenv", ".zshrc", ".cshrc", ".tcshrc")
+# Says the login shell and which startup files exist; its time is the login's (nothing else runs).
+LOGIN_PROBE = ('echo "${SHELL:-?}"; for f in ' + " ".join(STARTUP_FILES)
+               + '; do [ -f "$HOME/$f" ] && echo "$f"; done; true')
+EARLY_RETURN = ("return early for non-interactive shells: put `case $- in *i*) ;; *) return;; esac` "
+                "at the top of ~/.bashrc (before conda init, module load or pyenv init), or move "
+                "those lines into ~/.bash_profile, which a command does not read")
 
 
 @dataclass
@@ -68,7 +82,34 @@ def _detail(name: str, check: dict) -> str:
         return f"{len(check['gpus'])} GPU(s)" if check["gpus"] else "none (CPU)"
     if name == "packages":
         return f"{len(check.get('installed') or {})} required, all there"
+    if name == "login":
+        return f"{check['seconds']:.2f} s" + (f"; SLOW: {check['slow']}" if check.get("slow") else "")
     return ""
+
+
+def login_check(transport) -> dict:
+    """What starting one command costs on the host (the quicker of two, so the connection's own
+    set-up is not counted), and, when slow, the shell's startup files that ran and the fix."""
+    took, out = [], ""
+    for _ in range(2):
+        began = time.monotonic()
+        try:
+            out = transport.run(["sh", "-c", LOGIN_PROBE], timeout=LOGIN_LIMIT_S).stdout
+        except HostError as err:
+            if "timed out" not in err.problem:
+                raise
+            return {"ok": False, "seconds": LOGIN_LIMIT_S, "error": (
+                f"a command did not even start within {LOGIN_LIMIT_S:g} s: the login shell's startup "
+                f"files run before every command; {EARLY_RETURN}; time it with `ssh HOST true`")}
+        took.append(time.monotonic() - began)
+    seconds = min(took)
+    found = {"ok": True, "seconds": round(seconds, 3)}
+    if seconds >= LOGIN_SLOW_S:
+        lines = out.split()
+        shell, files = (lines[0] if lines else "?"), [f"~/{f}" for f in lines[1:]]
+        found["slow"] = (f"each command costs {seconds:.1f} s to start; the login shell ({shell}) runs "
+                         f"{', '.join(files) or 'its startup files'} first; {EARLY_RETURN}")
+    return found
 
 
 def _address_host(address: str) -> str:
@@ -130,6 +171,11 @@ def probe_host(pool: Pool, tasks: list[tuple[str, TaskSpec]], addresses: dict[st
         argv += ["--port", str(t.tf_port), "--workdir", t.workdir]
     reports = {name: HostReport(name, t.host) for name, t in tasks}
     try:
+        login = login_check(pool.transport(spec))
+        if not login["ok"]:   # the probe would wait as long again, for nothing more
+            for r in reports.values():
+                r.checks.update(ssh={"ok": True}, login=login)
+            return reports
         result = pool.transport(spec).run(argv, timeout=180)
     except HostError as err:
         for r in reports.values():
@@ -138,7 +184,7 @@ def probe_host(pool: Pool, tasks: list[tuple[str, TaskSpec]], addresses: dict[st
     lines = result.stdout.strip().splitlines()
     for name, t in tasks:
         checks = reports[name].checks
-        checks["ssh"] = {"ok": True}
+        checks["ssh"], checks["login"] = {"ok": True}, login
         if result.exit_code != 0 or not lines:
             missing = result.exit_code == 127 or "No such file" in result.stderr
             checks["python"] = {"ok": False, "error": (

@@ -228,7 +228,9 @@ class SSHTransport:
                 raise EOFError("the connection closed before the command's exit status came")
         except TimeoutError:
             raise HostError(self.host, f"command timed out after {timeout} s",
-                            "Check that the host is not overloaded, then retry.", command=command) from None
+                            "Check that the host is not overloaded and that its login shell starts "
+                            "quickly (`time ssh HOST true`: a slow ~/.bashrc runs before every "
+                            "command; `tfconsole preflight` names it), then retry.", command=command) from None
         except IO_FAILURES as err:
             raise self._lost(err, command) from None
         finally:

@@ -1,0 +1,70 @@
+"""A host whose login shell is slow to start (a ~/.bashrc running `conda init`, `module load` or a
+`pyenv init` waiting on a stale lock): every host command pays it, and the console's short
+commands time out without saying why. Preflight measures what starting a command costs on each
+host and, when it is slow, names the shell's startup files and the fix.
+
+The host is a real sshd whose login shell is bash, as Debian's is (rig/sshd.py, ``shell``): bash
+run for sshd reads ~/.bashrc before every command, so the sleep there is paid as on a real host."""
+from __future__ import annotations
+
+from backend.hosts.pool import Pool
+from backend.hosts.preflight import run_preflight
+from backend.hosts.ssh import SSHOptions
+from backend.config.spec import cluster_from_dict
+from rig import sshd
+from tests.conftest import ssh_task
+
+
+def _bash_host(tmp_path, client_key, bashrc: str):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text(bashrc)
+    host = sshd.make_host(tmp_path / "sshd", "127.0.0.41", client_key.parent / "authorized_keys",
+                          home=str(home), shell="/bin/bash")
+    known = tmp_path / "known_hosts"
+    known.write_text(sshd.known_hosts_line(host))
+    options = SSHOptions(known_hosts=str(known), ssh_config=str(tmp_path / "no_ssh_config"),
+                         allow_agent=False, look_for_keys=False)
+    return host, home, options
+
+
+def _preflight(host, home, options, client_key, python_path):
+    cluster = cluster_from_dict({"tasks": [ssh_task(host, "worker", sshd.free_port(), client_key,
+                                                    python_path, home / "work")]})
+    with Pool(options) as pool:
+        return run_preflight(cluster, pool)[0]
+
+
+def test_preflight_names_a_slow_bashrc_and_how_to_fix_it(tmp_path, client_key, python_path):
+    host, home, options = _bash_host(tmp_path, client_key, "sleep 1.5  # as a slow conda init\n")
+    try:
+        report = _preflight(host, home, options, client_key, python_path)
+        login = report.checks["login"]
+        assert report.ok and login["ok"] and login["seconds"] >= 1.5, report.checks
+        assert "~/.bashrc" in login["slow"] and "/bin/bash" in login["slow"], login
+        assert "return early for non-interactive shells" in login["slow"], login
+        assert "SLOW" in report.row()["login"] and "1." in report.row()["login"]
+        # The same host with the fix the check names: quick, and nothing said.
+        (home / ".bashrc").write_text("case $- in *i*) ;; *) return;; esac\nsleep 1.5\n")
+        report = _preflight(host, home, options, client_key, python_path)
+        assert report.ok and report.checks["login"]["seconds"] < 1.0 and "slow" not in report.checks["login"]
+    finally:
+        host.stop()
+
+
+def test_a_login_that_never_finishes_fails_preflight_naming_the_startup_files(tmp_path, client_key, python_path,
+                                                                                 monkeypatch):
+    """A `pyenv init` waiting 60 s on a stale lock: the check fails at its limit (2 s here, 20 s
+    by default), saying that the shell's startup files run before every command, and the probe
+    is not started after it (it would wait as long again)."""
+    from backend.hosts import preflight
+    monkeypatch.setattr(preflight, "LOGIN_LIMIT_S", 2.0)
+    host, home, options = _bash_host(tmp_path, client_key, "sleep 6  # pyenv init on a stale lock (ends by itself: nothing left)\n")
+    try:
+        report = _preflight(host, home, options, client_key, python_path)
+        assert not report.ok and report.checks["ssh"]["ok"], report.checks
+        assert "did not even start within 2 s" in report.checks["login"]["error"]
+        assert "return early for non-interactive shells" in report.checks["login"]["error"]
+        assert "python" not in report.checks   # not probed after it
+    finally:
+        host.stop()
