@@ -3,8 +3,9 @@ A run with a webhook and no restarts gets a keeper too, which only settles it as
 would (``Run.settle``): its end and a NaN loss are told with no console or CLI open.
 
 ``launch()`` starts ``python -m backend keep RUN`` in a session of its own, so closing the
-browser or killing the CLI leaves both training and restarts going. Each poll reads every task and
-lets ``outcome.conclude`` judge the attempt:
+browser or killing the CLI leaves both training and restarts going. Each poll reads every task,
+lets ``outcome.conclude`` judge the attempt and ``records.decision`` decide what to do (pure: the
+keeper passes in what it saw, its clocks and the policy, and carries the decision out here):
 
 - finished: the run is finished; failed (a task exited non-zero or vanished), or stalled: no
   sign of life for ``stall_timeout_s`` (no new metrics, no task's log grew, no task's processes
@@ -13,7 +14,9 @@ lets ``outcome.conclude`` judge the attempt:
   ``backoff_s`` a new attempt starts from the newest checkpoint step that EVERY task holds and
   TensorFlow can read whole (``restorable``: a damaged one is moved aside and named);
 - unknown (a host did not answer): nothing is touched; the host is asked again, less and less
-  often, for ``unreachable_grace_s``, and only then counts as a failure.
+  often, for ``unreachable_grace_s``, and only then counts as a failure. A host whose key CHANGED
+  answered (``HostKeyChanged``): the run is held as it is, saying both fingerprints and the fix,
+  for as long as it lasts; it is never silence, so never gone.
 
 A host unanswered over SSH for ``host_gone_s`` (each poll and each stop listen) is gone for good:
 the failed attempt's stop no longer waits for it, the attempt records it lost, and the next
