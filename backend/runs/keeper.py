@@ -45,7 +45,6 @@ from dataclasses import dataclass
 
 from backend.alerts import outbox
 from backend.client.harness import metric_line
-from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.diagnosis import stacks
 from backend.runs.attempts import begin_attempt
@@ -54,7 +53,8 @@ from backend.client.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.engines.direct import harness_bundle
-from backend.runs import membership, restorable
+from backend.runs import failure_log, membership, restorable
+from backend.runs.failure_log import FAILURE_LOG
 from backend.runs.detached import KEEPER_LOCK, POLL_S, keeper_pid, write_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
@@ -70,7 +70,6 @@ from backend.watch.chief_metrics import local_last_step
 
 STOP_GRACE_S = 5.0      # survivors of a failed attempt are casualties: no need to wait long
 MAX_POLL_S = 10.0       # the slowest poll while a host does not answer
-FAILURE_LOG = "failure.log"
 # Polls in a row that cannot load the run before the keeper gives up on it: the state file is
 # replaced whole (never seen half written), so a load that fails this often will not heal.
 LOAD_TRIES = 5
@@ -473,18 +472,7 @@ class Keeper:
 
     def _give_up(self, run: Run, reason: str, *, why: str) -> Phase | None:
         """End as failed, with the failing tasks' tracebacks kept beside the state file."""
-        try:
-            failing = [s for s in run.status() if s.failed]
-        except ConsoleError:
-            failing = []
-        # The task that failed first, not the peers whose collective it aborted.
-        first = [s for s in failing if not diagnose.casualty(s.diagnosis)] or failing
-        tails = [f"==> {s.name} ({s.label}) <==\n"
-                 f"{traceback_tail(diagnose.current_attempt(run.log_tail(s.name)))}" for s in first]
-        (run.local_dir / FAILURE_LOG).write_text(
-            f"{why}: {reason}\n"
-            "Fix the cause shown below, then launch again (or restore from a checkpoint).\n\n"
-            + "\n".join(tails))
+        failure_log.write(run, reason, why=why)
         self.log(f"{why}: {reason}")
         run.move(Phase.FAILED, when=(Phase.RESTARTING,))
         return None if run.state.live else run.state.phase
@@ -494,10 +482,3 @@ def answer_bound(run: Run) -> float:
     """How long a host has to answer a stop or a restart before the keeper gives up on it."""
     policy = run.job.restart
     return max(policy.unreachable_grace_s, policy.host_gone_s)
-
-
-def traceback_tail(log: str, max_lines: int = 60) -> str:
-    """The last traceback in a log and what follows it, or the log's last lines."""
-    start = log.rfind("Traceback (most recent call last)")
-    lines = (log[start:] if start >= 0 else log).splitlines()
-    return "\n".join(lines[-max_lines:]) + "\n"
