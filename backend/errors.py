@@ -57,6 +57,18 @@ class HostKeyError(HostError):
         super().__init__(host, problem, fix)
 
 
+class HostKeyChanged(HostKeyError):
+    """The host offers another key than the one known_hosts trusts for it: a reinstalled host,
+    or an attack. It answered, so it is no silence: the keeper holds the run for an operator's
+    check instead of counting the host gone. ``known``: the trusted fingerprints; ``trust``: the
+    command that replaces the old key once the new one is checked."""
+
+    def __init__(self, host: str, problem: str, fix: str, *, fingerprint: str, key_type: str,
+                 known: tuple[str, ...], trust: str) -> None:
+        self.known, self.trust = tuple(known), trust
+        super().__init__(host, problem, fix, fingerprint=fingerprint, key_type=key_type)
+
+
 class MultiHostError(ConsoleError):
     """An action on many hosts failed on some of them; ``errors`` maps host -> error."""
 

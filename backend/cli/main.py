@@ -80,6 +80,7 @@ def cmd_status(a) -> int:
     from backend.runs.detached import KEEPER_LOG, keeper_pid
     run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
     from backend.diagnosis import data_checks, health
+    from backend.records import decision
     from backend.runs import resume
     full = room(run.local_dir)
     try:
@@ -89,13 +90,18 @@ def cmd_status(a) -> int:
         full, statuses = err, run.status()
     nan = health.status_line(run)
     same_data = data_checks.status_line(run)
+    # A host that stopped answering (or whose key changed) comes first: the exits of its peers
+    # that lost their collective with it are only the echo (issue 56 item 5).
+    host_first = decision.cause(statuses)
     if a.json:
         print_json({**status_json(run, statuses, health_line=nan), "same_data": same_data or None,
-                    "disk_full": str(full) if full else None})
+                    "disk_full": str(full) if full else None, "hosts": host_first or None})
         return 0
     print(f"run {run.run_id}: {run.shown_phase(statuses)}, attempt {run.state.attempt}")
     if full:
         print(f"  warning: {full}")
+    if host_first:
+        print(f"  warning: {host_first}")
     for s in statuses:
         print(f"  {s.name:<10} {s.host:<20} {s.label}" + (f"  -- {s.diagnosis}" if s.diagnosis else ""))
     for t in run.state.attempts:

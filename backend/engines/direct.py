@@ -16,12 +16,12 @@ from backend.hosts import remote
 from backend.config import tfconfig
 from backend.config.fields import landing_name
 from backend.engines.base import Capabilities, RunView, Started, StopReport
-from backend.errors import HostError, MultiHostError
+from backend.errors import HostError, HostKeyChanged, MultiHostError
 from backend.client.harness import layout, taskenv
 from backend.hosts.resolve import tf_addresses
 from backend.hosts.pool import Pool, failures, parallel
 from backend.hosts.tasks import by_host, task_host
-from backend.records.outcome import TaskPhase, TaskStatus
+from backend.records.outcome import TaskPhase, TaskStatus, key_change
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
 
 
@@ -183,7 +183,8 @@ class HostsEngine(Capabilities):
             for name in group.names:
                 host = run.task(name).host
                 if isinstance(res, Exception):
-                    out[name] = TaskStatus(name, host, TaskPhase.UNREACHABLE, diagnosis=str(res))
+                    out[name] = TaskStatus(name, host, TaskPhase.UNREACHABLE, diagnosis=str(res),
+                                           key_change=key_change(res))
                 else:
                     info = res[name]
                     out[name] = TaskStatus(name, host, TaskPhase(info.state), info.exit_code,
@@ -219,8 +220,9 @@ class HostsEngine(Capabilities):
         results = parallel(one, groups)
         errors = failures(results)
         hosts = {key: group.spec.host for key, group in groups}
-        unreachable = [hosts[k] for k, e in errors.items()
-                       if isinstance(e, HostError) and "still alive" not in e.problem]
+        # A host whose key changed answered: it is held for a check, never counted as silent.
+        unreachable = [hosts[k] for k, e in errors.items() if isinstance(e, HostError)
+                       and not isinstance(e, HostKeyChanged) and "still alive" not in e.problem]
         answers = {n: a for r in results.values() if not isinstance(r, Exception) for n, a in r.items()}
         return StopReport({hosts[k]: e for k, e in errors.items()}, unreachable,
                           killed=sorted(n for n, a in answers.items() if a.get("killed")),

@@ -25,7 +25,7 @@ from backend.engines.direct import bundle
 from backend.errors import ConsoleError, HostError
 from backend.client.harness import layout
 from backend.hosts.pool import Pool
-from backend.records.outcome import TaskPhase, TaskStatus
+from backend.records.outcome import TaskPhase, TaskStatus, key_change
 from backend.records.state import Attempt, Phase, RunState, TaskState, check_run_id
 from backend.files import write_private
 from backend.access import identity
@@ -132,7 +132,8 @@ class SlurmEngine(Capabilities):
         try:
             job, files = self.probe(run, job_id)
         except (ConsoleError, ValueError, KeyError) as err:
-            return [TaskStatus(n, self.spec.host, TaskPhase.UNREACHABLE, diagnosis=str(err)) for n in names]
+            return [TaskStatus(n, self.spec.host, TaskPhase.UNREACHABLE, diagnosis=str(err),
+                               key_change=key_change(err)) for n in names]
         statuses = task_statuses(job, files, names)
         for s in statuses:
             if s.failed and s.diagnosis is None:   # the task's own failure: read its log

@@ -25,7 +25,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 
-from backend.errors import ConsoleError, HostKeyError
+from backend.errors import ConsoleError, HostKeyChanged, HostKeyError
 
 
 def blob_fingerprint(blob: bytes) -> str:
@@ -190,12 +190,14 @@ class KnownHosts:
                                "Check the folder's permissions and free space.") from None
 
 
-def changed_error(label: str, path: str, found: list[Entry], key_type: str, blob: bytes) -> HostKeyError:
+def changed_error(label: str, path: str, found: list[Entry], key_type: str, blob: bytes, *,
+                  port: int | None = None) -> HostKeyChanged:
     old = ", ".join(f"{e.fingerprint} (line {e.number})" for e in found)
     new = blob_fingerprint(blob)
-    return HostKeyError(
+    trust = f"tfconsole trust-host {label}" + (f" --port {port}" if port else "") + f" --fingerprint {new} --replace"
+    return HostKeyChanged(
         label, f"host key CHANGED: {path} trusts {old}, the host now offers {key_type} {new}",
         "This can be an attack. Only if you know the host was reinstalled, check the new key on it "
-        "(ssh-keygen -lf /etc/ssh/ssh_host_*.pub) and replace the old one explicitly "
-        f"(CLI: trust-host HOST --fingerprint {new} --replace; console: Cluster > Trust a host key).",
-        fingerprint=new, key_type=key_type)
+        "(ssh-keygen -lf /etc/ssh/ssh_host_*.pub) with the host's admin, then replace the old one "
+        f"explicitly (console: Cluster > Trust a host key), or: {trust}",
+        fingerprint=new, key_type=key_type, known=tuple(e.fingerprint for e in found), trust=trust)

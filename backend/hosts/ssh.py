@@ -99,8 +99,8 @@ def fingerprint(key: paramiko.PKey) -> str:
 class _Verify(paramiko.MissingHostKeyPolicy):
     """Asked by paramiko when no key it was given trusts the server's: say why, never accept."""
 
-    def __init__(self, label: str, known: KnownHosts, name: str) -> None:
-        self.label, self.known, self.name = label, known, name
+    def __init__(self, label: str, known: KnownHosts, name: str, port: int | None = None) -> None:
+        self.label, self.known, self.name, self.port = label, known, name, port
 
     def missing_host_key(self, client, hostname, key):
         verdict, found = self.known.check(self.name, key.get_name(), key.asbytes())
@@ -111,7 +111,8 @@ class _Verify(paramiko.MissingHostKeyPolicy):
                                "Do not connect; ask the host's owner why its key was revoked.",
                                fingerprint=fp, key_type=key.get_name())
         if verdict is Verdict.CHANGED:
-            raise changed_error(self.label, self.known.path, found, key.get_name(), key.asbytes())
+            raise changed_error(self.label, self.known.path, found, key.get_name(), key.asbytes(),
+                                port=self.port)
         raise HostKeyError(
             self.label, f"unknown host key {key.get_name()} {fp} for {self.name}",
             "Compare the fingerprint with the host's (ssh-keygen -lf /etc/ssh/ssh_host_*.pub) "
@@ -149,6 +150,10 @@ class SSHTransport:
                             "Check the host name, SSH port and that sshd runs there "
                             "(ssh -G HOST shows what ssh_config makes of the name).") from None
 
+    def _port_said(self) -> int | None:
+        """The port a trust-host command for this host must name (none for SSH's own 22)."""
+        return self.target.port if self.target.port != 22 else None
+
     def _open_once(self) -> paramiko.SSHClient:
         t = self.target
         client = paramiko.SSHClient()
@@ -159,7 +164,7 @@ class SSHTransport:
             key = _pkey(entry)
             if key is not None:
                 client.get_host_keys().add(host_port_name(t.hostname, t.port), entry.key_type, key)
-        client.set_missing_host_key_policy(_Verify(self.host, known, t.known_hosts_name))
+        client.set_missing_host_key_policy(_Verify(self.host, known, t.known_hosts_name, self._port_said()))
         sock = self._jump_channel() if t.jump else None
         password, passphrase = self._secrets
         # As OpenSSH: an identity file that does not exist is skipped (the agent may still have
@@ -178,7 +183,8 @@ class SSHTransport:
             raise
         except paramiko.BadHostKeyException as err:
             found = [e for e in known.trusted(t.known_hosts_name) if e.blob == err.expected_key.asbytes()]
-            raise changed_error(self.host, known.path, found, err.key.get_name(), err.key.asbytes()) from None
+            raise changed_error(self.host, known.path, found, err.key.get_name(), err.key.asbytes(),
+                                port=self._port_said()) from None
         except paramiko.AuthenticationException as err:
             client.close()
             raise HostError(self.host, f"authentication failed for user {t.user or '(default)'}: {err}",

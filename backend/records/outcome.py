@@ -9,6 +9,7 @@ import enum
 from dataclasses import dataclass, field
 
 from backend.diagnosis import diagnose
+from backend.errors import HostKeyChanged
 from backend.client.harness import preempt
 
 PREEMPTED = "preempted"   # an attempt's reason starts so: every task saved and exited on a signal
@@ -32,6 +33,22 @@ class TaskPhase(enum.StrEnum):
     QUEUED = "queued"            # a scheduler has not started it yet (Slurm): ``queue`` says why
 
 
+@dataclass(frozen=True)
+class KeyChange:
+    """The task's host answered with another key than known_hosts trusts (``HostKeyChanged``):
+    the fingerprints trusted, the one offered, and the command that replaces it once checked."""
+    known: tuple[str, ...]
+    offered: str
+    trust: str
+
+
+def key_change(err: Exception) -> KeyChange | None:
+    """What a status read's error says of a changed host key, or None for any other error."""
+    if not isinstance(err, HostKeyChanged):
+        return None
+    return KeyChange(err.known, err.fingerprint, err.trust)
+
+
 @dataclass
 class TaskStatus:
     name: str
@@ -42,6 +59,7 @@ class TaskStatus:
     queue: str = ""              # while queued: the scheduler's reason and place (Resources, 1st of 2 waiting)
     ready: bool = False          # running, past TensorFlow's import (a harness task; remote.TaskInfo)
     set_up: bool = False         # running, and the run's train.json on its host is this attempt's
+    key_change: KeyChange | None = None   # unreachable because its host's key CHANGED: no silence
 
     @property
     def label(self) -> str:

@@ -3,8 +3,9 @@ A run with a webhook and no restarts gets a keeper too, which only settles it as
 would (``Run.settle``): its end and a NaN loss are told with no console or CLI open.
 
 ``launch()`` starts ``python -m backend keep RUN`` in a session of its own, so closing the
-browser or killing the CLI leaves both training and restarts going. Each poll reads every task and
-lets ``outcome.conclude`` judge the attempt:
+browser or killing the CLI leaves both training and restarts going. Each poll reads every task,
+lets ``outcome.conclude`` judge the attempt and ``records.decision`` decide what to do (pure: the
+keeper passes in what it saw, its clocks and the policy, and carries the decision out here):
 
 - finished: the run is finished; failed (a task exited non-zero or vanished), or stalled: no
   sign of life for ``stall_timeout_s`` (no new metrics, no task's log grew, no task's processes
@@ -13,7 +14,9 @@ lets ``outcome.conclude`` judge the attempt:
   ``backoff_s`` a new attempt starts from the newest checkpoint step that EVERY task holds and
   TensorFlow can read whole (``restorable``: a damaged one is moved aside and named);
 - unknown (a host did not answer): nothing is touched; the host is asked again, less and less
-  often, for ``unreachable_grace_s``, and only then counts as a failure.
+  often, for ``unreachable_grace_s``, and only then counts as a failure. A host whose key CHANGED
+  answered (``HostKeyChanged``): the run is held as it is, saying both fingerprints and the fix,
+  for as long as it lasts; it is never silence, so never gone.
 
 A host unanswered over SSH for ``host_gone_s`` (each poll and each stop listen) is gone for good:
 the failed attempt's stop no longer waits for it, the attempt records it lost, and the next
@@ -42,7 +45,6 @@ from dataclasses import dataclass
 
 from backend.alerts import outbox
 from backend.client.harness import metric_line
-from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.diagnosis import stacks
 from backend.runs.attempts import begin_attempt
@@ -51,24 +53,23 @@ from backend.client.harness import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.engines.direct import harness_bundle
-from backend.runs import membership, restorable
+from backend.runs import failure_log, membership, restorable
+from backend.runs.failure_log import FAILURE_LOG
 from backend.runs.detached import KEEPER_LOCK, POLL_S, keeper_pid, write_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
-from backend.records.outcome import (PREEMPTED, Conclusion, LifeWatch, Signs, TaskPhase, Verdict, conclude,
-                                  restarts_used, stall_reason)
+from backend.records.decision import (Clocks, Decision, Kind, Membership, Seen, advance, decide,
+                                      decide_membership, decide_restart, decide_start_failure, gone)
+from backend.records.outcome import Conclusion, LifeWatch, Signs, TaskPhase, Verdict, conclude
 from backend.runs.handle import Run
 from backend.runs.keeper_log import KeeperLog
 from backend.runs.store import RunStore
 from backend.records.state import UNDERWAY, Phase
 from backend.files import room
+from backend.watch.chief_metrics import local_last_step
 
 STOP_GRACE_S = 5.0      # survivors of a failed attempt are casualties: no need to wait long
 MAX_POLL_S = 10.0       # the slowest poll while a host does not answer
-# How long a failure that only shows casualties (peers whose collective aborted) waits for the
-# task that died first to show too, so the attempt's reason names the cause, not a casualty.
-CASUALTY_WAIT_S = 10.0
-FAILURE_LOG = "failure.log"
 # Polls in a row that cannot load the run before the keeper gives up on it: the state file is
 # replaced whole (never seen half written), so a load that fails this often will not heal.
 LOAD_TRIES = 5
@@ -90,8 +91,7 @@ class Keeper:
         self.log = log or KeeperLog()   # never raises: a full disk must not end the keeper
         self.progress = MetricsSeen()
         self.life = LifeWatch(changed=time.time())
-        self.unreachable_since: float | None = None
-        self.casualties_since: float | None = None
+        self.clocks = Clocks(time.time())   # since when a host does not answer, a casualty shows
         self.silent: dict[str, float] = {}   # host -> since when it has not answered over SSH
         self.restart_failing_since: float | None = None   # the next attempt has not started since
         self.full_since: float | None = None   # the console's disk has had no room since
@@ -172,9 +172,8 @@ class Keeper:
                      f"keeping run {self.run_id} again")
             self.full_since, self.delay = None, self.poll_s
             # The time it could not look is no stall, no silence and no failing restart.
-            self.life = LifeWatch(changed=time.time())
-            self.unreachable_since = self.casualties_since = self.restart_failing_since = None
-            self.silent = {}
+            self.life, self.clocks = LifeWatch(changed=time.time()), Clocks(time.time())
+            self.restart_failing_since, self.silent = None, {}
         return bool(full)
 
     def _disk_full(self, err: DiskFullError) -> None:
@@ -226,70 +225,67 @@ class Keeper:
             run.settle()
             return None if run.state.live else run.state.phase
         statuses = run.status()
-        self._hear({s.host for s in statuses if s.state != TaskPhase.UNREACHABLE},
-                   {s.host for s in statuses if s.state == TaskPhase.UNREACHABLE})
+        self._hear({s.host for s in statuses if s.state != TaskPhase.UNREACHABLE or s.key_change},
+                   {s.host for s in statuses if s.state == TaskPhase.UNREACHABLE and not s.key_change})
         found = conclude(statuses)
-        if found.verdict == Verdict.FINISHED:
-            self._read_progress(run)
-            run.conclude_attempt(found, expect=UNDERWAY, last_step=self.progress.last_step)
-            return None if run.reload().live else run.state.phase
-        if found.verdict == Verdict.PREEMPTED:
-            return self._preempted(run)
-        reason = self._failure(run, found)
-        return self._recover(run, reason) if reason else None
+        self._tick(found)
+        idle = self._look_for_life(run) if found.verdict == Verdict.GOING else None
+        decision = decide(Seen(found, tuple(statuses), idle, tuple(t.name for t in run.state.tasks)),
+                          self.clocks, run.job.restart)
+        return self._carry_out(run, found, decision)
 
-    def _failure(self, run: Run, found: Conclusion) -> str | None:
-        """Why the attempt has failed, or None; an unreachable host fails only after its grace."""
-        if found.verdict == Verdict.UNKNOWN:
-            now = time.time()
-            if self.unreachable_since is None:
-                self.unreachable_since = now
-                self.log(f"{found.reason}: waiting up to {run.job.restart.unreachable_grace_s:.0f} s")
-            self.delay = min(MAX_POLL_S, self.delay * 2)
-            waited = now - self.unreachable_since
-            if waited > run.job.restart.unreachable_grace_s:
-                return f"{found.reason} for {waited:.0f} s"
-            return None
-        if self.unreachable_since is not None:
-            self.log(f"every host answers again after {time.time() - self.unreachable_since:.0f} s")
-        self.unreachable_since, self.delay = None, self.poll_s
-        if found.verdict == Verdict.FAILED:
-            return None if self._await_cause(found) else found.reason
-        self.casualties_since = None
+    def _tick(self, found: Conclusion) -> None:
+        """Move the clocks on to this poll's verdict; say when every host answers again."""
+        before, self.clocks = self.clocks, advance(self.clocks, found, time.time())
+        if before.unreachable_since is not None and self.clocks.unreachable_since is None:
+            self.log(f"every host answers again after {self.clocks.now - before.unreachable_since:.0f} s")
+
+    def _look_for_life(self, run: Run) -> float | None:
+        """How long the run has shown no sign of life (None while it waits in the scheduler's
+        queue: that is no stall, and the stall clock starts at the start)."""
         if run.state.phase == Phase.QUEUED:
-            # Waiting in the scheduler's queue is not a stall: the stall clock starts at the start.
             self.life = LifeWatch(changed=time.time())
             return None
         self._read_progress(run)
         if run.job.restart.stall_timeout_s:
             self._read_life(run)
-        return self._stalled(run)
+        return self.life.idle(time.time())
 
-    def _await_cause(self, found: Conclusion) -> bool:
-        """True while a failure shows only casualties and the others may still show the cause."""
-        if not found.casualties_only:
-            self.casualties_since = None
-            return False
-        now = time.time()
-        if self.casualties_since is None:
-            self.casualties_since = now
-            self.log(f"{found.reason.split(':')[0]} lost its collective: waiting up to "
-                     f"{CASUALTY_WAIT_S:.0f} s for the task that failed first")
-        return now - self.casualties_since < CASUALTY_WAIT_S
+    def _carry_out(self, run: Run, found: Conclusion, decision: Decision) -> Phase | None:
+        """Do what the poll's decision says; None while the run goes on, else its end."""
+        self.delay = min(MAX_POLL_S, self.delay * 2) if decision.back_off else self.poll_s
+        if decision.note:
+            self.log(decision.note)
+        if decision.kind == Kind.FINISHED:
+            self._read_progress(run)
+            run.conclude_attempt(found, expect=UNDERWAY, last_step=self._newest_step(run))
+            return None if run.reload().live else run.state.phase
+        if decision.kind == Kind.PREEMPTED:
+            return self._preempted(run)
+        if decision.kind in (Kind.END_ATTEMPT, Kind.GIVE_UP):
+            reason = decision.reason + (self._save_stacks(run) if decision.stalled else "")
+            return self._recover(run, reason, give_up=decision.why)
+        return None   # go on, or hold the run as it is (WAIT)
 
-    def _stalled(self, run: Run) -> str | None:
-        limit = run.job.restart.stall_timeout_s
-        idle = self.life.idle(time.time())
-        if not (limit and idle > limit):
-            return None
-        # Before anything is stopped: where each worker hangs is the only clue to why.
+    def _save_stacks(self, run: Run) -> str:
+        """Before anything is stopped: where each worker hangs is the only clue to why a run
+        stalled. What the reason adds: where the stacks are."""
         found, folder = stacks.dump_and_save(run, label=f"stall-attempt-{run.state.attempt}")
         in_job = [s.task for s in found if s.in_job_code]
         self.log(f"stalled: stacks of every task saved in {folder}"
                  + (f"; stuck in the job's own code: {', '.join(in_job)}" if in_job else "")
                  if folder else f"stalled: no stacks ({found[0].error if found else 'no tasks'})")
-        where = f"; stacks in {layout.STACKS}/{folder.name}/" if folder else ""
-        return stall_reason(idle, [t.name for t in run.state.tasks]) + where
+        return f"; stacks in {layout.STACKS}/{folder.name}/" if folder else ""
+
+    def _newest_step(self, run: Run) -> int | None:
+        """The attempt's last step, read as it ends (an earlier read can be many steps behind, as
+        when a host stopped answering): the newest of what this keeper saw, the chief's metrics
+        now (unless its host is silent) and the console's local copy of them."""
+        seen = [self.progress.last_step, local_last_step(run.local_dir, run.state.attempt)]
+        if run.state.chief.host not in self.silent:
+            seen.append(run.last_step())
+        steps = [s for s in seen if s is not None]
+        return max(steps) if steps else None
 
     def _read_progress(self, run: Run) -> None:
         """Size and last line of the chief's metrics.jsonl, in one command."""
@@ -324,22 +320,22 @@ class Keeper:
             signs.update({name: Signs(a.cpu_s, a.log_size) for name, a in answers[key].items()})
         self.life.observe(time.time(), signs=signs)
 
-    def _recover(self, run: Run, reason: str) -> Phase | None:
-        """End the attempt, stop every task, then restart (or give up)."""
+    def _recover(self, run: Run, reason: str, *, give_up: str = "") -> Phase | None:
+        """End the attempt, stop every task, then restart (next poll), or give up saying
+        ``give_up`` (a failure no restart can cure)."""
         self.log(f"attempt {run.state.attempt} failed: {reason}")
-        if not run.move(Phase.RESTARTING, when=UNDERWAY, reason=reason,
-                        last_step=self.progress.last_step):
+        if not run.move(Phase.RESTARTING, when=UNDERWAY, reason=reason, last_step=self._newest_step(run)):
             return None   # someone else changed the phase: the next poll reads it
         if not self._stop_all(run):
             return Phase.STOPPING
-        if diagnose.permanent(reason):
-            return self._give_up(run, reason, why="no restart can cure this failure")
+        if give_up:
+            return self._give_up(run, reason, why=give_up)
         return None   # the next poll sees `restarting` and starts the next attempt
 
     def _preempted(self, run: Run) -> Phase | None:
         """Every task saved one step and exited on a preemption signal: resume from it. Not a
         failure: it counts against max_preemptions, not max_restarts."""
-        reason, saved = run.preemption()
+        reason, saved = run.preemption()   # the step every task saved, from the chief's record
         self.log(f"attempt {run.state.attempt} {reason}")
         if not run.move(Phase.RESTARTING, when=UNDERWAY, reason=reason, last_step=saved):
             return None
@@ -355,9 +351,7 @@ class Keeper:
 
     def _gone(self, run: Run) -> dict[str, str]:
         """Hosts unanswered for ``host_gone_s``: gone for good (host -> for how long)."""
-        now, limit = time.time(), run.job.restart.host_gone_s
-        return {h: f"unreachable for {now - since:.0f} s" for h, since in self.silent.items()
-                if now - since >= limit}
+        return gone(self.silent, time.time(), run.job.restart.host_gone_s)
 
     def _stop_all(self, run: Run) -> bool:
         """Stop the failed attempt's tasks, retrying an unreachable host within its grace. A host
@@ -377,7 +371,8 @@ class Keeper:
                 return True
             if time.time() > deadline:
                 hosts = sorted(report.errors)
-                self.log(f"cannot stop tasks on {', '.join(hosts)}; the run stays stopping")
+                self.log(f"cannot stop tasks on {', '.join(hosts)} "
+                         f"({'; '.join(str(report.errors[h]) for h in hosts)}); the run stays stopping")
                 run.move(Phase.STOPPING, when=(Phase.RESTARTING,), unreachable=hosts)
                 return False
             self.log(f"stop left something on {', '.join(sorted(report.errors))}; retrying")
@@ -395,21 +390,23 @@ class Keeper:
             last.lost, last.reason = {**(last.lost or {}), **lost}, text
         run.update(mark)
 
-    def _replace_lost(self, run: Run) -> tuple[Run, int | None] | Phase | None:
+    def _replace_lost(self, run: Run, restart: Decision) -> tuple[Run, int | None] | Phase | None:
         """The last attempt lost hosts: move their tasks to spares and copy the newest checkpoint
         to whoever lacks it; (the run's new handle, the step), or the give-up's phase."""
         last, began = run.state.attempts[-1], time.time()
         lost = dict(last.lost)
-        found = membership.replace_lost(run, lost)
+        found = membership.replace_lost(run, lost)   # preflight of the new membership: ``lost`` may grow
         self.log(f"new membership chosen in {time.time() - began:.1f} s: " + "; ".join(filter(None, [
             membership.moved_text(found), found.dropped and f"without {', '.join(found.dropped)}",
             found.missing and f"no spare for {', '.join(found.missing)}"])))
-        reason = membership.reason(run, lost, found)
-        if found.missing:
-            self._set_reason(run, reason, lost)
-            return self._give_up(run, reason, why="a host is gone for good")
-        if found.moves or found.dropped:
-            self._set_reason(run, reason, lost)
+        decision = decide_membership(restart, Membership(
+            {m.task: m.new for m in found.moves}, tuple(found.dropped), tuple(found.missing),
+            membership.reason(run, lost, found)))
+        if decision.kind == Kind.GIVE_UP:
+            self._set_reason(run, decision.reason, lost)
+            return self._give_up(run, decision.reason, why=decision.why)
+        if decision.kind in (Kind.MOVE_TO_SPARE, Kind.SHRINK):
+            self._set_reason(run, decision.reason, lost)
             run = membership.apply(run, found)
         spares = {m.new for m in found.moves}
         moved = [t.name for t in run.state.tasks if t.host in spares]
@@ -426,18 +423,15 @@ class Keeper:
 
     def _restart(self, run: Run) -> Phase | None:
         """Start the next attempt from the common checkpoint, or give up after max_restarts."""
-        reason = (run.state.attempts[-1].reason if run.state.attempts else None) or "failed"
-        policy = run.job.restart
-        preemptions = sum(1 for a in run.state.attempts if (a.reason or "").startswith(PREEMPTED))
-        if reason.startswith(PREEMPTED):
-            if preemptions > policy.max_preemptions:
-                return self._give_up(run, reason, why=f"gave up after {policy.max_preemptions} preemption(s)")
-        elif restarts_used([a.reason for a in run.state.attempts]) >= policy.max_restarts:
-            return self._give_up(run, reason, why=f"gave up after {policy.max_restarts} restart(s)")
-        time.sleep(run.job.restart.backoff_s)
+        attempts = run.state.attempts
+        decision = decide_restart([a.reason for a in attempts], run.job.restart,
+                                  lost=list(attempts[-1].lost or {}) if attempts else [])
+        if decision.kind == Kind.GIVE_UP:
+            return self._give_up(run, decision.reason, why=decision.why)
+        time.sleep(decision.wait_s)
         try:   # a host that does not answer, or its run folder gone, raises
-            if run.state.attempts and run.state.attempts[-1].lost:
-                moved = self._replace_lost(run)
+            if decision.replace:
+                moved = self._replace_lost(run, decision)
                 if not isinstance(moved, tuple):
                     return moved
                 run, step = moved
@@ -458,7 +452,7 @@ class Keeper:
         self.restart_failing_since = None
         outbox.on_restart(run.local_dir, run.state)   # the webhook hears why, once the new attempt runs
         self.progress = MetricsSeen()
-        self.life = LifeWatch(changed=time.time())
+        self.life, self.clocks = LifeWatch(changed=time.time()), Clocks(time.time())
         self.silent = {}
         return None
 
@@ -469,27 +463,16 @@ class Keeper:
         forever."""
         now = time.time()
         self.restart_failing_since = self.restart_failing_since or now
-        waited = now - self.restart_failing_since
-        if waited < answer_bound(run):
-            self.log(f"attempt {run.state.attempt + 1} did not start, trying again: {err}")
+        decision = decide_start_failure(run.state.attempt + 1, str(err), now - self.restart_failing_since,
+                                        answer_bound(run))
+        if decision.kind == Kind.WAIT:
+            self.log(decision.reason)
             return None
-        return self._give_up(run, f"attempt {run.state.attempt + 1} could not start for {waited:.0f} s: {err}",
-                             why="gave up restarting")
+        return self._give_up(run, decision.reason, why=decision.why)
 
     def _give_up(self, run: Run, reason: str, *, why: str) -> Phase | None:
         """End as failed, with the failing tasks' tracebacks kept beside the state file."""
-        try:
-            failing = [s for s in run.status() if s.failed]
-        except ConsoleError:
-            failing = []
-        # The task that failed first, not the peers whose collective it aborted.
-        first = [s for s in failing if not diagnose.casualty(s.diagnosis)] or failing
-        tails = [f"==> {s.name} ({s.label}) <==\n"
-                 f"{traceback_tail(diagnose.current_attempt(run.log_tail(s.name)))}" for s in first]
-        (run.local_dir / FAILURE_LOG).write_text(
-            f"{why}: {reason}\n"
-            "Fix the cause shown below, then launch again (or restore from a checkpoint).\n\n"
-            + "\n".join(tails))
+        failure_log.write(run, reason, why=why)
         self.log(f"{why}: {reason}")
         run.move(Phase.FAILED, when=(Phase.RESTARTING,))
         return None if run.state.live else run.state.phase
@@ -499,10 +482,3 @@ def answer_bound(run: Run) -> float:
     """How long a host has to answer a stop or a restart before the keeper gives up on it."""
     policy = run.job.restart
     return max(policy.unreachable_grace_s, policy.host_gone_s)
-
-
-def traceback_tail(log: str, max_lines: int = 60) -> str:
-    """The last traceback in a log and what follows it, or the log's last lines."""
-    start = log.rfind("Traceback (most recent call last)")
-    lines = (log[start:] if start >= 0 else log).splitlines()
-    return "\n".join(lines[-max_lines:]) + "\n"

@@ -5,17 +5,20 @@ Compare show a finished run's metrics without its being opened on Monitor first 
 trials used to read "no loss recorded locally" until each was)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from backend.client.harness import layout
+from backend.client.harness import layout, metric_line
 from backend.errors import ConsoleError
 from backend.files import write_private
 from backend.hosts import remote
+from backend.watch.journal import MIRROR_DIR
 from backend.watch.lines import parse_metric_block
 from backend.watch.metrics import MetricsStore
 
 READ_BYTES = 64 << 20     # about 250,000 lines of a run with a few metrics
 KEPT = "metrics.jsonl"    # runs/<id>/metrics.jsonl: the chief's lines when an attempt last ended
+TAIL_BYTES = 256 << 10    # the newest lines of a local copy: a few thousand, many sync points
 
 
 def read_lines(run, max_bytes: int = READ_BYTES) -> tuple[bytes, bool]:
@@ -38,6 +41,32 @@ def read_store(run, max_bytes: int = READ_BYTES) -> tuple[MetricsStore, bool]:
 
 def kept_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / KEPT
+
+
+def local_last_step(run_dir: str | Path, attempt: int) -> int | None:
+    """The newest step of ``attempt`` in the run's local copies of the chief's metric lines (the
+    watch mirror Monitor writes as it follows the run, the copy an ended attempt kept): what this
+    machine has seen, whether or not the chief's host answers now."""
+    steps = [_last_step_in(path, attempt) for path in (Path(run_dir) / MIRROR_DIR / layout.METRICS, kept_path(run_dir))]
+    steps = [s for s in steps if s is not None]
+    return max(steps) if steps else None
+
+
+def _last_step_in(path: Path, attempt: int) -> int | None:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, 2) - TAIL_BYTES))
+            data = fh.read()
+    except OSError:
+        return None
+    for raw in reversed(data.splitlines()):
+        try:
+            line = metric_line.parse(json.loads(raw))
+        except (ValueError, RecursionError):   # the cut first line of the tail, a half-written last one
+            continue
+        if line is not None and line.attempt == attempt:
+            return line.step
+    return None
 
 
 def keep(run) -> bool:
