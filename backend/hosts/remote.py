@@ -114,7 +114,10 @@ class MissingFile(HostError):
 
 def _call(h: Host, sub: str, *args: str, stdin: bytes | None = None, timeout: float = TIMEOUT_S,
           harness_in: str | None = None) -> dict:
-    result = h.transport.run(_argv(h, sub, *args, harness_in=harness_in), stdin=stdin, timeout=timeout)
+    # A short command goes over the host's served channel where the transport has one (SSH: one
+    # login per host, not per command; backend/hosts/served.py); other transports just run it.
+    run = getattr(h.transport, "call", h.transport.run)
+    result = run(_argv(h, sub, *args, harness_in=harness_in), stdin=stdin, timeout=timeout)
     if result.exit_code in (NOT_INSTALLED, NO_PYTHON) and not result.stdout.strip():
         raise NotInstalled(h.name, f"no harness in {h.run_dir} (or no Python at {h.python})",
                            "Nothing of this run was started there; check the run directory.",

@@ -23,6 +23,7 @@ from backend.errors import HostError, HostKeyError
 from backend.hosts.base import Lines, Result
 from backend.hosts.known_hosts import Entry, KnownHosts, Verdict, blob_fingerprint, changed_error
 from backend.hosts.resolve import host_port_name, resolve, split_hops, split_jump
+from backend.hosts.served import ServedPool
 
 # What paramiko and the socket below it raise when a link breaks; the edge maps them to HostError.
 IO_FAILURES = (OSError, EOFError, paramiko.SSHException)
@@ -37,6 +38,10 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 # connections at random) or busy re-executing itself under load. A moment later the same
 # connection nearly always gets through, so that one failure is tried again, after these pauses.
 HANGUP_PAUSES_S = (0.5, 1.5)
+# The served channel's one login may cost what a slow ~/.bashrc costs (preflight names it):
+# its start is given this long beyond the usual answer, once per host.
+SERVER_LOGIN_S = 30.0
+SERVED_STDIN_MAX = 1 << 20   # a larger input (a project's tar) gets its own exec channel
 
 
 def _missing_keys(paths: list[str]) -> str:
@@ -133,6 +138,7 @@ class SSHTransport:
         self._client: paramiko.SSHClient | None = None
         self._jump: SSHTransport | None = None
         self._lock = threading.Lock()
+        self._served = ServedPool(self)
 
     # -- connection ---------------------------------------------------------------------
     def _connect(self) -> paramiko.SSHClient:
@@ -244,6 +250,19 @@ class SSHTransport:
         return Result(code, out.decode(errors="replace"), err.decode(errors="replace"),
                       host=self.host, command=command)
 
+    def call(self, argv: Sequence[str], *, timeout: float | None = 60,
+             stdin: bytes | None = None) -> Result:
+        """``run`` for a short host command whose ``argv[0]`` is a Python (hostctl's): over the
+        host's served channel for that Python (backend/hosts/served.py: one login per host, not
+        per command), or an exec channel where none starts or the input is large (an upload
+        would hold the shared channel)."""
+        if len(stdin or b"") > SERVED_STDIN_MAX:
+            return self.run(argv, timeout=timeout, stdin=stdin)
+        served = self._served.get(argv[0], self.options.answer_timeout_s + SERVER_LOGIN_S)
+        if served is None:
+            return self.run(argv, timeout=timeout, stdin=stdin)
+        return served.call(argv, stdin=stdin, timeout=timeout)
+
     def stream(self, argv: Sequence[str], *, idle_timeout: float | None = None) -> "SSHStream":
         command = shlex.join(argv)
         chan = self._start(command)
@@ -299,6 +318,7 @@ class SSHTransport:
                          command=command)
 
     def close(self) -> None:
+        self._served.close()
         with self._lock:
             if self._client:
                 self._client.close()

@@ -68,3 +68,38 @@ def test_a_login_that_never_finishes_fails_preflight_naming_the_startup_files(tm
         assert "python" not in report.checks   # not probed after it
     finally:
         host.stop()
+
+
+def test_short_host_commands_pay_one_login_per_host_not_one_per_command(tmp_path, client_key, python_path):
+    """Every login runs ~/.bashrc, which here writes a line each time: ten short host commands
+    (status, progress, a file read: what a live run asks every second) log in once, over the
+    host's served channel (backend/hosts/served.py), where each used to log in anew. A task
+    started through it outlives nothing: stop leaves no process, and closing the transport ends
+    the server itself."""
+    from backend.engines.direct import harness_bundle
+    from backend.hosts import remote
+    from backend.hosts.ssh import SSHTransport
+    from tests.conftest import ps, wait_for
+    logins = tmp_path / "logins"
+    host, home, options = _bash_host(tmp_path, client_key, f"echo login >> {logins}\n")
+    transport = SSHTransport(host.address, port=host.port, identity_file=str(client_key), options=options)
+    try:
+        h = remote.Host(transport, python_path, str(home / "run"))
+        remote.install(h, harness_bundle())                # an exec channel of its own (an upload)
+        before = logins.read_text().count("login")
+        sleeper = [python_path, "-c", "import time; time.sleep(120)"]
+        remote.start(h, [{"task": "worker-0", "argv": sleeper, "env": {}}], wait_s=20, settle_s=0)
+        for _ in range(4):
+            assert remote.status(h, ["worker-0"])["worker-0"].state == "running"
+            assert remote.read_file(h, "no-such-file") is None
+        remote.progress(h)
+        assert logins.read_text().count("login") - before == 1, logins.read_text()
+        remote.stop(h, ["worker-0"], grace_s=5)
+        assert remote.status(h, ["worker-0"])["worker-0"].state != "running"
+        server = transport._served.get(python_path, 10).pid
+        assert server and str(server) in [p.strip() for p in ps("pid=")]
+    finally:
+        transport.close()
+        host.stop()
+    wait_for(lambda: str(server) not in [p.strip() for p in ps("pid=")], 20,
+             "the command server to end once its channel closed")
