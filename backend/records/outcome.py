@@ -107,10 +107,11 @@ def stopped_by(phase: str, reason: str | None) -> str:
 def mark_stopped(statuses: list[TaskStatus], who: str) -> list[TaskStatus]:
     """The tasks that a stop ended read "stopped (by the user)", not as failures: INT and TERM
     end a Python job with a KeyboardInterrupt traceback or a signal's exit code, and a peer then
-    loses its collective. A task whose log names an error of its own keeps it: it failed before."""
+    loses its collective; a harness task may save on the TERM and exit as on a preemption. A task
+    whose log names an error of its own keeps it: it failed before."""
     if who:
         for s in statuses:
-            if s.failed and s.state == TaskPhase.EXITED and _ended_by_a_stop(s.diagnosis):
+            if s.state == TaskPhase.EXITED and s.exit_code != 0 and _ended_by_a_stop(s.diagnosis):
                 s.stopped_by, s.diagnosis = who, None
     return statuses
 

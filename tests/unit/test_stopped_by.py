@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from backend.client.harness import preempt
 from backend.records.outcome import TaskPhase, TaskStatus, conclude, mark_stopped, stopped_by
 
 
@@ -11,7 +12,8 @@ def _tasks() -> list[TaskStatus]:
     return [TaskStatus("worker-0", "h", TaskPhase.EXITED, 1, "The worker stopped with an error: KeyboardInterrupt"),
             TaskStatus("worker-1", "h", TaskPhase.EXITED, -15),
             TaskStatus("worker-2", "h", TaskPhase.EXITED, 1, "The worker stopped with an error: ValueError: bad shape"),
-            TaskStatus("worker-3", "h", TaskPhase.EXITED, 0)]
+            TaskStatus("worker-3", "h", TaskPhase.EXITED, 0),
+            TaskStatus("worker-4", "h", TaskPhase.EXITED, preempt.EXIT_CODE)]   # saved on the stop's TERM
 
 
 @pytest.mark.parametrize("phase, reason, label", [
@@ -23,7 +25,7 @@ def _tasks() -> list[TaskStatus]:
 ])
 def test_tasks_a_stop_ended_say_who_stopped_them(phase, reason, label):
     shown = mark_stopped(_tasks(), stopped_by(phase, reason))
-    assert [s.label for s in shown] == [label, label, "exited(1)", "exited(0)"]
+    assert [s.label for s in shown] == [label, label, "exited(1)", "exited(0)", label]
     assert shown[0].diagnosis is None and shown[2].diagnosis.endswith("ValueError: bad shape")
     assert conclude(shown).reason.startswith("worker-2 exited(1)")   # its own failure, not the stop
 
@@ -32,5 +34,6 @@ def test_tasks_a_stop_ended_say_who_stopped_them(phase, reason, label):
                                            ("stopped", "preempted: saved at step 10 (SIGTERM)")])
 def test_a_run_no_stop_ended_keeps_its_tasks_errors(phase, reason):
     shown = mark_stopped(_tasks(), stopped_by(phase, reason))
-    assert [s.label for s in shown] == ["exited(1)", "exited(-15)", "exited(1)", "exited(0)"]
+    assert [s.label for s in shown] == ["exited(1)", "exited(-15)", "exited(1)", "exited(0)",
+                                        f"exited({preempt.EXIT_CODE})"]
     assert shown[0].diagnosis.endswith("KeyboardInterrupt")
