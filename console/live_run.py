@@ -52,6 +52,7 @@ class LiveRun:
         self.monitor = None
         self.copier: LogCopier | None = None
         self.statuses: list[TaskStatus] = []
+        self._read_live = True   # whether self.statuses were read while the run was live
         self.status_error = ""
         self._status_at = 0.0
         self._train_info: dict | None = None
@@ -114,7 +115,9 @@ class LiveRun:
         try:
             self._status_at = time.time()
             self.reload()
-            if not self.run.state.live and self.statuses and not force:
+            # Read again once after it ended: tasks read while it was stopping do not know who
+            # stopped it yet (outcome.stopped_by), nor what a stop that ran since left.
+            if not self.run.state.live and self.statuses and not self._read_live and not force:
                 return self.statuses
             try:
                 found = self.run.settle() or self.run.status()
@@ -123,6 +126,7 @@ class LiveRun:
                     # harness may simply not be unpacked there yet.
                     found = [s for s in found if s.state != TaskPhase.UNREACHABLE]
                 self.statuses = found
+                self._read_live = self.run.state.live
                 self.status_error = ""
             except ConsoleError as err:
                 self.status_error = str(err)

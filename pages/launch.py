@@ -96,7 +96,7 @@ def main() -> None:
                           help="Disabled while the current run is live" if running else refused)
 
     action = state.current_action()
-    widgets.action_panel(action, key="launch")
+    widgets.action_panel(action, key="launch", start_notice=True)
     if action is not None and action.done and action.kind == "start" and action.error:
         report = getattr(action.result, "preflight", None)
         if report and report["rows"]:

@@ -170,7 +170,8 @@ def _follow(run, name: str) -> int:
 
 
 def cmd_logs(a) -> int:
-    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    # Reads the hosts (or the copies already here), writes nothing: a read-only runs folder serves.
+    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a), reads_only=True)
     names = [a.task] if a.task else [t.name for t in run.state.tasks]
     if a.follow:
         return _follow(run, names[0])

@@ -59,10 +59,16 @@ class TaskStatus:
     queue: str = ""              # while queued: the scheduler's reason and place (Resources, 1st of 2 waiting)
     ready: bool = False          # running, past TensorFlow's import (a harness task; remote.TaskInfo)
     set_up: bool = False         # running, and the run's train.json on its host is this attempt's
+<<<<<<< HEAD
     key_change: KeyChange | None = None   # unreachable because its host's key CHANGED: no silence
+=======
+    stopped_by: str = ""         # exited because a stop ended it (``mark_stopped``): who, in words
+>>>>>>> h-stop
 
     @property
     def label(self) -> str:
+        if self.stopped_by:
+            return f"stopped ({self.stopped_by})"
         if self.state == TaskPhase.QUEUED and self.queue:
             return f"queued ({self.queue})"
         return f"exited({self.exit_code})" if self.state == TaskPhase.EXITED else str(self.state)
@@ -74,6 +80,8 @@ class TaskStatus:
 
     @property
     def failed(self) -> bool:
+        if self.stopped_by:
+            return False   # what a stop asked for is no failure
         return self.state == TaskPhase.LOST or (self.state == TaskPhase.EXITED
                                                 and self.exit_code not in (0, preempt.EXIT_CODE))
 
@@ -96,6 +104,41 @@ def all_queued(statuses: list[TaskStatus]) -> bool:
 
 
 _ENDED = (TaskPhase.EXITED, TaskPhase.LOST)
+
+BY_THE_USER = "by the user"
+# Who ended a run that ``Run.stop`` ended, from the reason it recorded (the first that fits).
+# Every reason of a stop that someone asked for starts "stopped" ("stopped", "stopped: saved at
+# step 19 on every worker", "stopped while starting"), except the sweep's and Restore's own.
+_STOPPERS = (("pruned by the sweep", "pruned by the sweep"), ("stopped: sweep", "by the sweep"),
+             ("restore from step", "for a restore"), ("stopped", BY_THE_USER))
+# A stop that has not recorded its reason yet (or that a host kept from ending: ``stopping``).
+STOP_UNDER_WAY = "by a stop under way"
+
+
+def stopped_by(phase: str, reason: str | None) -> str:
+    """Who stopped a run in ``phase`` whose current attempt ended with ``reason``; "" when no stop
+    ended it (it runs, finished, failed, or was preempted: a preemption's exit code says so)."""
+    if phase not in ("stopping", "stopped"):
+        return ""
+    if reason is None:
+        return STOP_UNDER_WAY if phase == "stopping" else ""
+    return next((who for head, who in _STOPPERS if reason.startswith(head)), "")
+
+
+def mark_stopped(statuses: list[TaskStatus], who: str) -> list[TaskStatus]:
+    """The tasks that a stop ended read "stopped (by the user)", not as failures: INT and TERM
+    end a Python job with a KeyboardInterrupt traceback or a signal's exit code, and a peer then
+    loses its collective; a harness task may save on the TERM and exit as on a preemption. A task
+    whose log names an error of its own keeps it: it failed before."""
+    if who:
+        for s in statuses:
+            if s.state == TaskPhase.EXITED and s.exit_code != 0 and _ended_by_a_stop(s.diagnosis):
+                s.stopped_by, s.diagnosis = who, None
+    return statuses
+
+
+def _ended_by_a_stop(diagnosis: str | None) -> bool:
+    return diagnosis is None or diagnosis.endswith("KeyboardInterrupt") or diagnose.casualty(diagnosis)
 
 
 class Verdict(enum.StrEnum):

@@ -22,7 +22,8 @@ from backend.client.harness import layout, metric_line, preempt
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
 from backend.records.outcome import (PREEMPTED, REQUEUED, Conclusion, TaskPhase, TaskStatus, Verdict, all_queued,
-                                  conclude, cut_off_phase, how_to_go_on, preempted_reason, shown_phase)
+                                  conclude, cut_off_phase, how_to_go_on, mark_stopped, preempted_reason,
+                                  shown_phase, stopped_by)
 from backend.runs.store import RunStore
 from backend.records.state import UNDERWAY, Attempt, Phase, RunState, TaskState
 from backend.access import audit
@@ -110,7 +111,8 @@ class Run:
         statuses = self.engine.status(self)
         self.follow_requeue()
         self.follow_queue(statuses)
-        return statuses
+        last = self.state.attempts[-1] if self.state.attempts else None
+        return mark_stopped(statuses, stopped_by(self.state.phase, last.reason if last else None))
 
     def follow_requeue(self) -> None:
         """The cluster requeued the job itself (Slurm: an administrator's ``scontrol requeue``, a

@@ -107,11 +107,14 @@ def _keep_module(job: JobSpec, local_dir: Path) -> JobSpec:
     return replace(job, module=str(target))
 
 
-def attach(run_id: str, *, store: RunStore | None = None, options: SSHOptions | None = None) -> Run:
-    """A handle on an existing run, from its saved state: for status, logs and stop."""
+def attach(run_id: str, *, store: RunStore | None = None, options: SSHOptions | None = None,
+           reads_only: bool = False) -> Run:
+    """A handle on an existing run, from its saved state: for status, logs and stop.
+    ``reads_only``: the caller records nothing (``logs``), so a runs folder it cannot write is
+    no reason to refuse it."""
     store = store or RunStore()
     state = store.load(run_id)
-    if state.live:   # its readers record what they find (settle, log copies): say so first
+    if state.live and not reads_only:   # its readers record what they find (settle, log copies): say so first
         store.require_writable(run_id)
     return Run(state, store, Pool(options))
 

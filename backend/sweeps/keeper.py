@@ -30,7 +30,7 @@ from backend.sweeps.spec import host_groups, with_params
 from backend.watch import chief_metrics
 
 PRUNE_SAVE_S = 30.0
-NEVER = "never_launched"   # a trial's user attr: cut off before its run existed, not in the budget
+NEVER = studies.NEVER   # a trial's user attr: cut off before its run existed, not in the budget
 
 
 @dataclass
@@ -125,7 +125,7 @@ class SweepKeeper:
 
     def _launch(self, slot: int) -> None:
         """Ask Optuna for the slot's next trial and start its launch on the launch thread."""
-        trial = self.study.ask(studies.distributions(self.spec.space))
+        trial = studies.ask(self.study, self.spec.space)   # never a launched trial's params again
         run_id = f"{self.sweep_id}-t{trial.number}"
         # Named before the launch: a keeper killed during it finds the run on restart (or, when
         # the run never got a record, knows the trial launched nothing).

@@ -15,6 +15,10 @@ from backend.errors import SweepError
 from backend.sweeps.spec import Dimension, SweepSpec
 
 DB = "optuna.db"
+NEVER = "never_launched"   # a trial's user attr: cut off before its run existed, not in the budget
+# Asks for a trial whose parameters no launched trial had, before a repeat is taken: a search
+# that keeps to a point it knows (TPE near its best) is not asked forever.
+ASK_AGAIN = 10
 optuna.logging.set_verbosity(logging.WARNING)
 
 
@@ -26,14 +30,21 @@ def open_study(spec: SweepSpec, folder: Path, name: str) -> optuna.Study:
     """The sweep's study, created or loaded; a storage that cannot be opened said by name."""
     try:
         storage = optuna.storages.RDBStorage(storage_url(spec, folder))
-        return optuna.create_study(storage=storage, study_name=name, sampler=sampler(spec),
-                                   pruner=pruner(spec), load_if_exists=True,
-                                   direction="minimize" if spec.direction == "min" else "maximize")
+        study = optuna.create_study(storage=storage, study_name=name, sampler=sampler(spec),
+                                    pruner=pruner(spec), load_if_exists=True,
+                                    direction="minimize" if spec.direction == "min" else "maximize")
+        asked = len(study.get_trials(deepcopy=False))
     except Exception as err:  # noqa: BLE001 - SQLAlchemy's and Optuna's errors, one line each
         raise SweepError(f"sweep {name}: its storage {storage_url(spec, folder)} cannot be opened "
                          f"({type(err).__name__}: {str(err).splitlines()[0][:200]})",
                          "Check the URL or the file (a damaged SQLite file: move it away and start "
                          "the sweep again).") from None
+    if asked:
+        # A keeper started again (``sweep resume``) goes on with the search: a sampler seeded as
+        # the first keeper's was would draw its random start-up points again, the finished
+        # trials' parameters. Moved by the trials already asked, the seed stays reproducible.
+        study.sampler = sampler(spec, asked=asked)
+    return study
 
 
 def read_study(folder: Path, name: str, url: str | None = None) -> optuna.Study:
@@ -66,13 +77,44 @@ def trial_value(values, direction: str, of: str) -> float:
     return min(finite) if direction == "min" else max(finite)
 
 
-def sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
+def sampler(spec: SweepSpec, *, asked: int = 0) -> optuna.samplers.BaseSampler:
+    """The spec's sampler, for a study that holds ``asked`` trials already (its seed moves by them)."""
+    seed = None if spec.seed is None else spec.seed + asked
     if spec.sampler == "grid":
-        return optuna.samplers.GridSampler(grid(spec.space), seed=spec.seed)
+        return optuna.samplers.GridSampler(grid(spec.space), seed=seed)
     if spec.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=spec.seed)
+        return optuna.samplers.RandomSampler(seed=seed)
     # constant_liar: trials at once do not all pick the same point while the others run
-    return optuna.samplers.TPESampler(seed=spec.seed, constant_liar=True)
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+
+
+def ask(study: optuna.Study, space: tuple[Dimension, ...]) -> optuna.trial.Trial:
+    """A new trial whose parameters no launched trial had, unless the space has nothing else
+    (or the sampler keeps to one point ``ASK_AGAIN`` times): a repeat is asked again. A repeat
+    asked again is told failed and marked ``NEVER`` (not in the budget), saying why."""
+    wanted = distributions(space)
+    tried = {_key(t.params): t.number for t in study.get_trials(deepcopy=False) if not t.user_attrs.get(NEVER)}
+    room = space_size(space)
+    for _ in range(ASK_AGAIN):
+        trial = study.ask(wanted)
+        twin = tried.get(_key(trial.params))
+        if twin is None or (room is not None and len(tried) >= room):
+            return trial
+        trial.set_user_attr(NEVER, True)
+        trial.set_user_attr("note", f"the same parameters as trial {twin}: asked again")
+        tell(study, trial, state=TrialState.FAIL)
+    return study.ask(wanted)   # the sampler keeps to what it tried: its repeat is taken
+
+
+def _key(params: dict) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
+
+
+def space_size(space: tuple[Dimension, ...]) -> int | None:
+    """How many parameter sets the space holds; None when a dimension is continuous."""
+    if any(d.kind not in ("choice", "int_range") for d in space):
+        return None
+    return grid_size(space)
 
 
 def pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
@@ -116,7 +158,7 @@ def rows(study: optuna.Study) -> list[dict]:
         out.append({"trial": t.number, "state": t.state.name.lower(), "params": dict(t.params),
                     "value": t.value if t.state == TrialState.COMPLETE else None,
                     "run_id": t.user_attrs.get("run_id"), "note": t.user_attrs.get("note", ""),
-                    "counted": not t.user_attrs.get("never_launched"),   # in the budget (keeper.NEVER)
+                    "counted": not t.user_attrs.get(NEVER),   # in the budget
                     "pruned_step": steps[-1] if t.state == TrialState.PRUNED and steps else None,
                     "curve": [[s, t.intermediate_values[s]] for s in steps]})
     return out

@@ -140,8 +140,10 @@ def _stop(live, flag: str, save: bool = False) -> None:
     st.session_state.action_run_id = live.run_id
 
 
-def action_panel(action, *, key: str) -> None:
-    """Progress of an action running in the background; when it ends, redraw the page."""
+def action_panel(action, *, key: str, start_notice: bool = False) -> None:
+    """Progress of an action running in the background; when it ends, redraw the page.
+    ``start_notice``: this page says that a Start went well; its notice is Launch's alone, as
+    it sends the user to the Monitor page, where the run is then on show already."""
     if action is None or (action.done and time.time() - action.ended > ACTION_SHOWN_S):
         return
     seen = f"{key}_seen_{action.kind}_{action.run_id}_{action.began}"
@@ -157,7 +159,7 @@ def action_panel(action, *, key: str) -> None:
             return
         if action.error:
             st.error(md_escape(f"{action.kind.capitalize()} of run {action.run_id} failed: {action.error}"))
-        else:
+        elif action.kind != "start" or start_notice:
             st.success(action.summary or f"{action.kind.capitalize()} of run {action.run_id} done.")
         if not st.session_state.get(seen):
             st.session_state[seen] = True

@@ -105,18 +105,27 @@ def test_a_runs_folder_that_is_a_file_is_named_by_every_command(tmp_path):
         assert "127.0.0.9" not in out.stderr
 
 
-@pytest.fixture
-def read_only(tmp_path):
-    """``runs`` (with a live run's record in it) seen through a read-only bind mount."""
-    source = tmp_path / "runs"
-    _saved(RunStore(source), "live", Phase.RUNNING)
-    view = tmp_path / "ro"
+def _read_only_view(source, view):
+    """``source`` seen at ``view`` through a read-only bind mount (unmount with umount)."""
     view.mkdir()
     mounted = subprocess.run(["mount", "--bind", str(source), str(view)], capture_output=True)
     if mounted.returncode:
         pytest.skip(f"cannot bind-mount here: {mounted.stderr.decode().strip()}")
     try:
         subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True, capture_output=True)
+    except subprocess.CalledProcessError:
+        subprocess.run(["umount", str(view)], check=True)
+        raise
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """``runs`` (with a live run's record in it) seen through a read-only bind mount."""
+    source = tmp_path / "runs"
+    _saved(RunStore(source), "live", Phase.RUNNING)
+    view = tmp_path / "ro"
+    _read_only_view(source, view)
+    try:
         yield view
     finally:
         subprocess.run(["umount", str(view)], check=True)
@@ -134,6 +143,36 @@ def test_a_read_only_runs_folder_is_refused_before_preflight_and_still_listed(re
         out = _cli(command, "live", runs=read_only)
         assert out.returncode == 2, out.stderr
         assert "cannot be written (Read-only file system)" in out.stderr and BUG not in out.stderr
+
+
+def test_logs_of_a_live_run_read_on_a_read_only_runs_folder(local_cluster, tmp_path):
+    """Issue 56 item 10: a command that only reads must read. `logs` of a live run reads its
+    hosts and writes nothing here (was refused: "cannot be written (Read-only file system)")."""
+    from backend.config.spec import job_from_dict
+    from backend.runs import launcher
+    from tests.conftest import wait_for
+    job = job_from_dict({"kind": "command", "command": [
+        sys.executable, "-c", "import time; print('up and training', flush=True); time.sleep(600)"]})
+    store = RunStore(tmp_path / "runs")
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    view = tmp_path / "ro"
+    try:
+        wait_for(lambda: all("up and training" in run.log_tail(t.name) for t in run.state.tasks), 60,
+                 "both tasks to print")
+        _read_only_view(store.root, view)
+        try:
+            every = _cli("logs", run.run_id, runs=view)
+            one = _cli("logs", run.run_id, "--task", "worker-1", runs=view)
+            status = _cli("status", run.run_id, runs=view)
+        finally:
+            subprocess.run(["umount", str(view)], check=True)
+    finally:
+        run.stop(grace_s=2)
+    assert every.returncode == 0 and one.returncode == 0, (every.stderr, one.stderr)
+    assert every.stdout.count("up and training") == 2 and "==> worker-1 <==" in every.stdout, every.stdout
+    assert "up and training" in one.stdout and "==>" not in one.stdout, one.stdout
+    assert "cannot be written" not in every.stderr + one.stderr
+    assert status.returncode == 2 and "cannot be written" in status.stderr   # status records: still refused
 
 
 def test_damaged_records_are_skipped_named_and_the_rest_still_listed(tmp_path):

@@ -141,6 +141,11 @@ def test_a_sweep_whose_keeper_is_killed_resumes_and_runs_exactly_its_budget(ssh_
     trials = [t for t in found["trials"] if t["counted"]]
     assert [t["state"] for t in trials] == ["complete"] * 4, [(t["state"], t["note"], t["run_id"]) for t in trials]
     assert running <= {t["run_id"] for t in trials}   # the runs it had kept, not run again
+    # The resumed keeper goes on with the search (seed 7): no finished trial's x drawn again
+    # (was: its sampler, seeded anew, gave trials 2 and 3 the x of trials 0 and 1; issue 56).
+    xs = [t["params"]["x"] for t in trials]
+    assert len(set(xs)) == 4, xs
+    assert not [t["note"] for t in found["trials"] if "the same parameters" in t["note"]]
     runs = [launcher.attach(t["run_id"], store=RunStore(root), options=ssh_options) for t in trials]
     assert len({r.run_id for r in runs}) == 4
     assert all(str(r.state.phase) == "finished" and processes_of(r) == [] for r in runs)
