@@ -59,11 +59,8 @@ class TaskStatus:
     queue: str = ""              # while queued: the scheduler's reason and place (Resources, 1st of 2 waiting)
     ready: bool = False          # running, past TensorFlow's import (a harness task; remote.TaskInfo)
     set_up: bool = False         # running, and the run's train.json on its host is this attempt's
-<<<<<<< HEAD
     key_change: KeyChange | None = None   # unreachable because its host's key CHANGED: no silence
-=======
     stopped_by: str = ""         # exited because a stop ended it (``mark_stopped``): who, in words
->>>>>>> h-stop
 
     @property
     def label(self) -> str:
