@@ -1,6 +1,6 @@
 """Drive runs from Python: ``tfconsole.launch(cluster, job)`` and the handle it returns.
 
-The stable public API for scripts (README, "From Python"). Thin wrappers over the console's
+The stable public API for scripts (docs/cli.md, "From Python"). Thin wrappers over the console's
 backend (``backend.runs.launcher``, ``backend.checkpoints``, ``backend.runs.restore``), which
 stays importable but internal: its modules have moved before and may again; these names do not.
 Standard library only at import: the backend is imported when a function is called, so that
@@ -132,8 +132,7 @@ def attach(run_id: str, *, runs: str | os.PathLike | None = None,
 
 def sweep_start(sweep: Any, *, runs: str | os.PathLike | None = None, sweep_id: str | None = None,
                 known_hosts: str = "~/.ssh/known_hosts", ssh_config: str = "~/.ssh/config") -> str:
-    """Start a hyperparameter sweep (a sweep file's path or its content as a dict; README,
-    "Sweeps"); its keeper runs detached, so the sweep outlives this process. Returns its id."""
+    """Start a hyperparameter sweep (a sweep file's path or its content as a dict; docs/sweeps.md); its keeper runs detached, so the sweep outlives this process. Returns its id."""
     from backend.config.fields import read_yaml
     from backend.sweeps import control
     from backend.sweeps.spec import load_sweep, sweep_from_dict

@@ -32,7 +32,7 @@ def _warn_if_public(address: str, token_on: bool) -> None:
         print(f"tfconsole: warning: listening on {address}: {who} reaches the console, "
               f"{guard}. The token does not cover TensorFlow's own ports (tf_port): they are open "
               "to anyone who can reach the workers. Prefer --address 127.0.0.1 and an SSH tunnel "
-              "(README.md, \"Security\").", file=sys.stderr, flush=True)
+              "(docs/team.md, \"Security\").", file=sys.stderr, flush=True)
 
 
 def _wait_healthy(proc: subprocess.Popen, health: str) -> None:

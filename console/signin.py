@@ -76,7 +76,7 @@ def settings(auth: Mapping | None, source: str) -> Settings:
     if not auth:
         raise SignInError(f"Sign-in is on but {source} has no [auth] table.",
                           "Add [auth] with redirect_uri, cookie_secret, client_id, client_secret and "
-                          "server_metadata_url (README, \"A console for a team\"), or unset TFCONSOLE_AUTH.")
+                          "server_metadata_url (docs/team.md, \"Sign-in with the team's identity provider\"), or unset TFCONSOLE_AUTH.")
     for key in SHARED:
         if not str(auth.get(key) or "").strip():
             raise SignInError(f"[auth] in {source} has no {key}.", _fix(key))

@@ -30,7 +30,7 @@ def status(runs_root: Path, sweep_id: str) -> tuple[dict | None, str]:
 
 
 def example_text() -> str:
-    """What the Start form holds at first: the example sweep (README, "Sweeps") to edit."""
+    """What the Start form holds at first: the example sweep (docs/sweeps.md) to edit."""
     return EXAMPLE.read_text() if EXAMPLE.exists() else ""
 
 

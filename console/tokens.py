@@ -7,7 +7,7 @@ starts). The token lives in ``<runs folder>/.console-token``, created readable b
 the address bar, and never logged. Deleting the file makes a new token at the next check and
 shuts out every session that holds the old one, open pages too: their live parts (``fragment``)
 check the token at every refresh (docs/facts.md #15). ``TFCONSOLE_AUTH=none`` turns the token off
-(for a private SSH tunnel); every page then says so. README.md, "Opening the console", tells the
+(for a private SSH tunnel); every page then says so. docs/team.md, "Opening the console", tells the
 operator. Pure: the token and the Host check; ``console.ui.auth`` draws the gate with them.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ def main() -> None:
     _start_form(root)
     found = sweep_view.sweeps(root)
     if not found:
-        st.info("No sweep yet: start one above, or with `tfconsole sweep start SWEEP.yaml` (README, \"Sweeps\").")
+        st.info("No sweep yet: start one above, or with `tfconsole sweep start SWEEP.yaml` (docs/sweeps.md).")
         return
     sweep_id = st.selectbox("Sweep", found, key="sweep_id")
     status, problem = sweep_view.status(root, sweep_id)

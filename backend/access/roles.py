@@ -85,7 +85,7 @@ def load(runs_root: Path) -> Roles | None:
         raise SpecError(str(path), f"is not YAML{where}: {err.problem if marked else err}",
                         "Fix that line (users: / groups: mappings of name: role).") from None
     if not isinstance(data, dict):
-        raise SpecError(str(path), "must be a mapping (users:, groups:, default:)", "See the README's roles file.")
+        raise SpecError(str(path), "must be a mapping (users:, groups:, default:)", "See docs/team.md, \"A console for a team\".")
     unknown = set(data) - {"users", "groups", "default", "operators_act_on", "session_hours"}
     if unknown:
         raise SpecError(str(path), f"unknown field {sorted(unknown)[0]!r}",
@@ -123,7 +123,7 @@ def check(roles: Roles | None, who: Identity, action: str, *, owner: dict | None
     if roles is None and who.provider:
         raise AccessDenied(f"{who.shown()} signed in, but this console has no roles file, so nobody "
                            f"signed in may {verb} (any account of the provider could otherwise)",
-                           "Write roles.yaml in the runs folder naming who may do what (README, "
+                           "Write roles.yaml in the runs folder naming who may do what (docs/team.md, "
                            "\"A console for a team\").")
     if roles is None:
         return   # no roles file: one person's console, as before

@@ -372,7 +372,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501)")
     s.add_argument("--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--auth-file", help="sign in with the team's OpenID provider: a secrets.toml with its "
-                   "[auth] settings (README, \"A console for a team\"); default: the token URL")
+                   "[auth] settings (docs/team.md, \"Sign-in with the team's identity provider\"); default: the token URL")
     s = add("trust-host", cmd_trust_host, "show a host's SSH key fingerprint and, when confirmed, trust it")
     s.add_argument("host", help="a host name, IP or ~/.ssh/config alias (its HostName, Port and ProxyJump apply)")
     s.add_argument("--port", type=int, help="SSH port (default: from ssh_config, else 22)")

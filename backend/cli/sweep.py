@@ -96,7 +96,7 @@ def add_command(add) -> None:
         p = sub.add_parser(name, help=help, description=help)
         p.set_defaults(sweep_fn=fn)
         if name == "start":
-            p.add_argument("file", help="the sweep's YAML file: job, cluster, space, objective, budget (README, \"Sweeps\")")
+            p.add_argument("file", help="the sweep's YAML file: job, cluster, space, objective, budget (docs/sweeps.md)")
             p.add_argument("--id", default=None, help="the sweep's id (default: sweep-<time>-<random>)")
         else:
             p.add_argument("sweep", nargs="?" if name == "status" else None,

@@ -5,7 +5,7 @@ Operators name machines the way they ``ssh`` to them: ``Host h2`` / ``HostName 1
 ``TF_CONFIG`` all read a host through ``resolve`` here, so the four never disagree about where
 ``h2`` is. Values given on the task (ssh_port, user, identity_file, jump_host) win over the
 config, as options on OpenSSH's command line win over its config file. How names become
-addresses is documented in README.md ("How names become addresses").
+addresses is documented in docs/hosts.md ("How names become addresses").
 """
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ def pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
     if spec.pruner == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=min(2, spec.trials or 2), n_min_trials=1)
     # Rungs are in the job's reported steps (the keeper reports each at its step): a job that
-    # reports every 100 steps wants min_resource 100 (README, "Sweeps").
+    # reports every 100 steps wants min_resource 100 (docs/sweeps.md, "Pruners").
     if spec.pruner == "successive_halving":
         return optuna.pruners.SuccessiveHalvingPruner(**dict(spec.pruner_options))
     if spec.pruner == "hyperband":

@@ -39,7 +39,7 @@ def alive(pid: int) -> bool:
 
 def test_the_run_directory_is_its_owners_only(local_host):
     """Logs, checkpoints, exports and their metadata live under it: no other user of the host
-    can read them (README, "Opening the console")."""
+    can read them (docs/team.md, "Opening the console")."""
     assert stat.S_IMODE(os.stat(local_host.run_dir).st_mode) == 0o700
     assert sorted(os.listdir(local_host.run_dir)) == [layout.LIB]   # tar left the mode alone
 

@@ -77,7 +77,7 @@ def test_the_host_package_imports_only_itself_the_standard_library_and_tensorflo
 
 
 # The backend's floors, lowest first: a module may import its own room or a lower floor, never a
-# higher one or another room of its floor (docs/architecture in README's "Layout"). The record
+# higher one or another room of its floor (docs/architecture.md, "Layout"). The record
 # types that engines, runs, alerts and pages share live on the low floors (files, records), so a
 # run drives its engine and the engine never reaches back into runs.
 FLOORS = (
