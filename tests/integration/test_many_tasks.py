@@ -75,7 +75,8 @@ def _flags(folder) -> list[str]:
 
 
 class _Counting(Pool):
-    """A pool that counts the preflight probes it runs (commands with ``python -c``)."""
+    """A pool that counts the preflight probes it runs (``python -c PROBE --peers ...``; the
+    login's cost is measured by a command of its own, ``sh -c``, not counted here)."""
 
     def __init__(self, options: SSHOptions) -> None:
         super().__init__(options)
@@ -89,7 +90,7 @@ class _Counting(Pool):
                 return getattr(real, name)
 
             def run(self, argv, **kw):
-                if "-c" in argv:
+                if "-c" in argv and "--peers" in argv:
                     probes.append(list(argv))
                 return real.run(argv, **kw)
         return Counted()
