@@ -14,6 +14,10 @@ _KERAS_FIT = re.compile(r"Attempt to convert a value \(PerReplica")
 _PEER_DIED = re.compile(r"Collective ops is aborted|UnavailableError|"
                         r"DeadlineExceededError.*[Cc]ollective")
 _OUTCOME = re.compile(r"HARNESS (DONE|FAILED)")
+# A worker whose own heartbeats to the coordination service (run by the chief) timed out: it lost
+# the chief, as the chief lost it when the link between them is cut (docs/facts.md #19's twin).
+_HEARTBEAT_LOST = re.compile(r"(?:DeadlineExceeded|DEADLINE_EXCEEDED)[^\n]*[Hh]eartbeat|"
+                             r"[Hh]eartbeat[^\n]*(?:DeadlineExceeded|DEADLINE_EXCEEDED)")
 # TensorFlow's coordination service (TF 2.21, docs/facts.md #19) when a peer is alive but silent
 # (frozen, SIGSTOPped): "The following tasks are unhealthy (stopped sending heartbeats):" and
 # then one "/job:worker/replica:0/task:1" line per task.
@@ -56,6 +60,11 @@ PEER_DIED = (
     "A peer worker died or became unreachable, so the collective operation was aborted "
     "(UnavailableError: Collective ops is aborted). This worker is a casualty: open the other "
     "workers' logs to find the one that failed first, fix it, and restart or resume the run.")
+HEARTBEAT_LOST = (
+    "This worker's heartbeats to the cluster's coordination service (on the chief) timed out "
+    "(DeadlineExceededError): it lost the chief, through a cut in the network between them or a "
+    "chief that stopped answering. This worker is a casualty of that link: check the network "
+    "between the hosts (TensorFlow's ports, a firewall), then restart or resume the run.")
 # A casualty of a peer that stopped sending heartbeats: the diagnosis names that peer, so the
 # run's reason can blame it (``silent_peers`` reads the names back; outcome.py decides).
 SILENT_PEER_HEAD = "TensorFlow says a peer stopped sending heartbeats: "
@@ -120,7 +129,7 @@ def silent_peers(diagnosis: str | None) -> list[str]:
 
 def casualty(diagnosis: str | None) -> bool:
     """Whether a task failed only because a peer did (died, or stopped answering)."""
-    return diagnosis == PEER_DIED or bool(silent_peers(diagnosis))
+    return diagnosis in (PEER_DIED, HEARTBEAT_LOST) or bool(silent_peers(diagnosis))
 
 
 def current_attempt(log_text: str) -> str:
@@ -210,6 +219,8 @@ def diagnose(log_text: str) -> str | None:
     silent = silent_peers_in_log(log_text)
     if silent:
         return SILENT_PEER.format(tasks=", ".join(silent))
+    if _HEARTBEAT_LOST.search(log_text):
+        return HEARTBEAT_LOST
     if _PEER_DIED.search(log_text):
         return PEER_DIED
     if last:

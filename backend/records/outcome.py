@@ -174,9 +174,11 @@ def conclude(statuses: list[TaskStatus]) -> Conclusion:
     if bad:
         only_casualties = all(diagnose.casualty(s.diagnosis) for s in bad)
         hung = hung_tasks(statuses) if only_casualties else []
-        reason = hung_reason(hung, bad) if hung else failure_reason(bad)
-        # A hung task is the cause already: no need to wait for a failure of its own.
-        return Conclusion(Verdict.FAILED, reason, unreachable, ended, only_casualties and not ended and not hung)
+        lost = lost_each_other(bad) if only_casualties and not hung else ""
+        reason = hung_reason(hung, bad) if hung else lost or failure_reason(bad)
+        # A hung task, or two that lost each other, is the cause already: nothing more to wait for.
+        return Conclusion(Verdict.FAILED, reason, unreachable, ended,
+                          only_casualties and not ended and not hung and not lost)
     if unreachable:
         return Conclusion(Verdict.UNKNOWN, "no answer from " + ", ".join(
             f"{s.name} ({s.host})" for s in statuses if s.state == TaskPhase.UNREACHABLE), unreachable)
@@ -227,6 +229,21 @@ def hung_reason(hung: list[str], bad: list[TaskStatus]) -> str:
     gave_up = ", ".join(s.name for s in bad if diagnose.silent_peers(s.diagnosis))
     return (f"{', '.join(hung)} hung: stopped sending heartbeats while still running (frozen, "
             f"stopped or cut off), so {gave_up or 'its peers'} gave up on it")
+
+
+def lost_each_other(bad: list[TaskStatus]) -> str:
+    """The reason when the link between tasks was cut (SSH still fine, TensorFlow's traffic not):
+    a task's log says a peer stopped sending heartbeats, and that peer failed because its own
+    heartbeats timed out. Neither is the cause; both tasks and hosts are named. "" otherwise."""
+    names = {s.name: s for s in bad}
+    for s in bad:
+        for peer in diagnose.silent_peers(s.diagnosis):
+            other = names.get(peer)
+            if other is not None and other.diagnosis == diagnose.HEARTBEAT_LOST:
+                return (f"{s.name} ({s.host}) and {other.name} ({other.host}) lost each other: "
+                        "heartbeats timed out both ways while both ran (the network between their "
+                        "hosts cut, or one too loaded to answer); check TensorFlow's ports between them")
+    return ""
 
 
 def failure_reason(bad: list[TaskStatus]) -> str:

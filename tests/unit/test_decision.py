@@ -66,6 +66,13 @@ POLLS = [
     ("a rebooting host's peer gave up on its heartbeats: the host, not a hang",
      [chief(E, 1, HEARTBEATS), worker(U, why=NOT_ANSWERING)], 0, None, Kind.END_ATTEMPT,
      f"host {H3} stopped answering (worker-1: cannot connect"),
+    # A network cut between two workers (TF traffic dropped, SSH fine): the chief's log names
+    # worker-1 as silent, worker-1's own heartbeats timed out. Neither is the cause: both named.
+    ("a cut between two workers: they lost each other, both tasks and hosts named",
+     [chief(E, 1, HEARTBEATS), worker(E, 1, diagnose.HEARTBEAT_LOST)], 0, None, Kind.END_ATTEMPT,
+     f"worker-0 ({H2}) and worker-1 ({H3}) lost each other: heartbeats timed out both ways"),
+    ("a worker that lost the chief while the chief runs: a casualty, wait for the cause",
+     [chief(R), worker(E, 1, diagnose.HEARTBEAT_LOST)], 0, None, Kind.WAIT, "worker-1 exited(1)"),
     # issue 56 item 6: a changed host key: held for the operator, however long, never a failure.
     ("a host key CHANGED mid-run: held, with both fingerprints and the fix",
      [chief(R), worker(U, why="host key CHANGED", key_change=KEY)], 3600, None, Kind.WAIT,
@@ -204,3 +211,16 @@ def test_a_restart_that_cannot_start_gives_up_after_the_answer_bound(case, waite
     decision = decide_start_failure(3, "no run folder", waited, 120.0)
     assert decision.kind == kind and reason in decision.reason
     assert decision.why == ("gave up restarting" if kind == Kind.GIVE_UP else "")
+
+
+def test_a_workers_heartbeat_deadline_reads_as_a_lost_link_not_its_own_error():
+    """The two logs of a network cut between worker-0 (chief) and worker-1 (TF 2.21's lines)."""
+    chief_log = ("2026-12-01 E coordination_service.cc] The following tasks are unhealthy (stopped sending heartbeats):\n"
+                 "/job:worker/replica:0/task:1\nThe tasks have crashed or hung.\n")
+    worker_log = ("tensorflow.python.framework.errors_impl.DeadlineExceededError: Failed to send RPC to "
+                  "coordination service. ... /tensorflow.CoordinationService/Heartbeat\n")
+    assert diagnose.silent_peers(diagnose.diagnose(chief_log)) == ["worker-1"]
+    said = diagnose.diagnose(worker_log)
+    assert said == diagnose.HEARTBEAT_LOST and diagnose.casualty(said)
+    found = conclude([chief(E, 1, diagnose.diagnose(chief_log)), worker(E, 1, said)])
+    assert found.reason.startswith(f"worker-0 ({H2}) and worker-1 ({H3}) lost each other"), found.reason
