@@ -52,7 +52,7 @@ from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.engines.direct import harness_bundle
 from backend.runs import membership, restorable
-from backend.runs.detached import KEEPER_LOCK, POLL_S, keeper_pid, write_pid
+from backend.runs.detached import FAILURE_LOG, KEEPER_LOCK, POLL_S, keeper_pid, write_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
 from backend.records.outcome import (PREEMPTED, Conclusion, LifeWatch, Signs, TaskPhase, Verdict, conclude,
@@ -68,7 +68,6 @@ MAX_POLL_S = 10.0       # the slowest poll while a host does not answer
 # How long a failure that only shows casualties (peers whose collective aborted) waits for the
 # task that died first to show too, so the attempt's reason names the cause, not a casualty.
 CASUALTY_WAIT_S = 10.0
-FAILURE_LOG = "failure.log"
 # Polls in a row that cannot load the run before the keeper gives up on it: the state file is
 # replaced whole (never seen half written), so a load that fails this often will not heal.
 LOAD_TRIES = 5

@@ -10,19 +10,23 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backend.config.fields import write_yaml, read_yaml
 from backend.config.kinds import any_cluster_to_dict
 from backend.config.spec import job_to_dict
 from backend.errors import ConsoleError
 from backend.files import read_dict, write_private
-from backend.hosts.ssh import SSHOptions
 from backend.records.state import check_run_id, new_run_id
 from backend.runs import detached
 from backend.access import viewing
 from backend.runs.store import RunStore
-from backend.sweeps import study as studies
 from backend.sweeps.spec import SweepSpec, sweep_from_dict
+
+# The Optuna glue (backend/sweeps/study.py) is imported by the functions that open a study: Optuna
+# and SQLAlchemy cost 1.2 s at start, and listing sweeps needs neither (issue 57 item 7).
+if TYPE_CHECKING:
+    from backend.hosts.ssh import SSHOptions
 
 FOLDER = ".sweeps"
 SPEC, STATE, STOP = "sweep.yaml", "state.json", "stop-requested"
@@ -37,6 +41,7 @@ def start(spec: SweepSpec, data: dict, runs_root: Path, options: SSHOptions, *,
           sweep_id: str | None = None, poll_s: float = 1.0) -> str:
     """Record the sweep and start its keeper; its id. ``data``: the spec as the user wrote it
     (kept with the job and cluster inline, so the sweep no longer needs the user's files)."""
+    from backend.sweeps import study as studies
     sweep_id = sweep_id or f"sweep-{new_run_id()}"
     here = folder(runs_root, sweep_id)
     RunStore(runs_root).require_writable()
@@ -93,6 +98,7 @@ def status(runs_root: Path, sweep_id: str) -> dict:
     here = folder(runs_root, sweep_id)
     if not (here / SPEC).exists():
         raise ConsoleError(f"no sweep {sweep_id!r} under {runs_root}", "List sweeps with `tfconsole sweep status`.")
+    from backend.sweeps import study as studies
     spec, state = load_spec(here), read_dict(here / STATE)
     if state.get("phase") in LIVE and detached.keeper_pid(here) is None:
         state["phase"], state["reason"] = "interrupted", "its keeper is gone: `tfconsole sweep resume` goes on"
@@ -114,6 +120,7 @@ def status(runs_root: Path, sweep_id: str) -> dict:
 
 def _has_study(here: Path, sweep_id: str, spec: SweepSpec) -> bool:
     import optuna
+    from backend.sweeps import study as studies
     try:
         names = optuna.get_all_study_names(studies.storage_url(spec, here))
     except Exception:  # noqa: BLE001 - not created yet, or damaged: read_study says which
@@ -123,6 +130,7 @@ def _has_study(here: Path, sweep_id: str, spec: SweepSpec) -> bool:
 
 def study_of(runs_root: Path, sweep_id: str):
     """The sweep's Optuna study (for Optuna's own figures), or None before its first trial."""
+    from backend.sweeps import study as studies
     viewing.require(runs_root)
     here = folder(runs_root, sweep_id)
     spec = load_spec(here)
