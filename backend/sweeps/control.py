@@ -4,6 +4,7 @@ Optuna's SQLite file, and its keeper's pid and log. The keeper is a detached pro
 and found as a run's keeper is (backend/runs/detached.py)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -15,12 +16,13 @@ from typing import TYPE_CHECKING
 from backend.config.fields import write_yaml, read_yaml
 from backend.config.kinds import any_cluster_to_dict
 from backend.config.spec import job_to_dict
-from backend.errors import ConsoleError
+from backend.errors import ConsoleError, SweepError
 from backend.files import read_dict, write_private
 from backend.records.state import check_run_id, new_run_id
 from backend.runs import detached
 from backend.access import viewing
 from backend.runs.store import RunStore
+from backend.sweeps import trials
 from backend.sweeps.spec import SweepSpec, sweep_from_dict
 
 # The Optuna glue (backend/sweeps/study.py) is imported by the functions that open a study: Optuna
@@ -98,7 +100,6 @@ def status(runs_root: Path, sweep_id: str) -> dict:
     here = folder(runs_root, sweep_id)
     if not (here / SPEC).exists():
         raise ConsoleError(f"no sweep {sweep_id!r} under {runs_root}", "List sweeps with `tfconsole sweep status`.")
-    from backend.sweeps import study as studies
     spec, state = load_spec(here), read_dict(here / STATE)
     if state.get("phase") in LIVE and detached.keeper_pid(here) is None:
         state["phase"], state["reason"] = "interrupted", "its keeper is gone: `tfconsole sweep resume` goes on"
@@ -106,16 +107,28 @@ def status(runs_root: Path, sweep_id: str) -> dict:
            "budget": {"trials": spec.trials, "wall_s": spec.wall_s}, "at_once": spec.at_once,
            "sampler": spec.sampler, "pruner": spec.pruner, "pruner_options": dict(spec.pruner_options),
            "best": None, "trials": []}
-    if (here / studies.DB).exists() or spec.storage:
-        try:
-            found = studies.read_study(here, sweep_id, spec.storage) if _has_study(here, sweep_id, spec) else None
-        except studies.SweepError:
-            if state.get("phase") != "starting":   # its keeper may be making the tables: not yet
-                raise
-            found = None
-        if found is not None:
-            out.update(best=studies.best(found), trials=studies.rows(found))
+    if (here / trials.DB).exists() or spec.storage:
+        read = _read_trials(here, sweep_id, spec, state)
+        if read is not None:
+            out.update(best=read[0], trials=read[1])
     return out
+
+
+def _read_trials(here: Path, sweep_id: str, spec: SweepSpec, state: dict) -> tuple[dict | None, list] | None:
+    """(best, trials) of the sweep's study, or None before it has one. Its own SQLite file is
+    read directly (backend/sweeps/trials.py: no Optuna, 1.7 s less); another storage, or a file
+    that reader does not know, through Optuna."""
+    if not spec.storage:
+        with contextlib.suppress(trials.Unknown):
+            return trials.read(here / trials.DB, sweep_id)
+    from backend.sweeps import study as studies
+    try:
+        found = studies.read_study(here, sweep_id, spec.storage) if _has_study(here, sweep_id, spec) else None
+    except SweepError:
+        if state.get("phase") != "starting":   # its keeper may be making the tables: not yet
+            raise
+        return None
+    return None if found is None else (studies.best(found), studies.rows(found))
 
 
 def _has_study(here: Path, sweep_id: str, spec: SweepSpec) -> bool:
@@ -134,7 +147,7 @@ def study_of(runs_root: Path, sweep_id: str):
     viewing.require(runs_root)
     here = folder(runs_root, sweep_id)
     spec = load_spec(here)
-    if not ((here / studies.DB).exists() or spec.storage) or not _has_study(here, sweep_id, spec):
+    if not ((here / trials.DB).exists() or spec.storage) or not _has_study(here, sweep_id, spec):
         return None
     return studies.read_study(here, sweep_id, spec.storage)
 

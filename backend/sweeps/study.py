@@ -13,8 +13,8 @@ from optuna.trial import TrialState
 
 from backend.errors import SweepError
 from backend.sweeps.spec import Dimension, SweepSpec
+from backend.sweeps.trials import DB
 
-DB = "optuna.db"
 optuna.logging.set_verbosity(logging.WARNING)
 
 

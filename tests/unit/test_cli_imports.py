@@ -57,3 +57,19 @@ def test_status_imports_the_hosts_but_no_sweeps_training_or_pages(tmp_path):
     code, modules = imported_by(tmp_path, ["status", "r1"])
     assert code == 0
     assert modules.isdisjoint(NEVER), sorted(modules & set(NEVER))
+
+
+
+def test_sweep_status_reads_a_sweeps_trials_without_optuna(tmp_path):
+    from backend.config.fields import write_yaml
+    from backend.sweeps import control
+    from tests.unit.test_sweep_trials import data_of, filled
+    here = control.folder(tmp_path, "s1")   # a finished sweep, its study holding 8 trials
+    here.mkdir(parents=True)
+    filled(here, "min")
+    write_yaml(data_of("min"), here / control.SPEC, private=True)
+    (here / control.STATE).write_text(json.dumps({"phase": "finished"}))
+    for argv in (["sweep", "status"], ["sweep", "status", "s1"]):
+        code, modules = imported_by(tmp_path, argv)
+        assert code == 0
+        assert modules.isdisjoint(NEVER), sorted(modules & set(NEVER))
