@@ -10,7 +10,8 @@ alike. Prints min / median / max wall seconds and the median CPU seconds (user +
     .venv/bin/python bench/cli_latency.py --tree /tmp/cli-before --rounds 7
 
 (``--tree``: a checkout of the commit to compare, e.g. ``git worktree add --detach /tmp/cli-before
-BASE``; both trees run with this interpreter, and the runs folder is made with this tree's code.)
+BASE``; both trees run with this interpreter, and the runs folder is made with this tree's code.
+Without it, this tree alone, as `make bench` runs it.)
 """
 from __future__ import annotations
 
@@ -76,10 +77,10 @@ def timed(tree: Path, root: Path, argv: list[str]) -> tuple[float, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tree", required=True, type=Path, help="the other checkout (before)")
+    p.add_argument("--tree", type=Path, help="the other checkout (before); none: this tree alone")
     p.add_argument("--rounds", type=int, default=7)
     a = p.parse_args()
-    trees = {"before": a.tree.resolve(), "after": ROOT}
+    trees = {**({"before": a.tree.resolve()} if a.tree else {}), "after": ROOT}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "runs"
         make_runs(root)
