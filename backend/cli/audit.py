@@ -4,12 +4,12 @@ from __future__ import annotations
 import time
 
 from backend.plain import term_safe
-from backend.access import audit
-from backend.runs.store import RunStore
+from backend.access import audit   # its ACTIONS are the parser's --action choices
 
 
 def cmd_audit(a) -> int:
     import json
+    from backend.runs.store import RunStore
     root = RunStore(a.runs).root
     entries, skipped = audit.read(root)
     found = audit.matching(entries, run=a.run, user=a.user, action=a.action)

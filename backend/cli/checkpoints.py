@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import sys
 
-from backend import checkpoints
-from backend.runs import launcher, restore
 from backend.errors import SpecError
-from backend.runs.store import RunStore
+
+# The runs, hosts and checkpoint modules are imported inside each command: the parser is built
+# for every command, and they pull in SSH, the engines and the specs (issue 57 item 7).
 
 EXIT_CODES = """exit codes:
   0    done (for status and runs: whatever the run's state)
@@ -29,10 +29,21 @@ def print_json(value) -> None:
     print()
 
 
-def _attach(a):
-    from backend.hosts.ssh import SSHOptions
-    return launcher.attach(a.run, store=RunStore(a.runs),
-                           options=SSHOptions(known_hosts=a.known_hosts, ssh_config=a.ssh_config))
+def _options(a):
+    from backend.hosts.ssh import SSHOptions   # imported here: it brings paramiko (0.2 s)
+    return SSHOptions(known_hosts=a.known_hosts, ssh_config=a.ssh_config)
+
+
+def _store(a):
+    from backend.runs.store import RunStore
+    return RunStore(a.runs)
+
+
+def _attach(a, *, reads_only: bool = False):
+    """The run named on the command line, attached with the command line's SSH options
+    (``reads_only``: a command that only reads, as on a read-only runs folder)."""
+    from backend.runs import launcher   # imported here: the engines and SSH, 0.7 s at start
+    return launcher.attach(a.run, store=_store(a), options=_options(a), reads_only=reads_only)
 
 
 def print_table(rows: list[dict], header: list[str]) -> None:
@@ -43,6 +54,7 @@ def print_table(rows: list[dict], header: list[str]) -> None:
 
 
 def cmd_checkpoints(a) -> int:
+    from backend import checkpoints
     rows = checkpoints.checkpoint_rows(checkpoints.list_checkpoints(_attach(a)))
     if a.json:
         print_json(rows)
@@ -54,6 +66,7 @@ def cmd_checkpoints(a) -> int:
 
 
 def cmd_save(a) -> int:
+    from backend import checkpoints
     step = checkpoints.save_now(_attach(a), wait_s=a.wait)
     print(f"saved at step {step}" if step is not None else "save requested: every worker saves at its next sync point")
     return 0
@@ -69,6 +82,7 @@ def _step(text: str | None) -> int | None:
 
 
 def cmd_export(a) -> int:
+    from backend import checkpoints
     step = _step(a.step)   # bad input is refused before any host is asked
     result = checkpoints.export(_attach(a), step=step, name=a.name,
                                 formats=tuple(f.strip() for f in a.formats.split(",") if f.strip()))
@@ -83,6 +97,7 @@ def cmd_export(a) -> int:
 def cmd_restore(a) -> int:
     """Exit 1 when the new attempt runs but not every worker confirmed resuming from the step
     (a script that ignores the resume step): the run goes on, the user must know."""
+    from backend.runs import restore
     run = _attach(a)
     result = restore.restore(run, a.step)
     if result.confirmed:

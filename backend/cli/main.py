@@ -4,40 +4,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
-import subprocess
 import sys
-import threading
 
-from backend.runs import launcher
-from backend.config import tfconfig
-from backend.cli.checkpoints import EXIT_CODES, add_commands, print_json, print_table
-from backend.runs.status_view import status_json
-from backend.runs.membership import shrink_line
+# Only what every command needs is imported here: each command imports its own modules inside
+# its function, so a read command answers at once (issue 57 item 7: importing the whole backend
+# took 1.1 s of every command, Optuna's alembic alone 0.9 s). tests/unit/test_cli_imports.py
+# guards it.
+from backend.cli.checkpoints import EXIT_CODES, _attach, _options, _store, add_commands, print_json, print_table
 from backend.cli.plain import SafeStream
 from backend.cli.audit import audit_command
 from backend.cli.metrics import add_command as metrics_command
 from backend.cli.tensorboard import add_command as tensorboard_command
 from backend.cli.sweep import add_command as sweep_command
 from backend.errors import ConsoleError, DiskFullError, MultiHostError
-from backend.hosts.resolve import tf_addresses, tf_hosts
-from backend.hosts.known_hosts import KnownHosts, OnChange, Verdict
-from backend.hosts.ssh import SSHOptions
-from backend.hosts.trust import fetch_host_key
-from backend.hosts.preflight import CHECKS, run_preflight
-from backend.runs.store import RunStore
-from backend.files import room
-from backend.access import audit, identity
-from backend.hosts.pool import Pool
-from backend.config.kinds import load_any_cluster
-from backend.config.spec import load_cluster, load_job
-
-
-def _options(a) -> SSHOptions:
-    return SSHOptions(known_hosts=a.known_hosts, ssh_config=a.ssh_config)
+from backend.access import identity
 
 
 def cmd_tf_config(a) -> int:
+    from backend.config import tfconfig
+    from backend.config.spec import load_cluster
+    from backend.hosts.resolve import tf_addresses, tf_hosts
     cluster = load_cluster(a.cluster)
     hosts = tf_hosts(cluster, a.ssh_config)
     tfconfig.require_valid(cluster, hosts=hosts)
@@ -51,6 +37,9 @@ def cmd_tf_config(a) -> int:
 
 
 def cmd_preflight(a) -> int:
+    from backend.config.spec import load_cluster
+    from backend.hosts.pool import Pool
+    from backend.hosts.preflight import CHECKS, run_preflight
     cluster = load_cluster(a.cluster)
     with Pool(_options(a)) as pool:
         reports = run_preflight(cluster, pool)
@@ -65,7 +54,10 @@ def cmd_preflight(a) -> int:
 
 
 def cmd_launch(a) -> int:
-    run = launcher.launch(load_any_cluster(a.cluster), load_job(a.job), store=RunStore(a.runs),
+    from backend.config.kinds import load_any_cluster
+    from backend.config.spec import load_job
+    from backend.runs import launcher
+    run = launcher.launch(load_any_cluster(a.cluster), load_job(a.job), store=_store(a),
                           options=_options(a), run_id=a.run_id)
     print(run.run_id)
     if a.wait:
@@ -76,9 +68,11 @@ def cmd_launch(a) -> int:
 
 
 def cmd_status(a) -> int:
-    from backend.runs.keeper import FAILURE_LOG
-    from backend.runs.detached import KEEPER_LOG, keeper_pid
-    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    from backend.runs.detached import FAILURE_LOG, KEEPER_LOG, keeper_pid
+    from backend.runs.membership import shrink_line
+    from backend.runs.status_view import status_json
+    from backend.files import room
+    run = _attach(a)
     from backend.diagnosis import data_checks, health
     from backend.records import decision
     from backend.runs import resume
@@ -135,11 +129,12 @@ def cmd_keep(a) -> int:
     from dataclasses import asdict
     from backend.runs.keeper import Keeper
     from backend.runs.keeper_log import KeeperLog
+    from backend.hosts.ssh import SSHOptions
     options = SSHOptions(**{**asdict(_options(a)), **json.loads(a.ssh_options or "{}")})
     # Everything the keeper prints goes to keeper.log, whole lines or none, and a full disk
     # never raises out of a print (main() puts the streams back).
     sys.stdout = sys.stderr = log = KeeperLog()
-    phase = Keeper(a.run, store=RunStore(a.runs), options=options, poll_s=a.poll,
+    phase = Keeper(a.run, store=_store(a), options=options, poll_s=a.poll,
                    log=log).run(take_over=a.take_over)
     print(f"run {a.run}: {phase}")
     return 0
@@ -152,6 +147,8 @@ def _follow(run, name: str) -> int:
     paramiko's locks, where an interrupted wait could leave the stream unable to close and the
     command hanging after Ctrl-C. Exiting closes the connection, and with it the remote ``tail``.
     """
+    import queue
+    import threading
     lines: queue.Queue = queue.Queue()
 
     def pump() -> None:
@@ -171,7 +168,7 @@ def _follow(run, name: str) -> int:
 
 def cmd_logs(a) -> int:
     # Reads the hosts (or the copies already here), writes nothing: a read-only runs folder serves.
-    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a), reads_only=True)
+    run = _attach(a, reads_only=True)
     names = [a.task] if a.task else [t.name for t in run.state.tasks]
     if a.follow:
         return _follow(run, names[0])
@@ -183,7 +180,7 @@ def cmd_logs(a) -> int:
 
 
 def cmd_stacks(a) -> int:
-    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    run = _attach(a)
     found, folder = run.dump_stacks()
     for s in found:
         print(f"==> {s.task} on {s.host} <==")
@@ -194,7 +191,7 @@ def cmd_stacks(a) -> int:
 
 
 def cmd_stop(a) -> int:
-    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    run = _attach(a)
     if not run.reload().live:
         return _stop_leftovers(run, a.grace)
     report = run.stop(grace_s=a.grace, save=a.save, save_grace_s=a.save_grace)
@@ -222,16 +219,16 @@ def _stop_leftovers(run, grace_s: float) -> int:
 def cmd_attach_slurm(a) -> int:
     from backend.engines.slurm import adopt
     from backend.config.slurm_spec import load_slurm
-    run = adopt(load_slurm(a.cluster), a.job_id, store=RunStore(a.runs), options=_options(a))
+    run = adopt(load_slurm(a.cluster), a.job_id, store=_store(a), options=_options(a))
     print(run.run_id)
     return 0
 
 
 def cmd_runs(a) -> int:
-    from backend.watch import summary
-    runs = RunStore(a.runs)
+    runs = _store(a)
     found = runs.list_all()
     if a.json:   # metrics: each one's last and best global value, as this machine copied them
+        from backend.watch import summary   # imported here: numpy, for --json only
         print_json([{"damaged": str(s)} if isinstance(s, ConsoleError) else
                     {"run_id": s.run_id, "phase": str(s.phase), "attempt": s.attempt, "tasks": len(s.tasks),
                      "created": s.created, "owner": s.owner,
@@ -251,7 +248,7 @@ def cmd_runs(a) -> int:
 def cmd_runs_show(a) -> int:
     from backend.runs import record
     from backend.watch import summary
-    run = launcher.attach(a.run, store=RunStore(a.runs), options=_options(a))
+    run = _attach(a)
     if run.state.live:   # versions.json is written at each task's start: keep what is there now
         record.keep_host_versions(run)
     shown = record.view(run.state, run.local_dir)
@@ -271,6 +268,9 @@ def cmd_runs_show(a) -> int:
 
 
 def cmd_trust_host(a) -> int:
+    from backend.access import audit
+    from backend.hosts.known_hosts import KnownHosts, OnChange, Verdict
+    from backend.hosts.trust import fetch_host_key
     options = _options(a)
     offered = fetch_host_key(a.host, port=a.port, options=options)
     name, fp = offered.view.known_hosts_name, offered.fingerprint
@@ -289,7 +289,7 @@ def cmd_trust_host(a) -> int:
               f"--fingerprint {fp}")
         return 1
     on_change = OnChange.REPLACE if a.replace else OnChange.REFUSE
-    audit.trusted_host(RunStore(a.runs).root, a.host, a.fingerprint, port=a.port, options=options,
+    audit.trusted_host(_store(a).root, a.host, a.fingerprint, port=a.port, options=options,
                        on_change=on_change)
     print(f"trusted {offered.view.label} {fp} as {name} in {a.known_hosts}")
     return 0
@@ -303,6 +303,7 @@ def _prog() -> str:
 def cmd_console(a) -> int:
     """Open the console. backend never imports console (imports flow console -> backend), so the
     console runs as its own process, as `make run` starts it."""
+    import subprocess
     argv = [sys.executable, "-m", "console", "--address", a.address, "--port", str(a.port),
             *(["--auth-file", os.path.abspath(a.auth_file)] if a.auth_file else [])]
     env = dict(os.environ, **({"TFCONSOLE_RUNS": os.path.abspath(a.runs)} if a.runs else {}))

@@ -7,11 +7,13 @@ those lines, and the output says so), so it is as fresh as the run, with no cons
 from __future__ import annotations
 
 from backend.cli.checkpoints import _attach, print_json, print_table
-from backend.watch import summary
-from backend.watch.chief_metrics import READ_BYTES, read_store
 
 
 def cmd_metrics(a) -> int:
+    # imported here: numpy and the metric readers, for this command only (the parser of every
+    # command imports this module)
+    from backend.watch import summary
+    from backend.watch.chief_metrics import READ_BYTES, read_store
     run = _attach(a)
     store, cut = read_store(run)
     found = summary.summarize(store)

@@ -15,13 +15,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from backend.cli.checkpoints import _attach
 from backend.errors import ConsoleError, RunError
-from backend.client.harness import layout
-from backend.hosts import remote
+
+# The harness layout, the host protocol and urllib are imported inside the functions that use
+# them: this module is imported to build the parser of every command (issue 57 item 7).
 
 ADDRESS = "127.0.0.1"
 COPY_EVERY_S = 5.0     # TensorBoard reads its folders again every 5 s: copying more often shows nothing sooner
@@ -32,6 +32,8 @@ LOG = "tensorboard.log"   # TensorBoard's own output, in the run's local folder 
 def copy_events(run) -> tuple[Path, int, int]:
     """Copy what is new of the chief's event files into the run's local ``tensorboard/``:
     (that folder, files that grew, bytes copied)."""
+    from backend.client.harness import layout
+    from backend.hosts import remote
     dest = run.local_dir / layout.TENSORBOARD
     changed, fetched = remote.fetch_new(run.remote(run.state.chief.name), layout.TENSORBOARD, dest)
     return dest, changed, fetched
@@ -82,6 +84,7 @@ def start(logdir: Path, port: int, log: Path) -> subprocess.Popen:
 
 def wait_ready(proc: subprocess.Popen, url: str, log: Path, *, limit_s: float = START_S) -> None:
     """Until TensorBoard lists its runs; its log's tail in the error if it ends or never answers."""
+    import urllib.request   # imported here: http.client and email, for this command only
     deadline = time.monotonic() + limit_s
     while proc.poll() is None and time.monotonic() < deadline:
         try:
@@ -121,6 +124,7 @@ def _copy_quietly(run) -> bool:
 
 
 def _first_copy(run) -> Path:
+    from backend.client.harness import layout
     dest = run.local_dir / layout.TENSORBOARD
     try:
         dest, changed, fetched = copy_events(run)

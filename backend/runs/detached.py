@@ -14,11 +14,14 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from backend.hosts.ssh import SSHOptions
+if TYPE_CHECKING:   # a type only: the keeper's pid is read by commands that never open SSH
+    from backend.hosts.ssh import SSHOptions
 
 POLL_S = 1.0            # detection delay vs. CPU: one status command per host per poll
 KEEPER_LOG = "keeper.log"
+FAILURE_LOG = "failure.log"   # the keeper's account of the last failure; status prints its tail
 KEEPER_PID = "keeper.pid"
 KEEPER_LOCK = "keeper.lock"
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from backend.diagnosis import diagnose
 from backend.errors import ConsoleError
 
-FAILURE_LOG = "failure.log"
+from backend.runs.detached import FAILURE_LOG   # one name: status reads it, the keeper writes it
 
 
 def write(run, reason: str, *, why: str) -> None:

@@ -54,8 +54,7 @@ from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.engines.direct import harness_bundle
 from backend.runs import failure_log, membership, restorable
-from backend.runs.failure_log import FAILURE_LOG
-from backend.runs.detached import KEEPER_LOCK, POLL_S, keeper_pid, write_pid
+from backend.runs.detached import FAILURE_LOG, KEEPER_LOCK, POLL_S, keeper_pid, write_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
 from backend.records.decision import (Clocks, Decision, Kind, Membership, Seen, advance, decide,

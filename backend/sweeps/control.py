@@ -4,25 +4,31 @@ Optuna's SQLite file, and its keeper's pid and log. The keeper is a detached pro
 and found as a run's keeper is (backend/runs/detached.py)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backend.config.fields import write_yaml, read_yaml
 from backend.config.kinds import any_cluster_to_dict
 from backend.config.spec import job_to_dict
-from backend.errors import ConsoleError
+from backend.errors import ConsoleError, SweepError
 from backend.files import read_dict, write_private
-from backend.hosts.ssh import SSHOptions
 from backend.records.state import check_run_id, new_run_id
 from backend.runs import detached
 from backend.access import viewing
 from backend.runs.store import RunStore
-from backend.sweeps import study as studies
+from backend.sweeps import trials
 from backend.sweeps.spec import SweepSpec, sweep_from_dict
+
+# The Optuna glue (backend/sweeps/study.py) is imported by the functions that open a study: Optuna
+# and SQLAlchemy cost 1.2 s at start, and listing sweeps needs neither (issue 57 item 7).
+if TYPE_CHECKING:
+    from backend.hosts.ssh import SSHOptions
 
 FOLDER = ".sweeps"
 SPEC, STATE, STOP = "sweep.yaml", "state.json", "stop-requested"
@@ -37,6 +43,7 @@ def start(spec: SweepSpec, data: dict, runs_root: Path, options: SSHOptions, *,
           sweep_id: str | None = None, poll_s: float = 1.0) -> str:
     """Record the sweep and start its keeper; its id. ``data``: the spec as the user wrote it
     (kept with the job and cluster inline, so the sweep no longer needs the user's files)."""
+    from backend.sweeps import study as studies
     sweep_id = sweep_id or f"sweep-{new_run_id()}"
     here = folder(runs_root, sweep_id)
     RunStore(runs_root).require_writable()
@@ -100,20 +107,33 @@ def status(runs_root: Path, sweep_id: str) -> dict:
            "budget": {"trials": spec.trials, "wall_s": spec.wall_s}, "at_once": spec.at_once,
            "sampler": spec.sampler, "pruner": spec.pruner, "pruner_options": dict(spec.pruner_options),
            "best": None, "trials": []}
-    if (here / studies.DB).exists() or spec.storage:
-        try:
-            found = studies.read_study(here, sweep_id, spec.storage) if _has_study(here, sweep_id, spec) else None
-        except studies.SweepError:
-            if state.get("phase") != "starting":   # its keeper may be making the tables: not yet
-                raise
-            found = None
-        if found is not None:
-            out.update(best=studies.best(found), trials=studies.rows(found))
+    if (here / trials.DB).exists() or spec.storage:
+        read = _read_trials(here, sweep_id, spec, state)
+        if read is not None:
+            out.update(best=read[0], trials=read[1])
     return out
+
+
+def _read_trials(here: Path, sweep_id: str, spec: SweepSpec, state: dict) -> tuple[dict | None, list] | None:
+    """(best, trials) of the sweep's study, or None before it has one. Its own SQLite file is
+    read directly (backend/sweeps/trials.py: no Optuna, 1.7 s less); another storage, or a file
+    that reader does not know, through Optuna."""
+    if not spec.storage:
+        with contextlib.suppress(trials.Unknown):
+            return trials.read(here / trials.DB, sweep_id)
+    from backend.sweeps import study as studies
+    try:
+        found = studies.read_study(here, sweep_id, spec.storage) if _has_study(here, sweep_id, spec) else None
+    except SweepError:
+        if state.get("phase") != "starting":   # its keeper may be making the tables: not yet
+            raise
+        return None
+    return None if found is None else (studies.best(found), studies.rows(found))
 
 
 def _has_study(here: Path, sweep_id: str, spec: SweepSpec) -> bool:
     import optuna
+    from backend.sweeps import study as studies
     try:
         names = optuna.get_all_study_names(studies.storage_url(spec, here))
     except Exception:  # noqa: BLE001 - not created yet, or damaged: read_study says which
@@ -123,10 +143,11 @@ def _has_study(here: Path, sweep_id: str, spec: SweepSpec) -> bool:
 
 def study_of(runs_root: Path, sweep_id: str):
     """The sweep's Optuna study (for Optuna's own figures), or None before its first trial."""
+    from backend.sweeps import study as studies
     viewing.require(runs_root)
     here = folder(runs_root, sweep_id)
     spec = load_spec(here)
-    if not ((here / studies.DB).exists() or spec.storage) or not _has_study(here, sweep_id, spec):
+    if not ((here / trials.DB).exists() or spec.storage) or not _has_study(here, sweep_id, spec):
         return None
     return studies.read_study(here, sweep_id, spec.storage)
 

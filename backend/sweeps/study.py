@@ -13,8 +13,8 @@ from optuna.trial import TrialState
 
 from backend.errors import SweepError
 from backend.sweeps.spec import Dimension, SweepSpec
+from backend.sweeps.trials import DB
 
-DB = "optuna.db"
 NEVER = "never_launched"   # a trial's user attr: cut off before its run existed, not in the budget
 # Asks for a trial whose parameters no launched trial had, before a repeat is taken: a search
 # that keeps to a point it knows (TPE near its best) is not asked forever.
