@@ -427,7 +427,8 @@ class Keeper:
                                   lost=list(attempts[-1].lost or {}) if attempts else [])
         if decision.kind == Kind.GIVE_UP:
             return self._give_up(run, decision.reason, why=decision.why)
-        time.sleep(decision.wait_s)
+        if not self._back_off(run, decision.wait_s):   # a Stop came meanwhile: the next poll leaves
+            return None
         try:   # a host that does not answer, or its run folder gone, raises
             if decision.replace:
                 moved = self._replace_lost(run, decision)
@@ -454,6 +455,20 @@ class Keeper:
         self.life, self.clocks = LifeWatch(changed=time.time()), Clocks(time.time())
         self.silent = {}
         return None
+
+    def _back_off(self, run: Run, wait_s: float) -> bool:
+        """Wait out a restart's back-off, reading the run's record at every poll: False as soon
+        as the run is no longer restarting (a Stop came). Asleep for the whole back-off, the
+        keeper would leave only when the Stop's ``end_keeper`` signalled it, saying nothing."""
+        deadline = time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(self.poll_s, left))
+            try:
+                if run.reload().phase != Phase.RESTARTING:
+                    return False
+            except ConsoleError:   # unreadable a moment: the restart's own steps find out why
+                pass
+        return True
 
     def _cannot_restart(self, run: Run, err: ConsoleError) -> Phase | None:
         """The next attempt did not start: the next poll tries again, for as long as a host has to

@@ -88,9 +88,10 @@ def _cli(store, *args) -> dict | list:
 
 def test_a_damaged_checkpoint_is_passed_over_named_kept_and_refused(local_cluster, store):
     receiver = Receiver()
-    # 900 paced steps (27 s an attempt at least): attempt 2 still trains while its restore is refused.
+    # 6000 paced steps (3 minutes an attempt at least): attempt 2 still trains through parts 2
+    # and 3 however loaded the machine (a loaded full run once finished it during part 2).
     job = job_from_dict({"kind": "harness", "module": SYNTHETIC, "env": TF_ENV,
-                         "params": {**PARAMS, "steps_per_epoch": 900},
+                         "params": {**PARAMS, "steps_per_epoch": 6000},
                          "alerts": {"webhook": receiver.url, "format": "json"},
                          "restart": {"mode": "on_failure", "max_restarts": 1, "backoff_s": 5}})
     run = launcher.launch(local_cluster, job, store=store, preflight=Preflight.SKIP)
@@ -100,7 +101,9 @@ def test_a_damaged_checkpoint_is_passed_over_named_kept_and_refused(local_cluste
         state = wait_for(lambda: (s := store.load(run.run_id)).attempt == 2 and s, 120, "attempt 2")
         assert state.attempts[1].resume_step == good, (damaged, good, state.attempts)
         said = f"checkpoint step {damaged} cannot be restored (IndexError"
-        assert said in state.attempts[0].reason and f"the next good one is step {good}" in state.attempts[0].reason
+        # The chief's list goes on to name its nearest good steps, older and newer (retention
+        # may have dropped the older ones by the time the keeper reads it).
+        assert said in state.attempts[0].reason and "good one is step" in state.attempts[0].reason
         assert said in receiver.wait(1)[0]["text"], receiver.bodies
         aside = _folder(run) / "checkpoints" / "abandoned" / "attempt-2-unrestorable"
         assert (aside / f"ckpt-{damaged}.index").exists() and f"kept in {aside}" in state.attempts[0].reason
@@ -113,12 +116,12 @@ def test_a_damaged_checkpoint_is_passed_over_named_kept_and_refused(local_cluste
         with pytest.raises(ArtifactError) as refused:
             restore.restore(launcher.attach(run.run_id, store=store), newest)
         assert f"checkpoint step {newest} cannot be restored (IndexError" in str(refused.value)
-        assert f"the next good one is step {newest - PARAMS['checkpoint_every']}" in str(refused.value)
+        assert "good one is step" in str(refused.value), refused.value   # where to go instead
         after = store.load(run.run_id)
         assert (after.phase, after.attempt, after.attempts[-1].reason) == ("running", 2, None), after
         assert _pids(run) == pids and all(_alive(p) for p in pids.values()), pids
-        # 3. A Stop while a restore starts the tasks wins, and restore says so, no traceback.
-        assert wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 240).phase == "finished"
+        # 3. A Stop while a restore (of the live run) starts the tasks wins, and restore says
+        # so, no traceback.
         failed, pids = [], _pids(run)
 
         def restore_good() -> None:

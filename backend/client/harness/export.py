@@ -96,15 +96,18 @@ def unrestorable(step: int, exc: BaseException, complete: list) -> str:
 
 def check(folder: str, steps: list) -> dict:
     """Read every tensor of each step in ``folder``, newest first, until one reads whole:
-    ``{"good": step or None, "damaged": {step: why}}``. The checkpoint reader builds no model, so
-    this costs TensorFlow's import and a read of the files: a resume can afford it."""
+    ``{"good": step or None, "damaged": {step: why}}``; a step no longer in ``folder`` is neither.
+    The checkpoint reader builds no model, so this costs TensorFlow's import and a read of the
+    files: a resume can afford it."""
     import tensorflow as tf
     complete = {c["step"]: c for c in ckpt_index.list_complete(folder)}
     good, damaged = None, {}
     for step in sorted(set(steps), reverse=True):
+        if step not in complete:
+            # Gone since the caller listed it (retention, on a worker's unheld copy while the
+            # run trains): not damaged, just not here; a restore gives that worker the chief's copy.
+            continue
         try:
-            if step not in complete:
-                raise FileNotFoundError(f"no complete checkpoint step {step} in {folder}")
             reader = tf.train.load_checkpoint(complete[step]["prefix"])
             for name in reader.get_variable_to_dtype_map():
                 reader.get_tensor(name)   # a cut .data file fails here, not at the load
