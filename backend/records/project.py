@@ -43,13 +43,16 @@ class Packed:
     files: tuple[tuple[str, int], ...]      # (path in the folder, bytes), sorted
     left_out: tuple[tuple[str, str], ...]   # (path, why): ignored, a symlink, a special file
     ignore_file: str | None
+    # sha256 of project.tar's bytes: the name of the host cache's copy (<workdir>/projects/).
+    # Two hashes on purpose: the content one compares folders, this one checks the bytes sent.
+    tar_sha256: str = ""
 
     @property
     def size(self) -> int:
         return sum(n for _, n in self.files)
 
     def info(self) -> dict:
-        return {"sha256": self.digest, "files": len(self.files), "bytes": self.size,
+        return {"sha256": self.digest, "tar_sha256": self.tar_sha256, "files": len(self.files), "bytes": self.size,
                 "left_out": len(self.left_out), "ignore_file": self.ignore_file,
                 "listed": [list(f) for f in self.files[:LISTED]],
                 "left_out_listed": [list(x) for x in self.left_out[:LISTED]]}
@@ -141,7 +144,8 @@ def keep(folder: str | Path, run_dir: Path) -> tuple[Path, Packed]:
             tar.addfile(member, io.BytesIO(data))
             hashed.update(f"{rel}\0{mode}\0".encode() + hashlib.sha256(data).digest())
             files.append((rel, len(data)))
-    packed = Packed(hashed.hexdigest(), tuple(files), listed.left_out, listed.ignore_file)
+    packed = Packed(hashed.hexdigest(), tuple(files), listed.left_out, listed.ignore_file,
+                    tar_sha256=hashlib.sha256(buf.getvalue()).hexdigest())
     tar_path = run_dir / TAR
     part = run_dir / f".{TAR}.{os.getpid()}.part"
     try:

@@ -220,7 +220,8 @@ def summary(shown: dict) -> list[str]:
         lines.append(f"untracked files: {git['untracked_count']} ({', '.join(git.get('untracked', [])[:5])})")
     folder = shown.get("project") or {}
     if folder:
-        lines.append(f"project: sha256 {folder.get('sha256', '?')[:16]}, {folder.get('files')} files, "
+        tar = f", tar sha256 {folder['tar_sha256'][:16]} (its name in the hosts' cache)" if folder.get("tar_sha256") else ""
+        lines.append(f"project: content sha256 {folder.get('sha256', '?')[:16]}{tar}, {folder.get('files')} files, "
                      f"{(folder.get('bytes') or 0) / 2**20:.2f} MiB, {folder.get('left_out')} left out"
                      + (f" ({folder['ignore_file']})" if folder.get("ignore_file") else ""))
         lines += [f"  {path} {size} B" for path, size in folder.get("listed", [])[:20]]

@@ -2,6 +2,7 @@
 content hash, the size bound and the fields' errors. Real files, a real symlink and a FIFO."""
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -52,6 +53,8 @@ def test_the_tree_ships_and_ignored_links_and_special_files_stay_here(tmp_path):
         assert tar.extractfile("models/net.py").read() == b"WIDTH = 8\n"
     info = project.read_info(tmp_path)
     assert info["sha256"] == packed.digest and info["files"] == 5 and info["left_out"] == len(packed.left_out)
+    # The host cache names the tar by its bytes' sha256 (hosts/remote.project): recorded too.
+    assert info["tar_sha256"] == hashlib.sha256(Path(kept).read_bytes()).hexdigest() != packed.digest
 
 
 def test_a_tfconsoleignore_wins_over_the_gitignore(tmp_path):
