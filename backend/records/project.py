@@ -52,8 +52,8 @@ class Packed:
         return sum(n for _, n in self.files)
 
     def info(self) -> dict:
-        return {"sha256": self.digest, "tar_sha256": self.tar_sha256, "files": len(self.files), "bytes": self.size,
-                "left_out": len(self.left_out), "ignore_file": self.ignore_file,
+        return {"sha256": self.digest, "tar_sha256": self.tar_sha256, "files": len(self.files),
+                "bytes": self.size, "left_out": len(self.left_out), "ignore_file": self.ignore_file,
                 "listed": [list(f) for f in self.files[:LISTED]],
                 "left_out_listed": [list(x) for x in self.left_out[:LISTED]]}
 

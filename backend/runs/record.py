@@ -220,7 +220,8 @@ def summary(shown: dict) -> list[str]:
         lines.append(f"untracked files: {git['untracked_count']} ({', '.join(git.get('untracked', [])[:5])})")
     folder = shown.get("project") or {}
     if folder:
-        tar = f", tar sha256 {folder['tar_sha256'][:16]} (its name in the hosts' cache)" if folder.get("tar_sha256") else ""
+        tar = (f", tar sha256 {folder['tar_sha256'][:16]} (its name in the hosts' cache)"
+               if folder.get("tar_sha256") else "")   # runs from before tar_sha256 was recorded
         lines.append(f"project: content sha256 {folder.get('sha256', '?')[:16]}{tar}, {folder.get('files')} files, "
                      f"{(folder.get('bytes') or 0) / 2**20:.2f} MiB, {folder.get('left_out')} left out"
                      + (f" ({folder['ignore_file']})" if folder.get("ignore_file") else ""))
