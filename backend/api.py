@@ -73,6 +73,13 @@ class RunHandle:
         resume.refresh(self._run)
         return status_json(self._run, statuses, health_line=health.status_line(self._run))
 
+    def goodput(self) -> dict:
+        """What ``tfconsole goodput RUN --json`` prints: the run's task-seconds, the share spent in
+        training kept (``goodput``), the rest by cause (they add up), and each attempt's cost."""
+        from backend.runs import goodput
+        self._run.reload()
+        return goodput.of(self._run).as_dict()
+
     def checkpoints(self) -> list[dict]:
         """The chief's complete checkpoints, oldest first: step, epoch, losses, metrics, files."""
         from backend import checkpoints
@@ -83,6 +90,14 @@ class RunHandle:
         ``wait_s`` is 0 (the request stays and is answered later)."""
         from backend import checkpoints
         return checkpoints.save_now(self._run, wait_s=wait_s)
+
+    def profile(self, steps: int = 5, wait_s: float = 180.0) -> dict:
+        """Profile every worker for ``steps`` steps from its next sync point (TensorFlow's
+        profiler); what ``tfconsole profile RUN --json`` prints: the window, and each task's op
+        time split (compute, collective, input), top ops and trace path on this machine."""
+        from backend import profiles
+        found = profiles.profile(self._run, steps, wait_s=wait_s, say=lambda s: None)
+        return {"step": found.step, "steps": found.steps, "folder": str(found.folder), "tasks": found.tasks}
 
     def export(self, step: int | None = None, *, name: str | None = None,
                formats: tuple[str, ...] = ("savedmodel", "keras")) -> dict:
@@ -133,7 +148,7 @@ def attach(run_id: str, *, runs: str | os.PathLike | None = None,
 def sweep_start(sweep: Any, *, runs: str | os.PathLike | None = None, sweep_id: str | None = None,
                 known_hosts: str = "~/.ssh/known_hosts", ssh_config: str = "~/.ssh/config") -> str:
     """Start a hyperparameter sweep (a sweep file's path or its content as a dict; docs/sweeps.md); its keeper runs detached, so the sweep outlives this process. Returns its id."""
-    from backend.config.fields import read_yaml
+    from backend.config.yaml_files import read_yaml
     from backend.sweeps import control
     from backend.sweeps.spec import load_sweep, sweep_from_dict
     if isinstance(sweep, (str, os.PathLike)):

@@ -2,7 +2,7 @@
 so it is a step of a run's life (``backend.runs.restore``); this module sits below run life (the
 keeper reads ``common_checkpoint``) and never imports ``backend.runs``.
 
-The harness does the work on the hosts (``hostctl.py``'s checkpoint and export subcommands, the
+The harness does the work on the hosts (``hostctl``'s checkpoint and export subcommands, the
 training loop); this module asks for it through ``backend.hosts.remote`` and turns the answers
 into typed results.
 
@@ -121,7 +121,7 @@ def list_checkpoints(run: Run, task: str | None = None) -> list[dict]:
     its meta, files and sizes, and ``held`` (the purposes of the actions holding it)."""
     task = _chief_or(run, task)
     with _refusal_is_artifact(folder=checkpoint_dir(run, task)):
-        listing = remote.checkpoint_list(run.remote(task), _folder(run, task))
+        listing = remote.ckpt_list(run.remote(task), _folder(run, task))
     return _checked_listing(run, task, listing)
 
 
@@ -129,7 +129,7 @@ def list_abandoned(run: Run, task: str | None = None) -> list[dict]:
     """Checkpoints that restores moved aside (each names its ``abandoned`` folder)."""
     task = _chief_or(run, task)
     with _refusal_is_artifact(folder=checkpoint_dir(run, task)):
-        listing = remote.checkpoint_abandoned(run.remote(task), _folder(run, task))
+        listing = remote.ckpt_abandoned(run.remote(task), _folder(run, task))
     return _checked_listing(run, task, listing)
 
 
@@ -137,20 +137,20 @@ def pin(run: Run, step: int | None, *, purpose: str, ttl_s: float | None) -> Hol
     """Hold ``step`` in the chief's folder (None: the newest, resolved now); ArtifactError if gone."""
     chief = run.state.chief.name
     with _refusal_is_artifact(folder=checkpoint_dir(run, chief)):
-        answer = remote.checkpoint_hold(run.remote(chief), _folder(run, chief), step, purpose=purpose, ttl_s=ttl_s)
+        answer = remote.ckpt_hold(run.remote(chief), _folder(run, chief), step, purpose=purpose, ttl_s=ttl_s)
     return Hold(chief, int(answer["step"]), answer["hold"], purpose)
 
 
 def release(run: Run, hold: Hold) -> None:
     with _refusal_is_artifact(folder=checkpoint_dir(run, hold.task)):
-        remote.checkpoint_release(run.remote(hold.task), _folder(run, hold.task), hold.hold_id)
+        remote.ckpt_release(run.remote(hold.task), _folder(run, hold.task), hold.hold_id)
 
 
 def abandon_after(run: Run, task: str, step: int, *, tag: str, keep: Hold | None) -> list[int]:
     """Move ``task``'s checkpoints newer than ``step`` aside (a restore, a resume past damaged
     ones); the steps moved."""
     with _refusal_is_artifact(folder=checkpoint_dir(run, task)):
-        return remote.checkpoint_abandon(run.remote(task), _folder(run, task), after=step, tag=tag,
+        return remote.ckpt_abandon(run.remote(task), _folder(run, task), after=step, tag=tag,
                                          keep_hold=keep.hold_id if keep else None)
 
 
@@ -162,7 +162,7 @@ def verify(run: Run, task: str, steps: list[int]) -> tuple[int | None, dict[int,
     until one reads whole: (that step or None, step -> why each newer one cannot be restored, in
     export's words)."""
     with _refusal_is_artifact(folder=checkpoint_dir(run, task)):
-        answer = remote.checkpoint_verify(run.remote(task), _folder(run, task), steps, timeout=VERIFY_TIMEOUT_S)
+        answer = remote.ckpt_verify(run.remote(task), _folder(run, task), steps, timeout=VERIFY_TIMEOUT_S)
     good, damaged = answer.get("good"), answer.get("damaged") or {}
     return (None if good is None else int(good)), {int(s): str(why) for s, why in damaged.items()}
 
@@ -193,18 +193,18 @@ def save_now(run: Run, *, wait_s: float = 0) -> int | None:
     while time.time() < deadline:
         with _refusal_is_artifact("Save checkpoints where the console lists them "
                                   "(docs/job-contract.md, 'Custom training loops'), then Save now again."):
-            step = remote.saved_step(chief, name)
+            step = remote.save_done(chief, name)
         if step is not None:
             return int(step)
         if time.time() - looked >= SETTLE_EVERY_S:
             looked = time.time()
-            ended = _attempt_ended(run, attempt)
+            ended = attempt_ended(run, attempt)
             if ended is not None:
                 # The chief answers a request it sees at its last step with that step's
                 # checkpoint; one that arrived after that, or an attempt that failed (the save
                 # itself, on a full disk), is never answered: say so now rather than at the
                 # deadline. One more look: the answer may have come with the end.
-                step = remote.saved_step(chief, name)
+                step = remote.save_done(chief, name)
                 if step is not None:
                     return int(step)
                 raise RunError(ended, "Its last checkpoints are listed below; export or restore one of those.")
@@ -216,7 +216,7 @@ SETTLE_EVERY_S = 2.0   # save_now reads the tasks this often: an attempt that fa
 UNDERWAY = ("running", "queued", "launching")
 
 
-def _attempt_ended(run: Run, attempt: int) -> str | None:
+def attempt_ended(run: Run, attempt: int, *, before: str = "it saved") -> str | None:
     """None while ``attempt`` goes on; else what ended, and why when it is known. Read from the
     tasks (``settle``), not the record alone: a run nobody settles stays "running" in its record
     after its tasks have failed, and a kept run's keeper records the failure only after its poll."""
@@ -237,7 +237,7 @@ def _attempt_ended(run: Run, attempt: int) -> str | None:
     what = (f"run {run.run_id} ended ({state.phase})" if not state.live else
             f"attempt {attempt} of run {run.run_id} ended ({state.phase} now)" if state.attempt != attempt
             else f"attempt {attempt} of run {run.run_id} failed")
-    return f"{what} before it saved" + (f": {reason}" if reason else "")
+    return f"{what} before {before}" + (f": {reason}" if reason else "")
 
 
 def require_export_name(name: str | None) -> None:

@@ -1,11 +1,11 @@
-"""Text from jobs and hosts, shown on a terminal or in a log as text (issue 35).
+"""Text from jobs and hosts, shown on a terminal or in a log as text.
 
 A job's exception, a log tail or a host's stderr can hold terminal control sequences: ESC [2J
 clears the screen, ESC ]0;...BEL sets the window title, ESC [8m hides what follows, a bare CR
 writes over the line before it, a bidi override reorders what is read. The rule here is the
 terminal's: newlines and tabs stay, every other control character is shown as an escape
 (``\\x1b``, ``\\r``, ``\\u202e``), so the text reads as what it is and the terminal does nothing
-with it. The console's pages escape the same text as Markdown (console/plain.py, issue 27).
+with it. The console's pages escape the same text as Markdown (console/plain.py).
 
 ``term_safe`` is the one rule: the command line prints through it (backend/cli/plain.py's
 ``SafeStream``) and the keeper's log is written through it (backend/runs/keeper_log.py).

@@ -36,7 +36,7 @@ LOCAL = {"role": "worker", "host": "127.0.0.1", "transport": "local", "tf_port":
 def make_runs(root: Path) -> None:
     """One finished run's record and one finished sweep with 4 trials in its Optuna study."""
     import json
-    from backend.config.fields import write_yaml
+    from backend.config.yaml_files import write_yaml
     from backend.records.state import Attempt, Phase, RunState, TaskState
     from backend.runs.store import RunStore
     from backend.sweeps import control, study

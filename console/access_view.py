@@ -1,5 +1,5 @@
 """What the person at this console may do, asked of the roles file the backend enforces
-(backend/access/roles.py), so a page offers no button its user may not use (issue 48).
+(backend/access/roles.py), so a page offers no button its user may not use.
 The backend checks again at the action: this only keeps the page honest."""
 from __future__ import annotations
 

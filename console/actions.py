@@ -7,7 +7,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable
 
-from backend import checkpoints
+from backend import checkpoints, profiles
 from backend.errors import ArtifactError, ConsoleError, SpecError
 from backend.client.harness import layout
 from backend.runs import restore as run_restore
@@ -277,6 +277,21 @@ def begin_restore(live: LiveRun, registry: Registry, hold: checkpoints.Hold):
     except ConsoleError:
         release_hold(live, hold)   # nothing will use it
         raise
+
+
+PROFILE_STEPS = 5
+
+
+def profile(live: LiveRun, steps: int = PROFILE_STEPS, wait_s: float = 120.0):
+    """Every worker profiled for ``steps`` steps from its next sync point (``backend.profiles``);
+    checked against the roles file and recorded in the audit, as Save now is."""
+    require_live(live.run, "profile it")
+    return profiles.profile(live.run, steps, wait_s=wait_s, say=lambda s: None)
+
+
+def latest_profile(live: LiveRun) -> tuple[str, dict] | None:
+    """The run's newest profile on this machine: (its folder's name, {task: summary})."""
+    return profiles.latest(live.run.local_dir)
 
 
 def dump_stacks(live: LiveRun):

@@ -1,4 +1,4 @@
-"""The Audit page's rows (issue 48): who did what to which run, newest first, filtered."""
+"""The Audit page's rows: who did what to which run, newest first, filtered."""
 from __future__ import annotations
 
 import time

@@ -1,7 +1,7 @@
 """Many workers on one chart: the spread across workers as a band, the odd ones out named.
 
 Past MANY workers, one line per worker is unreadable and slow (64 workers: 195 plotly traces,
-the browser 11-50 s behind the data: issue 37). Operators look for the spread and the odd one
+the browser 11-50 s behind the data). Operators look for the spread and the odd one
 out, so a chart then draws the global curve, a band from the lowest to the highest worker at
 each step, up to k workers that stand out from the median (by their recent level, beyond a
 robust threshold: noise is not news), and any worker the operator picks. Pure: numpy in, plotly trace dicts out (no Streamlit here).

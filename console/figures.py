@@ -279,3 +279,21 @@ def gpu_figure(samples: dict[str, list], field: str = "util", *, title: str = "G
     for trace in fig.data:
         trace.hovertemplate = f"{trace.name}<br>%{{x}}<br>%{{y:.4g}}<extra></extra>"
     return fig
+
+
+def goodput_figure(found) -> go.Figure:
+    """Where the time went (``backend.records.goodput.Goodput``): one stacked bar of the run's
+    task-seconds, a segment per cause with its share; training kept first, in green."""
+    fig = go.Figure()
+    total = found.total_s or 1.0
+    colors = {"training kept": "#2ca02c", "steps lost": "#d62728", "unreported": "#bbbbbb"}
+    for i, (cause, seconds) in enumerate(found.causes.items()):
+        if seconds <= 0:
+            continue
+        fig.add_bar(y=["run"], x=[seconds / total * 100], name=cause, orientation="h",
+                    marker_color=colors.get(cause, _color(i + 2)),
+                    hovertemplate=f"{html.escape(cause)}: {seconds:.1f} task-s (%{{x:.1f}}%)<extra></extra>")
+    fig.update_layout(barmode="stack", height=140, margin=dict(l=10, r=10, t=30, b=10),
+                      title="Where the time went (% of task-seconds)", xaxis=dict(range=[0, 100]),
+                      yaxis=dict(visible=False), legend=dict(orientation="h"))
+    return fig

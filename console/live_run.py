@@ -34,7 +34,7 @@ IN_USE_S = 300.0       # a run a page showed this recently is never let go (its 
 # train.json is written by the harness, KerasCallback and tfconsole.Loop as they start, before the
 # attempt's first metrics line, and never by a command job that only calls tfconsole.report. So
 # a miss is most likely for good: ask again after TRAIN_INFO_RETRY_S, doubling up to
-# TRAIN_INFO_MAX_S (issue 37: a remote command on every 2 s redraw, for the run's whole life).
+# TRAIN_INFO_MAX_S (a remote command on every 2 s redraw, for the run's whole life).
 TRAIN_INFO_RETRY_S = 2.0
 TRAIN_INFO_MAX_S = 300.0
 
@@ -194,7 +194,7 @@ class LiveRun:
 
 def _last_lines(path, n: int) -> list[str]:
     """The last ``n`` lines, each cut as the watch agent cuts them (the page redraws them every
-    2 s: 1 MB lines kept the console busy, issue 27)."""
+    2 s: 1 MB lines kept the console busy)."""
     with open(path, "rb") as fh:   # from the end: logs get big
         fh.seek(max(0, fh.seek(0, 2) - n * 512))
         return [cut_line(line) for line in fh.read().decode("utf-8", "replace").splitlines()[-n:]]

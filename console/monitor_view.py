@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from backend.diagnosis import data_checks, health
 from backend.diagnosis import stacks
+from backend.profiles import per_step
 from backend.client.harness import metric_line
 from backend.config.spec import RestartMode
 from backend.watch import summary
@@ -71,14 +72,15 @@ def snapshot(live: LiveRun, smoothing: float = 0.0, hidden: frozenset = frozense
 
 
 def _membership(attempt) -> dict | None:
-    """Task -> host of an attempt, as its record keeps it (None: a record from before issue 39,
-    which the record reader leaves at the field's default)."""
+    """Task -> host of an attempt, as its record keeps it (None: a record from before attempts
+    kept their hosts, which the record reader leaves at the field's default)."""
     return attempt.hosts or None
 
 
 def attempt_rows(state) -> list[dict]:
     """The attempts table: when each attempt started, the step it resumed from, the hosts its
-    tasks ran on (in task order; empty for a record from before issue 39) and how it ended."""
+    tasks ran on (in task order; empty for a record from before attempts kept their hosts) and
+    how it ended."""
     rows = []
     for a in state.attempts:
         hosts = _membership(a) or {}
@@ -263,6 +265,22 @@ def stacks_text(found: list) -> dict[str, str]:
             s.text or f"(no stacks: {s.error})" for s in found}
 
 
+def profile_rows(tasks: dict) -> list[dict]:
+    """One row per task of a profile (``backend.profiles.per_step``): time per step, the op time
+    split into compute, collective communication and input, and the top op types per step."""
+    rows = []
+    for task, summary in tasks.items():
+        found = per_step(summary)
+        if found is None:
+            rows.append({"task": task, "ms/step": None, "compute %": None, "collective %": None,
+                         "input %": None, "top ops (ms/step)": f"no profile: {summary['error']}"})
+            continue
+        rows.append({"task": task, "ms/step": round(found["ms_per_step"], 1),
+                     **{f"{k} %": round(100 * v) for k, v in found["shares"].items()},
+                     "top ops (ms/step)": ", ".join(f"{op} {ms:.2f}" for op, ms in found["top"][:4])})
+    return rows
+
+
 def health_error(live: LiveRun) -> str:
     """A NaN or Inf loss or other metric, the moment its metrics line arrives, with every
     worker's versions."""
@@ -322,3 +340,19 @@ def resume_warnings(live: LiveRun) -> list[str]:
     script that ignores the resume step), as the run's record keeps them: no host is asked."""
     from backend.runs import resume
     return resume.warnings(live.run.state)
+
+
+GOODPUT_EVERY_S = 30.0   # a live run's goodput is read again at most this often (a whole file)
+
+
+def goodput(live, now: float):
+    """The run's goodput from this machine's copies of the chief's lines (no host is asked),
+    kept for ``GOODPUT_EVERY_S`` on a live run, for good once it ended; None before any."""
+    from backend.runs import goodput as reading
+    kept = getattr(live, "_goodput", None)
+    ended = not live.run.state.live
+    if kept is not None and kept[2] == ended and (ended or now - kept[0] < GOODPUT_EVERY_S):
+        return kept[1]
+    found = reading.of(live.run, now, here_only=True)
+    live._goodput = (now, found, ended)
+    return found

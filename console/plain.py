@@ -1,6 +1,6 @@
 """Text from jobs and hosts, shown as text: Streamlit's st.error, st.warning and st.caption read
 their body as Markdown, so a log line with ``[x](http://...)`` or ``![](http://...)`` became a
-link or an image fetched from anywhere (issue 27). Every such text goes through ``md_escape``."""
+link or an image fetched from anywhere. Every such text goes through ``md_escape``."""
 from __future__ import annotations
 
 import re

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from backend.watch.metrics import MetricsStore
-from backend.runs import record
+from backend.runs import goodput, record
 from backend.runs.store import RunStore
 from backend.access import identity
 from backend.records.state import RunState
@@ -68,12 +68,45 @@ def run_rows(states: list[RunState], root: RunStore | None = None) -> list[dict]
                "params": params_text(s.job.get("params") or (s.sweep or {}).get("params")),
                "duration": duration_text(s)}
         if root is not None:
+            row["goodput %"] = goodput_cell(s, root.path(s.run_id))
             row.update(metric_cells(summary.of_mirror(root.path(s.run_id))))
         row.update({"job": job_text(s.job), "owner": owner.name if owner else "", "live": s.live,
                     "attempt": s.attempt, "tasks": len(s.tasks),
                     "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created))})
         rows.append(row)
     return rows
+
+
+_GOODPUT: dict = {}   # (run, phase, attempt, sizes of its line copies) -> goodput %: read once
+
+
+def goodput_cell(s: RunState, local_dir: Path) -> float | None:
+    """An ended run's goodput in % (a number: the column sorts), from this machine's copies of
+    its chief's lines (docs/goodput.md); None for a live run (Monitor's bar follows it) and for a
+    run that reported no step. Read once per run and copy: a page of many runs reads no file
+    twice."""
+    if s.live:
+        return None
+    sizes = tuple(p.stat().st_size if p.exists() else -1 for p in goodput.copies(local_dir))
+    key = (s.run_id, str(s.phase), s.attempt, sizes)
+    if key not in _GOODPUT:
+        share = goodput.here(s, local_dir).share
+        _GOODPUT[key] = None if share is None else round(100 * share, 1)
+    return _GOODPUT[key]
+
+
+def goodput_split(store: RunStore, run_ids: list[str]) -> list[dict]:
+    """Compare's badput split: one row per cause (docs/goodput.md), one column per run, each
+    the cause's share of that run's task-seconds in %; runs still live are read up to now."""
+    found = {}
+    for run_id in run_ids:
+        try:
+            found[run_id] = goodput.here(store.load(run_id), store.path(run_id))
+        except ConsoleError:
+            continue
+    causes = list(dict.fromkeys(c for g in found.values() for c in g.causes))
+    return [{"cause": c, **{r: round(100 * g.causes.get(c, 0.0) / g.total_s, 1) if g.total_s and g.reported
+                             else None for r, g in found.items()}} for c in causes]
 
 
 def job_text(job: dict, width: int = 48) -> str:

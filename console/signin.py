@@ -1,4 +1,4 @@
-"""Sign-in with the team's OpenID Connect provider (issue 48), through Streamlit's own ``st.login``:
+"""Sign-in with the team's OpenID Connect provider, through Streamlit's own ``st.login``:
 the settings checked, the provider asked whether it answers, the signed-in claims made an
 ``Identity``. Pure (no Streamlit): ``console.ui.signin`` draws the pages with it, and
 ``python -m console`` checks the settings before it starts.

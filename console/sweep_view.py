@@ -1,4 +1,4 @@
-"""The Sweep page's content (issue 50), Streamlit-free: a sweep's trials as table rows, its best
+"""The Sweep page's content, Streamlit-free: a sweep's trials as table rows, its best
 trial, a figure of every trial's objective over steps, and Optuna's own plotly figures. The
 numbers come from ``backend.sweeps.control.status`` (what `tfconsole sweep status --json` prints)."""
 from __future__ import annotations
@@ -10,6 +10,9 @@ import yaml
 
 from backend.errors import ConsoleError
 from backend.hosts.ssh import SSHOptions
+from backend.records.goodput import TRAINING
+from backend.runs import goodput
+from backend.runs.store import RunStore
 from backend.sweeps import best as best_export, control, keeper
 from backend.sweeps.spec import sweep_from_dict
 from console import paths, runs_view
@@ -80,6 +83,32 @@ def trial_rows(found: dict) -> list[dict]:
         row.update({(f"param {k}" if k in row or k == "note" else k): v for k, v in t["params"].items()})
         rows.append({**row, "note": t["note"]})
     return rows
+
+
+def goodput_line(runs_root: Path, found: dict) -> str | None:
+    """The sweep's goodput: training kept over every trial's task-seconds (docs/goodput.md),
+    and what the pruned trials took before their prune; None before any trial reported a step.
+    From this machine's copies of each trial's lines: no host is asked."""
+    store = RunStore(runs_root)
+    total = kept = pruned = 0.0
+    counted = 0
+    for t in found["trials"]:
+        if not t["run_id"]:
+            continue
+        try:
+            g = goodput.here(store.load(t["run_id"]), store.path(t["run_id"]))
+        except ConsoleError:
+            continue
+        if not g.reported or not g.total_s:
+            continue
+        counted += 1
+        total, kept = total + g.total_s, kept + g.causes[TRAINING]
+        pruned += g.total_s if t["state"] == "pruned" else 0.0
+    if not total:
+        return None
+    return (f"Goodput of {counted} trial(s): {kept / total:.0%} of {total:.0f} task-seconds spent in "
+            f"training kept; pruned trials took {pruned:.0f} task-seconds ({pruned / total:.0%}) before "
+            "their prune.")
 
 
 def best_line(found: dict) -> str:

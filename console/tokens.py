@@ -33,7 +33,7 @@ OFF_NOTICE = (f"The login token is off ({ENV}=none): anyone who can open this ad
               "training on your hosts. Reach it only through a private SSH tunnel.")
 
 
-# DNS rebinding (issue 27): a web page on attacker.example whose name is made to point at
+# DNS rebinding: a web page on attacker.example whose name is made to point at
 # 127.0.0.1 reaches a console on this machine with the browser's own rights; with the token off
 # nothing else stops it. Such a request still says "Host: attacker.example", so every session is
 # checked against the names the console is served under. IP literals always pass: a rebound

@@ -1,4 +1,4 @@
-"""Audit: who launched, stopped, saved, exported or restored which run, and when (issue 48);
+"""Audit: who launched, stopped, saved, exported or restored which run, and when;
 the same lines as `tfconsole audit`, newest first, filtered by run, person or action."""
 import pandas as pd
 import streamlit as st

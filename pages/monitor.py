@@ -117,6 +117,7 @@ def main() -> None:
                            key="gpu_mem_chart", height=380)
         widgets.status_table(live, key="monitor_status")
         widgets.attempts_table(live)
+        widgets.goodput_bar(monitor_view.goodput(live, now=time.time()))
         if EVERY and not live.run.state.live and not (CATCHING_UP and watching()):
             st.rerun(scope="app")   # the run ended while the page was open (header, Stop), or caught up
         if WAITING and snap.progress.step is not None:
@@ -130,12 +131,30 @@ def main() -> None:
         st.session_state.stacks_dump = (monitor_view.stacks_text(found), str(folder or ""))
 
     refused = access_view.refusal(live.run.store.root, "dump_stacks", live.run.state.owner)
-    if refused:   # no button its user may not use (issue 48); the backend refuses it too
+    if refused:   # no button its user may not use; the backend refuses it too
         st.caption(md_escape(f"No Dump stacks for you here: {refused}"))
     else:
         widgets.action_button("Dump stacks", "dump_stacks", dump_stacks, live,
                               spinner="asking every worker for its stacks...", disabled=not live.run.state.live,
                               help="Every worker's Python stack, now: where a hung run is stuck")
+    def profile(live) -> str:
+        """Profile's action: every worker's profiler for a few steps (in the click's callback)."""
+        found = actions.profile(live)
+        return f"Profiled steps {found.step + 1}-{found.step + found.steps}; traces in {found.folder}"
+
+    refused = access_view.refusal(live.run.store.root, "profile", live.run.state.owner)
+    if refused:
+        st.caption(md_escape(f"No Profile for you here: {refused}"))
+    else:
+        widgets.action_button(f"Profile {actions.PROFILE_STEPS} steps", "profile", profile, live,
+                              spinner="every worker runs TensorFlow's profiler from its next sync point...",
+                              disabled=live.run.state.phase != "running",
+                              help="Where a step's time goes on each worker: compute, collective "
+                                   "communication, input; the traces open in TensorBoard")
+    shown = actions.latest_profile(live)
+    if shown:
+        st.caption(md_escape(f"Latest profile ({shown[0]}): op time on each worker"))
+        st.dataframe(monitor_view.profile_rows(shown[1]), hide_index=True, key="profile_table")
     if st.session_state.get("stacks_dump"):
         shown, folder = st.session_state.stacks_dump
         st.caption(f"Stacks saved in {folder}" if folder else "Stacks could not be saved")

@@ -38,7 +38,8 @@ def main() -> None:
     st.dataframe(pd.DataFrame(runs_view.run_rows(states, store)), hide_index=True, width="stretch",
                  key="runs_table")   # metric names are column headers: shown as text
     st.caption("Metrics are each run's global values as this console copied them: while Monitor "
-               "showed it, and from its chief when it ended. Click a column header to sort.")
+               "showed it, and from its chief when it ended; goodput % is the share of an ended "
+               "run's task-seconds spent in training it kept. Click a column header to sort.")
     ids = [s.run_id for s in states]
     current = ss.run_id if ss.run_id in ids else ids[0]
     pick = st.selectbox("Run", ids, index=ids.index(current), key="runs_pick")
@@ -75,6 +76,11 @@ def main() -> None:
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="compare_diff")
     else:
         st.info("Same parameters, hosts, versions and code.")
+    split = runs_view.goodput_split(store, [a, b])
+    if split:
+        st.caption(f"Where each run's task-seconds went, in % of its whole (docs/goodput.md): "
+                   f"{a} (A) and {b} (B).")
+        st.dataframe(pd.DataFrame(split), hide_index=True, width="stretch", key="compare_goodput")
     others = [r for r in ids if r not in (a, b)]
     # A sweep's trials: all on the charts, over its objective, at first (each sweep its own widgets,
     # so choosing another sweep starts from its defaults).

@@ -1,5 +1,5 @@
 """Sweep: a hyperparameter sweep's trials (state, parameters, objective, pruned at which step),
-its best trial and run, every trial's objective over steps, and Optuna's figures (issue 50).
+its best trial and run, every trial's objective over steps, and Optuna's figures.
 The same numbers as `tfconsole sweep status SWEEP --json`."""
 import pandas as pd
 import streamlit as st
@@ -28,6 +28,8 @@ def main() -> None:
     st.caption(f"objective: {status['direction']} {status['metric']}, each trial's {status['of']} value; budget: {sweep_view.budget_text(status['budget'])}; "
                f"{status['at_once']} at once; sampler {status['sampler']}, pruner {status['pruner']}")
     st.text(sweep_view.best_line(status))   # text: parameters are shown as written
+    if said := sweep_view.goodput_line(root, status):
+        st.caption(said)
     _actions(root, sweep_id, status)
     rows = sweep_view.trial_rows(status)
     if rows:

@@ -418,6 +418,15 @@ def temp_left(run, before: set[Path], wait_s: float = 10.0) -> list[str]:
     return found
 
 
+def ended_well(run, statuses) -> bool:
+    """What an operator checks of a run that should have finished: recorded finished, and every
+    task exited 0 or, still shutting down ``CHIEF_DONE_GRACE_S`` after the chief finished (a
+    loaded machine's TensorFlow teardown), was stopped then (docs/reliability.md)."""
+    from backend.records.outcome import AFTER_CHIEF_STOP
+    return str(run.state.phase) == "finished" and all(
+        s.exit_code == 0 or AFTER_CHIEF_STOP in (s.label or "") for s in statuses)
+
+
 def processes_of(run, settle_s: float = 10.0) -> list[str]:
     """Every live process of the run, from `ps`: by recorded process group or run id in argv.
 
@@ -425,11 +434,23 @@ def processes_of(run, settle_s: float = 10.0) -> list[str]:
     stop, backend/runs/aftercare.py) end by themselves; a full suite once caught two of them
     still reading a moment after ``stop`` returned. Such reads are waited out for ``settle_s``;
     one still there after that counts, and so does any other process at once."""
+    return settled(lambda: _live_processes_of(run), settle_s)
+
+
+def processes_naming(text: str, settle_s: float = 10.0) -> list[str]:
+    """Every live process whose argv names ``text`` (a sweep's id), the console's own reads
+    waited out as ``processes_of`` does."""
+    return settled(lambda: [line for line in ps() if text in line and "ps -ww" not in line], settle_s)
+
+
+def settled(left, settle_s: float) -> list[str]:
+    """``left()`` once it holds no ``hostctl read`` (they end by themselves) or ``settle_s`` has
+    passed: a read still there then counts, and any other process counts at once."""
     deadline = time.time() + settle_s
     while True:
-        left = _live_processes_of(run)
-        if not left or not all(" hostctl read " in line for line in left) or time.time() > deadline:
-            return left
+        found = left()
+        if not found or not all(" hostctl read " in line for line in found) or time.time() > deadline:
+            return found
         time.sleep(0.2)
 
 

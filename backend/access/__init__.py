@@ -1,1 +1,1 @@
-"""Who acts, what they may do, and the record of what they did (issue 48): below the runs, the engines and every front."""
+"""Who acts, what they may do, and the record of what they did: below the runs, the engines and every front."""

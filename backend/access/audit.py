@@ -1,4 +1,4 @@
-"""A record of who did what: one JSON line per action in ``<runs>/audit.jsonl`` (issue 48).
+"""A record of who did what: one JSON line per action in ``<runs>/audit.jsonl``.
 
 Launch, stop, save now, export, restore, dump stacks and trust-host each append a line (who, when, from where, run,
 action, arguments, outcome) from the backend itself, so the console, the command line and the

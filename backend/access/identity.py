@@ -1,4 +1,4 @@
-"""Who acts: the person or process behind a launch, a stop, a save (issue 48).
+"""Who acts: the person or process behind a launch, a stop, a save.
 
 The console, the command line and the Python API each say who they act for once, at start
 (``set_default``: the OS user and this machine, and how they came: ``console``, ``cli``,

@@ -1,4 +1,4 @@
-"""What each person may do (issue 48): viewer, operator, admin, from one small YAML file.
+"""What each person may do: viewer, operator, admin, from one small YAML file.
 
 The file is ``$TFCONSOLE_ROLES``, or ``roles.yaml`` in the runs folder. Without one, nothing is
 enforced: one person on one machine (the token holder, the CLI's user) may do everything, as
@@ -31,7 +31,7 @@ from backend.errors import ConsoleError, SpecError
 
 FILE = "roles.yaml"
 ROLES = ("viewer", "operator", "admin")
-RUN_ACTIONS = ("stop", "save_now", "export", "restore", "dump_stacks")   # on one run: its owner matters
+RUN_ACTIONS = ("stop", "save_now", "export", "restore", "dump_stacks", "profile")   # on one run: its owner matters
 ADMIN_ACTIONS = ("trust_host",)   # the console's own settings: admins only
 VIEW = "view"   # to look at all: every page, and the readers the pages use (backend/access/viewing.py)
 KEEPER = "keeper"   # identity.via of a run's keeper (`tfconsole keep`, started by a launch)

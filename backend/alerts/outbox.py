@@ -47,7 +47,8 @@ TRIES = 8
 BACKOFF_S = 2.0          # 2, 4, 8 ... s between tries of the webhook: about 6 minutes in all
 TIMEOUT_S = 10.0         # one POST, as a whole
 REPO_ROOT = Path(__file__).resolve().parents[2]
-KINDS = ("finished", "failed", "restarted", "preempted", "nan", "stall", "moved", "shrunk", "disk_full")
+KINDS = ("finished", "failed", "restarted", "preempted", "nan", "stall", "moved", "shrunk", "disk_full",
+         "low_goodput")
 NOW_TRIES = 3            # a disk-full alert, posted at once: the outbox lies on that full disk
 
 
@@ -75,7 +76,7 @@ def event(run_id: str, kind: str, *, reason: str | None, step: int | None, attem
     words = {"finished": "finished", "failed": "failed", "restarted": "failed",
              "preempted": "was preempted", "nan": "has a NaN/Inf metric", "stall": "stalled",
              "moved": "moved a lost host's task(s) to a spare", "shrunk": "shrank after losing a host",
-             "disk_full": "is held: nothing can be recorded"}[kind]
+             "disk_full": "is held: nothing can be recorded", "low_goodput": "ended with a low goodput"}[kind]
     at = f" at step {step}" if step is not None else ""
     because = f": {reason}" if reason and reason != "finished" else ""
     because += f"; restarted as attempt {attempt + 1}" if phase == "restarted" else ""
@@ -189,6 +190,25 @@ def on_nonfinite(run_dir: Path, run_id: str, *, attempt: int, step: int | None, 
         return False
     return queue(run_dir, event(run_id, "nan", reason=f"{metric} is {value}", step=step, attempt=attempt,
                                 phase="running", console_url=_console_url(found)), key=f"nan-attempt-{attempt}")
+
+
+def on_low_goodput(run_dir: Path, run_id: str, *, phase: str, share: float | None, said: str,
+                   attempt: int, step: int | None) -> bool:
+    """A run that ended with its goodput ``share`` under the job's ``goodput_below``: one alert,
+    ``said`` being the goodput's line (its share and largest causes)."""
+    found = alert_settings.load(run_dir)
+    below = found.get("goodput_below") if found else None
+    if below is None or share is None or share >= below:
+        return False
+    return queue(run_dir, event(run_id, "low_goodput", reason=f"{said} (alert below {below:.0%})", step=step,
+                                attempt=attempt, phase=phase, console_url=_console_url(found)),
+                 key="low-goodput")
+
+
+def wants_goodput(run_dir: Path) -> bool:
+    """Whether the run's alerts ask about its goodput (cheap: its settings file only)."""
+    found = alert_settings.load(run_dir)
+    return bool(found and found.get("goodput_below") is not None)
 
 
 def on_disk_full(run_dir: Path, run_id: str, *, problem: str, attempt: int, log) -> bool:

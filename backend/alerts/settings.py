@@ -23,11 +23,13 @@ CONSOLE_FILE = "webhook.json"     # in the runs folder: the console's webhook
 ALERTS_DIR = "alerts"             # in a run's folder
 SETTINGS = "settings.json"
 DEFAULT_CONSOLE_URL = "http://127.0.0.1:8501"
-KEYS = ("webhook", "format", "console_url")
+KEYS = ("webhook", "format", "console_url", "goodput_below")
 
 
 def parse(value: object, where: str = "alerts") -> dict:
-    """The job file's ``alerts`` block, checked: {"webhook", "format"[, "console_url"]}; {} for none."""
+    """The job file's ``alerts`` block, checked: {"webhook", "format"[, "console_url",
+    "goodput_below"]}; {} for none. ``goodput_below``: a share (0-1); a run that ends with a
+    goodput under it sends one more alert (docs/goodput.md)."""
     fix = "Write it as alerts: {webhook: https://..., format: slack} (format slack or json)."
     if value is None or value == {}:
         return {}
@@ -42,6 +44,12 @@ def parse(value: object, where: str = "alerts") -> dict:
         raise SpecError(f"{where}.format", f"{out['format']!r} is not a format", "Use slack or json.")
     if value.get("console_url") is not None:
         out["console_url"] = _url(value["console_url"], f"{where}.console_url")
+    below = value.get("goodput_below")
+    if below is not None:
+        if isinstance(below, bool) or not isinstance(below, (int, float)) or not 0 < below < 1:
+            raise SpecError(f"{where}.goodput_below", f"{below!r} is not a share between 0 and 1",
+                            "Give the goodput under which to alert as a share, e.g. goodput_below: 0.6 (60 %).")
+        out["goodput_below"] = float(below)
     return out
 
 

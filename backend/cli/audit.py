@@ -1,4 +1,4 @@
-"""``tfconsole audit``: who did what to which run, from the runs folder's audit (issue 48)."""
+"""``tfconsole audit``: who did what to which run, from the runs folder's audit."""
 from __future__ import annotations
 
 import time

@@ -11,7 +11,7 @@ import sys
 from backend.errors import SpecError
 
 # The runs, hosts and checkpoint modules are imported inside each command: the parser is built
-# for every command, and they pull in SSH, the engines and the specs (issue 57 item 7).
+# for every command, and they pull in SSH, the engines and the specs.
 
 EXIT_CODES = """exit codes:
   0    done (for status and runs: whatever the run's state)

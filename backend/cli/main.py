@@ -7,13 +7,15 @@ import os
 import sys
 
 # Only what every command needs is imported here: each command imports its own modules inside
-# its function, so a read command answers at once (issue 57 item 7: importing the whole backend
+# its function, so a read command answers at once (importing the whole backend
 # took 1.1 s of every command, Optuna's alembic alone 0.9 s). tests/unit/test_cli_imports.py
 # guards it.
 from backend.cli.checkpoints import EXIT_CODES, _attach, _options, _store, add_commands, print_json, print_table
 from backend.cli.plain import SafeStream
 from backend.cli.audit import audit_command
 from backend.cli.metrics import add_command as metrics_command
+from backend.cli.goodput import add_command as goodput_command
+from backend.cli.profile import add_command as profile_command
 from backend.cli.tensorboard import add_command as tensorboard_command
 from backend.cli.sweep import add_command as sweep_command
 from backend.errors import ConsoleError, DiskFullError, MultiHostError
@@ -85,7 +87,7 @@ def cmd_status(a) -> int:
     nan = health.status_line(run)
     same_data = data_checks.status_line(run)
     # A host that stopped answering (or whose key changed) comes first: the exits of its peers
-    # that lost their collective with it are only the echo (issue 56 item 5).
+    # that lost their collective with it are only the echo.
     host_first = decision.cause(statuses)
     if a.json:
         print_json({**status_json(run, statuses, health_line=nan), "same_data": same_data or None,
@@ -368,6 +370,8 @@ def parser() -> argparse.ArgumentParser:
     sweep_command(add)
     audit_command(add)
     metrics_command(add)
+    goodput_command(add)
+    profile_command(add)
     tensorboard_command(add)
     s = add("console", cmd_console, "open the console in a browser (prints the URL with its login token)")
     s.add_argument("--port", type=int, default=8501, help="port to listen on (default 8501)")

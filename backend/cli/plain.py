@@ -1,4 +1,4 @@
-"""Everything the command line prints goes through ``term_safe`` (backend/plain.py, issue 35):
+"""Everything the command line prints goes through ``term_safe`` (backend/plain.py):
 ``backend.cli.main`` wraps stdout and stderr with ``SafeStream``, so no printer of host text can
 forget it.
 """

@@ -8,11 +8,11 @@ from pathlib import Path
 from backend.cli.checkpoints import _options, _store, print_json, print_table
 
 # The sweeps package (Optuna: 0.9 s with its alembic), the runs store and SSH are imported inside
-# each command: the parser of every command imports this module (issue 57 item 7).
+# each command: the parser of every command imports this module.
 
 
 def cmd_start(a) -> int:
-    from backend.config.fields import read_yaml
+    from backend.config.yaml_files import read_yaml
     from backend.sweeps import control
     from backend.sweeps.spec import load_sweep
     spec = load_sweep(a.file)

@@ -4,7 +4,8 @@ folder and shown by TensorBoard on 127.0.0.1 (``--once``: copy and exit, for scr
 The harness writes them on the chief (``tensorboard/``, validation as its own run in
 ``tensorboard/validation/``), often on another host: they come over the host protocol
 (``remote.fetch_new``), only the bytes added since the last copy, every ``COPY_EVERY_S`` while
-the run is live. TensorBoard runs as a child process and ends with this command (Ctrl-C, TERM,
+the run is live. Beside them, the run ``goodput/`` holds the run's goodput (docs/goodput.md)
+as scalars, written here at the start and again when the run ends. TensorBoard runs as a child process and ends with this command (Ctrl-C, TERM,
 or this process dying), so no server is left behind.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from backend.cli.checkpoints import _attach
 from backend.errors import ConsoleError, RunError
 
 # The harness layout, the host protocol and urllib are imported inside the functions that use
-# them: this module is imported to build the parser of every command (issue 57 item 7).
+# them: this module is imported to build the parser of every command.
 
 ADDRESS = "127.0.0.1"
 COPY_EVERY_S = 5.0     # TensorBoard reads its folders again every 5 s: copying more often shows nothing sooner
@@ -110,13 +111,51 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+GOODPUT_RUN = "goodput"   # TensorBoard run beside the chief's: the run's goodput (docs/goodput.md)
+
+
+def write_goodput(run, dest: Path) -> Path:
+    """The run's goodput as scalars in ``dest/goodput/``, one snapshot (the old one replaced):
+    ``goodput/share`` (0-1) and ``goodput/<cause>`` in task-seconds, at the run's last step.
+    Written with TensorBoard's own event writer: no TensorFlow import on this machine."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    from backend.runs import goodput
+    found = goodput.here(run.state, run.local_dir)
+    folder = dest / GOODPUT_RUN
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("events.out.tfevents*"):
+        old.unlink()
+    values = [summary_pb2.Summary.Value(tag=f"goodput/{cause.replace(' ', '_')}", simple_value=seconds)
+              for cause, seconds in found.causes.items()]
+    if found.share is not None:
+        values.append(summary_pb2.Summary.Value(tag="goodput/share", simple_value=found.share))
+    step = max([a.last_step or 0 for a in run.state.attempts] or [0])
+    writer = EventFileWriter(str(folder))
+    writer.add_event(event_pb2.Event(wall_time=time.time(), step=int(step),
+                                     summary=summary_pb2.Summary(value=values)))
+    writer.close()
+    return folder
+
+
+def _goodput_quietly(run, dest: Path) -> None:
+    """The goodput run is an extra: a machine without the tensorboard package, or a full disk,
+    is said and the chief's scalars are served all the same."""
+    try:
+        write_goodput(run, dest)
+    except (ImportError, OSError) as err:
+        print(f"warning: no goodput scalars ({err})", file=sys.stderr, flush=True)
+
+
 def _copy_quietly(run) -> bool:
     """A copy while TensorBoard runs, and whether to copy again: while the run is live, and once
     more after it ends (the writers' last flush). A host that does not answer now is said, and
     tried again."""
     try:
         live = run.reload().live
-        copy_events(run)
+        dest, _, _ = copy_events(run)
+        if not live:   # the run ended: its goodput is final now
+            _goodput_quietly(run, dest)
         return live
     except ConsoleError as err:
         print(f"warning: copy failed, tried again in {COPY_EVERY_S:g} s: {err}", file=sys.stderr, flush=True)
@@ -139,6 +178,7 @@ def _first_copy(run) -> Path:
                        "The harness writes them from its first sync point on: try again once `tfconsole "
                        "metrics RUN` shows a step. A job of kind command (the Keras callback, tfconsole.Loop) "
                        "writes only metrics.jsonl: see Monitor or `tfconsole metrics RUN`.")
+    _goodput_quietly(run, dest)
     return dest
 
 

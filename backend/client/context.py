@@ -5,11 +5,10 @@ Outside a run (no TFCONSOLE_RUN_DIR) every field says so and the library does no
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
-from .harness import taskenv
+from .harness import taskenv, tf_config_doc
 
 
 @dataclass(frozen=True)
@@ -18,7 +17,7 @@ class Context:
     run_id: str | None
     attempt: int
     task: str                # "chief-0", "worker-1", ...; "worker-0" outside a run
-    tasks: tuple             # every task's name, chief first (from TF_CONFIG)
+    tasks: tuple             # every task's name, chief first (from TF_CONFIG: tf_config_doc.place)
     is_chief: bool
     resume_step: int | None  # the checkpoint step this attempt must start from
     # The run shrank (cluster min_workers, job restart.shrink): "keep_global_batch" or
@@ -39,26 +38,9 @@ class Context:
         return self.tasks.index(self.task) if self.task in self.tasks else 0
 
 
-def _task_name(role: str, index: int) -> str:
-    return f"{role}-{index}"
-
-
-def _cluster(tf_config: str | None) -> tuple[str, tuple, bool]:
-    """(task, tasks chief first, is_chief) by MultiWorkerMirroredStrategy's rule."""
-    cfg = json.loads(tf_config or "{}")
-    spec = cfg.get("cluster") or {}
-    task = cfg.get("task") or {"type": "worker", "index": 0}
-    role, index = task.get("type", "worker"), int(task.get("index", 0))
-    tasks = tuple(_task_name(r, i) for r in ("chief", "worker")
-                  for i in range(len(spec.get(r, [])))) or ("worker-0",)
-    # Without a chief entry, worker 0 is the chief.
-    is_chief = role == "chief" or (role == "worker" and index == 0 and not spec.get("chief"))
-    return _task_name(role, index), tasks, is_chief
-
-
 def from_env(environ=None) -> Context:
     env = os.environ if environ is None else environ
-    task, tasks, is_chief = _cluster(env.get("TF_CONFIG"))
+    where = tf_config_doc.place(env.get("TF_CONFIG"))
     names = taskenv
     run_dir = env.get(names.RUN_DIR) or None
     flag = env.get(names.IS_CHIEF)
@@ -67,9 +49,9 @@ def from_env(environ=None) -> Context:
         run_dir=os.path.abspath(run_dir) if run_dir else None,
         run_id=env.get(names.RUN_ID) or None,
         attempt=int(env.get(names.ATTEMPT) or 0),
-        task=env.get(names.TASK) or task,
-        tasks=tasks,
-        is_chief=is_chief if flag in (None, "") else flag == "1",
+        task=env.get(names.TASK) or where.task,
+        tasks=where.tasks,
+        is_chief=where.is_chief if flag in (None, "") else flag == "1",
         resume_step=int(resume) if resume else None,
         shrink=env.get(names.SHRINK) or None,
         lr_scale=float(env.get(names.LR_SCALE) or 1.0),

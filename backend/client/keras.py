@@ -208,6 +208,7 @@ class _Hooks:
             return
         self.step += 1
         self.t_batch = time.time()
+        self.meeting.profiler.tick(self.step)
         spe = self.params.get("steps")
         if spe and (int(batch) + 1) % int(spe) == 0:
             return   # the epoch end's sync (on_epoch_end, after validation) covers this step
@@ -220,10 +221,13 @@ class _Hooks:
     def on_test_begin(self, logs=None):
         if self.active and self.in_fit:   # fit's validation: keep the training state it resets
             self.train_state = self._local_state()
+            self.t_val = time.monotonic()
 
     def on_test_end(self, logs=None):
         if self.active and self.in_fit:   # each worker's own validation state (DESIGN.md)
             self.val_state = self._local_state()
+            if self.ctx.is_chief and getattr(self, "t_val", None) is not None:
+                reporting.BLOCKED.add("validation", time.monotonic() - self.t_val)   # goodput's
 
     def on_epoch_end(self, epoch, logs=None):
         if not self.active:
@@ -291,9 +295,12 @@ class _Hooks:
                                for t, s in out["times"].items()}}
 
     def _save(self, values: dict, *, save_now: bool, preempting: bool) -> None:
+        t_save = time.monotonic()
         path = checkpoints.save(self.ckpt, self._assign_step(), epoch=self.epoch,
                                 losses=values["losses"], keep=self.keep, versions=self.versions,
                                 metrics=values["global"], **self.best)
+        if self.ctx.is_chief:   # on the next line: goodput's checkpoint saves
+            reporting.BLOCKED.add("save", time.monotonic() - t_save)
         self.saved_at = self.step
         print(f"[{self.ctx.task}] tfconsole: saved checkpoint {path}"
               f"{' (save-now request)' if save_now else ''}", flush=True)
@@ -302,6 +309,11 @@ class _Hooks:
         if preempting:
             self.save_on_signal.saved(self.step)
             self.model.stop_training = True
+            if self.save_on_signal.exit_on_preempt:
+                # Exit at this sync point: after a stop_training break tf_keras still runs the
+                # epoch's validation before fit returns (a pruned trial ran 41 s on, past its
+                # 30 s save window). Every worker saved this step and none meets again.
+                self._end()
 
     def _assign_step(self) -> int:
         self.step_var.assign(self.step)
@@ -309,10 +321,14 @@ class _Hooks:
 
     # ---- end ----------------------------------------------------------------------------------
     def on_train_end(self, logs=None):
-        if not self.active:
-            return
+        if self.active:
+            self._end()
+
+    def _end(self) -> None:
         _LAST_FIT["end"] = (self.step, self.epoch)
         self.in_fit = False
+        if getattr(self, "meeting", None) is not None:
+            self.meeting.profiler.close(self.step)
         if getattr(self, "resumed_epoch", False):
             self.model._initial_epoch = None   # a later fit() of the same model starts at 0
         reporting.close()

@@ -154,6 +154,7 @@ class Loop:
         if not self.active:
             return value
         self.n += 1
+        self.meeting.profiler.tick(self.n)
         if self.meeting.due(self.n):
             save_now, preempting = self._sync()
             if save_now or preempting:
@@ -225,6 +226,8 @@ class Loop:
             t0 = time.monotonic()
             self.saved_path = self._write_checkpoint()
             self.saved_at, save_s = self.n, time.monotonic() - t0
+            if self.ctx.is_chief:   # on the next line: goodput's checkpoint saves
+                reporting.BLOCKED.add("save", save_s)
             print(f"[{self.ctx.task}] tfconsole: saved checkpoint {self.saved_path}"
                   f"{' (save-now request)' if answer else ''}", flush=True)
         else:

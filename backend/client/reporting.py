@@ -5,14 +5,13 @@ import atexit
 import math
 import os
 import sys
-import time
 
 from .harness import ckpt_index, layout, metric_line, requests_dir
-from .harness.report import MetricsReporter
-from .harness.rows import VAL_PREFIX
+from .harness.chief_writer import ChiefWriter
+from .harness.report import BLOCKED  # noqa: F401 (the Keras callback and Loop add their saves and validation)
 from .context import Context, from_env
 
-_state: dict = {"ctx": None, "reporter": None, "seen": [], "tb": {}, "told": set()}
+_state: dict = {"ctx": None, "writer": None, "seen": [], "told": set()}
 # The same files under their other name: ``tfconsole`` on a host and in a job, ``backend.client``
 # in the console's own processes. Both in one run's process would keep two states (two Save-now
 # request lists, two preemption watches): refused at the first use in a run.
@@ -30,10 +29,12 @@ def context() -> Context:
     return _state["ctx"]
 
 
-def _reporter(ctx: Context):
-    if _state["reporter"] is None:
-        _state["reporter"] = MetricsReporter(ctx.run_dir, ctx.run_id or "", ctx.attempt)
-    return _state["reporter"]
+def _writer(ctx: Context):
+    """The chief's writer (harness/chief_writer.py: the harness writes through the same one)."""
+    if _state["writer"] is None:
+        _state["writer"] = ChiefWriter(ctx.run_dir, ctx.run_id or "", ctx.attempt)
+        atexit.register(close)   # a loop's script ends normally: its last second of points too
+    return _state["writer"]
 
 
 def report(step: int, loss: float | None = None, *, epoch: int = 1,
@@ -52,7 +53,7 @@ def report(step: int, loss: float | None = None, *, epoch: int = 1,
     ``metrics={task: {"accuracy": 0.9}}`` with ``losses=``; ``global_metrics={name: value}``
     (the learning rate, or values from summed state); without it each name's global value is
     the mean over workers (metric_line.mean_of_workers). Names: 1-64 printable characters, at
-    most 64 per line, the loss first. Nothing here ends training (issue 56): a name or value
+    most 64 per line, the loss first. Nothing here ends training: a name or value
     that cannot be carried is left out, and the task's log (and Monitor) says once which and
     why; a call that can make no line (a step that is not a whole number) writes none, says so
     once and returns False.
@@ -73,18 +74,9 @@ def report(step: int, loss: float | None = None, *, epoch: int = 1,
                   f"{type(global_metrics).__name__}: left out")
         global_metrics = None
     glob = {**metric_line.mean_of_workers(per_task), **(global_metrics or {})}
-    now = time.time()
-    rep = _reporter(ctx)
     tasks = [t for t in ctx.tasks if t in values] + [t for t in values if t not in ctx.tasks]
-    written = {}
-    for task in tasks:
-        written[task] = rep.log(task, step, epoch, metrics=per_task[task], global_metrics=glob,
-                                step_time=_nan(_of(step_time, task)),
-                                examples_per_sec=_nan(_of(examples_per_sec, task)), now=now)
-    # TensorBoard gets what the lines hold: the values the writer kept.
-    _tensorboard(ctx, step, tasks, {t: line.get(metric_line.MINE, {}) for t, line in written.items()},
-                 written[tasks[-1]].get(metric_line.GLOBAL, {}) if tasks else {},
-                 {t: _nan(_of(step_time, t)) for t in tasks})
+    _writer(ctx).write(step, epoch, tasks, per_task, glob, {t: {
+        "step_time": _nan(_of(step_time, t)), "examples_per_sec": _nan(_of(examples_per_sec, t))} for t in tasks})
     return True
 
 
@@ -110,28 +102,6 @@ def _losses(ctx: Context, loss, losses) -> dict:
         _say_once(ctx, f"losses= is a dict of task -> loss, not {type(losses).__name__}: "
                   "loss= is used instead")
     return dict(losses) if isinstance(losses, dict) and losses else {ctx.task: loss}
-
-
-def _tensorboard(ctx: Context, step: int, tasks: list, per_task: dict, glob: dict, times: dict) -> None:
-    """The same TensorBoard scalars the harness writes (harness/tb.py), for a ``fit`` script or a
-    custom loop. Only where TensorFlow is already loaded: a plain script's report stays
-    standard-library only. Validation values go to their own run, made when the first arrives."""
-    if "tensorflow" not in sys.modules:
-        return
-    from .harness import tb
-    names = [metric_line.LOSS, *sorted({n for m in per_task.values() for n in m
-                                        if n != metric_line.LOSS and not n.startswith(VAL_PREFIX)})]
-    train, val = tb.points(tasks, names, per_task, glob, times)
-    writers = _state["tb"]
-    folder = os.path.join(ctx.run_dir, layout.TENSORBOARD)
-    if not writers:
-        writers["train"] = tb.ScalarWriter(folder)
-        atexit.register(close)   # a loop's script ends normally: its last second of points too
-    writers["train"].write(step, train)
-    if val:
-        if "val" not in writers:
-            writers["val"] = tb.ScalarWriter(os.path.join(folder, tb.VALIDATION))
-        writers["val"].write(step, val)
 
 
 def _per_task(ctx: Context, metrics, losses: dict, *, single: bool) -> dict:
@@ -233,9 +203,6 @@ def checkpoint_dir() -> str | None:
 
 
 def close() -> None:
-    if _state["reporter"] is not None:
-        _state["reporter"].close()
-        _state["reporter"] = None
-    for writer in _state["tb"].values():
-        writer.close()
-    _state["tb"].clear()
+    if _state["writer"] is not None:
+        _state["writer"].close()
+        _state["writer"] = None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from .harness import nonfinite, preempt
+from .harness import nonfinite, preempt, profiling
 from .harness.rows import LOSS, VAL_PREFIX
 from . import keras_metrics, reporting
 
@@ -56,6 +56,9 @@ class Meeting:
         self.gather = make_gather(strategy) if len(ctx.tasks) > 1 else None
         self.first, self.synced_at = True, step
         self.t_sync, self.next_sync = time.time(), step + every
+        # Ticked by the caller after every step (``profiler.tick``); begun at a meeting.
+        self.profiler = profiling.Profiler(ctx.run_dir, ctx.task, ctx.is_chief,
+                                           refused=profiling.MEETING_REFUSED)
 
     def due(self, step: int) -> bool:
         return self.first or step >= self.next_sync
@@ -70,8 +73,10 @@ class Meeting:
         flag = self.signal.flag(reporting.save_requests())
         states = {**train, **{VAL_PREFIX + n: v for n, v in (val or {}).items()}}
         row = layout.row({"task_index": self.ctx.task_index, "step_time": step_time, "save_flag": flag,
-                          "next_sync": self.propose(step, step_time)}, states)
+                          "next_sync": self.propose(step, step_time),
+                          "profile_steps": self.profiler.flag()}, states)
         rows = layout.read_tasks(self.gather(row) if self.gather else [row])
+        self.profiler.begin(step, [r["profile_steps"] for r in rows], first=first)
         self.next_sync = int(max(r["next_sync"] for r in rows))
         save_now, preempting = preempt.decide(r["save_flag"] for r in rows)
         return Met(rows, save_now=save_now, preempting=preempting, first=first, again=again)

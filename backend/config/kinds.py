@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from backend.config.fields import read_yaml
+from backend.config.yaml_files import read_yaml
 from backend.config.slurm_spec import KIND as SLURM, SlurmSpec, slurm_from_dict, slurm_to_dict
 from backend.config.spec import ClusterSpec, cluster_from_dict, cluster_to_dict
 

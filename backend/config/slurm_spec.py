@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Mapping
 
-from backend.config.fields import (REQUIRED, parse_command_name, parse_enum, parse_host, parse_jump_host, parse_fields, parse_plain,
-                             parse_plain_path, parse_port, show_value, parse_user, parse_workdir)
+from backend.config.values import (REQUIRED, parse_command_name, parse_enum, parse_host, parse_jump_host, parse_fields,
+                                   parse_plain, parse_plain_path, parse_port, show_value, parse_user, parse_workdir)
 from backend.errors import SpecError, SpecErrors
 from backend.config.spec import ClusterSpec, Role, TaskSpec, TransportKind
 
@@ -208,7 +208,7 @@ def slurm_to_dict(spec: SlurmSpec) -> dict:
 
 def load_slurm(path) -> SlurmSpec:
     """A cluster file that must be ``kind: slurm`` (``attach-slurm``); SpecError otherwise."""
-    from backend.config.fields import read_yaml
+    from backend.config.yaml_files import read_yaml
     data = read_yaml(path)
     if not is_slurm(data):
         raise SpecError("cluster", f"{path} is not a Slurm cluster file", "Give a file with `kind: slurm`.")

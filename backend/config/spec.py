@@ -48,7 +48,8 @@ class JobKind(str, Enum):
     HARNESS = "harness"
     COMMAND = "command"
 
-from backend.config.fields import (  # noqa: F401  (parsers shared by the field tables below)
+# Parsers shared by the field tables below; the rest of the package imports them from here too.
+from backend.config.values import (  # noqa: F401
     REQUIRED,
     show_value,
     parse_enum,
@@ -67,16 +68,22 @@ from backend.config.fields import (  # noqa: F401  (parsers shared by the field 
     landing_name,
     parse_bool,
     parse_job_files,
-    parse_params,
-    parse_env,
     unknown_keys,
-    unknown_params,
-    module_param_keys,
     parse_fields,
     parse_plain,
+)
+from backend.config.params import (  # noqa: F401
+    parse_params,
+    parse_env,
+    unknown_params,
+    module_param_keys,
+)
+from backend.config.yaml_files import (  # noqa: F401
     read_yaml,
     load_yaml_text,
     write_yaml,
+)
+from backend.config.host_lists import (  # noqa: F401
     hostfile_slots,
     ssh_config_aliases,
 )
@@ -396,7 +403,7 @@ def job_from_dict(data: object, *, base_dir: Path | None = None) -> JobSpec:
 
 def _local_files(files: tuple[str, ...], base_dir: Path | None, errors: list) -> tuple[str, ...]:
     """``files`` made absolute (against ``base_dir``, like ``module``), each marked with the tree
-    it keeps (``BASE/./models/net.py``: ``fields.landing_name``); a missing one, or two that
+    it keeps (``BASE/./models/net.py``: ``values.landing_name``); a missing one, or two that
     would land on one name in RUN/job/, appended to ``errors``."""
     out, names = [], set()
     for i, text in enumerate(files):

@@ -2,7 +2,7 @@
 
 The harness records the first non-finite loss in the chief's ``health.json`` and each task's
 TensorFlow and Keras versions in ``tasks/<task>.versions.json`` on its own host
-(``harness/health.py``). The console sees a NaN sooner, in the metrics it streams
+(``harness/nonfinite.py``). The console sees a NaN sooner, in the metrics it streams
 (``MetricsStore.nonfinite``); both name the versions, because Keras 3.7-3.9 under
 ``tf.distribute`` is known to give NaN losses (keras-team/keras#21061).
 """

@@ -1,8 +1,10 @@
-"""The hosts engine: tasks started by us, over SSH or as local processes, one command per host.
+"""The direct engine (``HostsEngine``): the console itself starts, inspects and stops each task on
+its host, over SSH or as a local process, with no scheduler between (Slurm's is ``slurm.py``).
 
-Each task starts through ``harness/hostctl.py start`` (``backend.hosts.remote``) on its host, detached
-in its own session and process group; its pid, pgid, exit code and log stay in the run directory
-on that host.
+Each host gets the run's bundle (``bundle``: the package under ``RUN/lib``, the job's files under
+``RUN/job``), then every action is one ``python -S RUN/lib hostctl SUBCOMMAND`` per host
+(``backend.hosts.remote``): ``start`` runs each task detached in its own session and process
+group; its pid, pgid, exit code and log stay in the run directory on that host.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.config import tfconfig
-from backend.config.fields import landing_name
+from backend.config.values import landing_name
 from backend.engines.base import Capabilities, RunView, Started, StopReport
 from backend.errors import HostError, HostKeyChanged, MultiHostError
 from backend.client.harness import layout, taskenv
@@ -143,7 +145,7 @@ class HostsEngine(Capabilities):
             if kept is not None:
                 remote.project(h, kept)
             if run.job.pip_install:   # asked for: into this host's Python, before any task starts
-                remote.pip_install(h)
+                remote.pip(h)
             answers = remote.start(h, [
                 {"task": t.name,
                  "argv": task_argv(run.job, run.cluster.tasks[t.position], run_dir, run.run_id, attempt, resume_step),
@@ -188,7 +190,7 @@ class HostsEngine(Capabilities):
                 else:
                     info = res[name]
                     out[name] = TaskStatus(name, host, TaskPhase(info.state), info.exit_code,
-                                           ready=info.ready, set_up=info.set_up)
+                                           ready=info.ready, set_up=info.set_up, ended_ago_s=info.ended_ago_s)
         for s in out.values():
             if s.failed and s.state == TaskPhase.EXITED:
                 try:
@@ -199,7 +201,7 @@ class HostsEngine(Capabilities):
 
     def stop(self, run: RunView, *, grace_s: float) -> StopReport:
         """Every host at once (``parallel``); on each, every task and all it started at once
-        (``sweep.stop``: by process group and by the mark its processes inherit). A host whose
+        (``proctree.stop``: by process group and by the mark its processes inherit). A host whose
         run folder was removed is still swept, from a temporary copy of the harness, with the
         process groups kept in the run's record."""
         harness = harness_bundle()

@@ -1,7 +1,8 @@
 """The batch script ``sbatch`` runs for one attempt (pure; the console shows it as a preview).
 
-One ``srun`` step starts one task per worker: each runs ``harness/slurm_task.py``, which builds
-its TF_CONFIG from the step's ``SLURM_*`` variables and runs the harness command unchanged.
+One ``srun`` step starts one task per worker: each runs ``python -S RUN/lib slurm_task run``
+(``backend.client.harness.slurm_task``), which builds its TF_CONFIG from the step's ``SLURM_*``
+variables and runs the harness command unchanged.
 ``--distribution=block`` fixes which rank lands on which node (slurm_env.py relies on it);
 ``--kill-on-bad-exit`` ends the step when one task fails, because under
 MultiWorkerMirroredStrategy its peers can only abort or hang. ``--requeue``: when the cluster

@@ -163,6 +163,8 @@ def task_statuses(job: JobInfo | None, tasks: dict[str, dict], names: list[str])
         info, code = files.get("info") or {}, files.get("exit")
         host = info.get("node") or (job.nodes if job else "") or "slurm"
         out.append(_one(name, host, job, info, code))
+        if out[-1].succeeded:
+            out[-1].ended_ago_s = files.get("ended_ago_s")
     # srun's --kill-on-bad-exit ends the peers of a failed task before they write a code: they
     # are casualties, so the run's reason names the task that failed first.
     own = {n for n in names if (tasks.get(n) or {}).get("exit") not in (None, 0)}
@@ -186,17 +188,18 @@ def _one(name: str, host: str, job: JobInfo | None, info: dict, code: int | None
     phase = job.phase
     if phase == SlurmPhase.PENDING:
         return TaskStatus(name, host, TaskPhase.QUEUED, diagnosis=explain(job), queue=job.queue)
+    if code == 0:   # its own exit file: it ended well, whatever ends (or ended) the job after it
+        return TaskStatus(name, host, TaskPhase.EXITED, code)
     if not phase.ended:
         # A task that failed while the job lives: Slurm's verdict (timeout, node failure, a
         # cancel) comes seconds later and says more than the code, so wait for it. The step's
         # --kill-on-bad-exit ends the job soon after one task fails.
-        if code == 0:
-            return TaskStatus(name, host, TaskPhase.EXITED, code)
         return TaskStatus(name, host, TaskPhase.RUNNING if info else TaskPhase.STARTING)
     if code is None:   # killed with the job before it could write its code
         code = 0 if phase == SlurmPhase.COMPLETED else _job_code(job)
     if code == preempt.EXIT_CODE:   # saved its step on the signal: no failure, nothing to explain
         return TaskStatus(name, host, TaskPhase.EXITED, code)
-    if phase == SlurmPhase.COMPLETED or (code == 0 and phase == SlurmPhase.FAILED):
+    if phase == SlurmPhase.COMPLETED:
         return TaskStatus(name, host, TaskPhase.EXITED, code)
-    return TaskStatus(name, host, TaskPhase.EXITED, code if code else 1, diagnosis=explain(job))
+    return TaskStatus(name, host, TaskPhase.EXITED, code if code else 1, diagnosis=explain(job),
+                      cancelled=phase == SlurmPhase.CANCELLED)

@@ -1,6 +1,6 @@
 """Preflight: check every host in parallel before a launch, and say why each one fails.
 
-One probe per host and Python, whatever the number of tasks there (issue 37: one per task made a
+One probe per host and Python, whatever the number of tasks there (one per task made a
 32-task preflight 12x a 2-task one): it checks every task's port and working folder, and dials
 each peer host once, not each peer task (``peer_targets``). Each task still gets its own report.
 """

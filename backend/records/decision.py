@@ -1,4 +1,4 @@
-"""What the keeper does next, decided apart from doing it (issue 57 item 3).
+"""What the keeper does next, decided apart from doing it.
 
 Pure: no I/O, no sleep, no clock read. The keeper gathers what happened (the attempt's
 ``outcome.Conclusion`` and its tasks' statuses, how long the run showed no sign of life), reads its
@@ -53,6 +53,7 @@ class Decision:
     back_off: bool = False          # poll less and less often meanwhile (a host does not answer)
     note: str = ""                  # said once, as the wait begins
     stalled: bool = False           # ended for a stall: every task's stacks are saved first
+    stop_rest: bool = False         # finished though a peer runs on after the chief: stop it first
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def decide(seen: Seen, clocks: Clocks, policy) -> Decision:
     """One poll of a run underway: what the keeper does now. ``policy``: the job's RestartPolicy."""
     verdict = seen.found.verdict
     if verdict == Verdict.FINISHED:
-        return Decision(Kind.FINISHED, seen.found.reason)
+        return Decision(Kind.FINISHED, seen.found.reason, stop_rest=not seen.found.all_ended)
     if verdict == Verdict.PREEMPTED:
         return Decision(Kind.PREEMPTED, seen.found.reason)
     if verdict == Verdict.FAILED:

@@ -13,6 +13,12 @@ from backend.errors import HostKeyChanged
 from backend.client.harness import preempt
 
 PREEMPTED = "preempted"   # an attempt's reason starts so: every task saved and exited on a signal
+# ... so: the chief finished and saved; the rest only shut down (``after_the_chief``).
+AFTER_THE_CHIEF = "finished: the chief finished and saved"
+# How long a peer may run on after the chief exited 0 before it is stopped: its own last writes
+# (the TensorFlow tutorial's workers save to a temporary folder alongside the chief) take
+# seconds; a peer past this only retries heartbeats to the chief's closed port.
+CHIEF_DONE_GRACE_S = 15.0
 REQUEUED = "requeued"     # ... so: the cluster requeued the job itself, and it ran again (Slurm)
 INTERRUPTED = "launch interrupted"   # ... so: the process starting it died (or was interrupted)
 # RunState.launcher's key: the phase that a start cut off by its process's death ends in. The
@@ -61,6 +67,8 @@ class TaskStatus:
     set_up: bool = False         # running, and the run's train.json on its host is this attempt's
     key_change: KeyChange | None = None   # unreachable because its host's key CHANGED: no silence
     stopped_by: str = ""         # exited because a stop ended it (``mark_stopped``): who, in words
+    ended_ago_s: float | None = None   # exited: how long ago, on its host's clock (None: not known)
+    cancelled: bool = False      # ended by its scheduler's cancel (scancel: a stop's, or an admin's)
 
     @property
     def label(self) -> str:
@@ -112,9 +120,15 @@ _STOPPERS = (("pruned by the sweep", "pruned by the sweep"), ("stopped: sweep", 
 STOP_UNDER_WAY = "by a stop under way"
 
 
+AFTER_CHIEF_STOP = "after the chief finished"
+
+
 def stopped_by(phase: str, reason: str | None) -> str:
     """Who stopped a run in ``phase`` whose current attempt ended with ``reason``; "" when no stop
-    ended it (it runs, finished, failed, or was preempted: a preemption's exit code says so)."""
+    ended it (it runs, finished, failed, or was preempted: a preemption's exit code says so). A
+    run finished while a peer only shut down: that peer was stopped once the chief finished."""
+    if phase == "finished" and (reason or "").startswith(AFTER_THE_CHIEF):
+        return AFTER_CHIEF_STOP
     if phase not in ("stopping", "stopped"):
         return ""
     if reason is None:
@@ -129,13 +143,14 @@ def mark_stopped(statuses: list[TaskStatus], who: str) -> list[TaskStatus]:
     whose log names an error of its own keeps it: it failed before."""
     if who:
         for s in statuses:
-            if s.state == TaskPhase.EXITED and s.exit_code != 0 and _ended_by_a_stop(s.diagnosis):
+            if s.state == TaskPhase.EXITED and s.exit_code != 0 and _ended_by_a_stop(s):
                 s.stopped_by, s.diagnosis = who, None
     return statuses
 
 
-def _ended_by_a_stop(diagnosis: str | None) -> bool:
-    return diagnosis is None or diagnosis.endswith("KeyboardInterrupt") or diagnose.casualty(diagnosis)
+def _ended_by_a_stop(s: TaskStatus) -> bool:
+    d = s.diagnosis
+    return s.cancelled or d is None or d.endswith("KeyboardInterrupt") or diagnose.casualty(d)
 
 
 class Verdict(enum.StrEnum):
@@ -171,6 +186,9 @@ def conclude(statuses: list[TaskStatus]) -> Conclusion:
     unreachable = tuple(s.name for s in statuses if s.state == TaskPhase.UNREACHABLE)
     ended = all(s.state in _ENDED for s in statuses)
     bad = [s for s in statuses if s.failed]
+    done = after_the_chief(statuses)
+    if done:
+        return Conclusion(Verdict.FINISHED, done, (), ended)
     if bad:
         only_casualties = all(diagnose.casualty(s.diagnosis) for s in bad)
         hung = hung_tasks(statuses) if only_casualties else []
@@ -187,6 +205,37 @@ def conclude(statuses: list[TaskStatus]) -> Conclusion:
     if ended:
         return Conclusion(Verdict.FINISHED, "finished", (), True)
     return Conclusion(Verdict.GOING)
+
+
+def chief_of(statuses: list[TaskStatus]) -> TaskStatus:
+    """The chief's status: ``chief-0`` where the job has one, else the first task (``RunState.chief``)."""
+    return next((s for s in statuses if s.name == "chief-0"), statuses[0])
+
+
+def after_the_chief(statuses: list[TaskStatus]) -> str:
+    """The reason of an attempt that is over because its chief finished, though another task has
+    not ended well (empty otherwise). Under MultiWorkerMirroredStrategy the chief exits 0 only
+    once every step and its last save are done, and it holds the coordination service: what a
+    peer does after that is its shutdown, which then only retries heartbeats to a closed port. So
+    a peer still running ``CHIEF_DONE_GRACE_S`` after the chief's exit is stopped (the keeper and
+    ``Run.settle``), and a peer that failed only for losing the chief is no failure."""
+    chief = chief_of(statuses)
+    if not chief.succeeded or len(statuses) < 2:
+        return ""
+    rest = [s for s in statuses if s is not chief and not s.succeeded and not s.preempted]
+    if not rest or any(s.state in (TaskPhase.UNREACHABLE, TaskPhase.QUEUED) for s in rest):
+        return ""
+    failed = [s for s in rest if s.failed]
+    if any(not diagnose.casualty(s.diagnosis) for s in failed):
+        return ""   # a task's own error: it failed, whatever the chief did
+    live = [s for s in rest if not s.failed]
+    waited = chief.ended_ago_s
+    if live and (waited is None or waited < CHIEF_DONE_GRACE_S):
+        return ""   # a peer may still be writing its own files: give it the grace
+    said = [f"{', '.join(s.name for s in failed)} lost the chief as it ended"] if failed else []
+    if live:
+        said.append(f"{', '.join(s.name for s in live)} still shutting down {waited:.0f} s after it: stopped")
+    return f"{AFTER_THE_CHIEF} ({'; '.join(said)})"
 
 
 def preempted_reason(record: dict | None, *, time_limit: str | None = None) -> str:

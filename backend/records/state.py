@@ -68,7 +68,7 @@ class TaskState:
 
     def __post_init__(self) -> None:
         # Every remote command takes the run folder from here; a state file written before
-        # workdir was checked may hold "-c...", which must stay a path (issue 27).
+        # workdir was checked may hold "-c...", which must stay a path.
         self.remote_run_dir = layout.path_arg(self.remote_run_dir)
 
 

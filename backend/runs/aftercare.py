@@ -2,7 +2,7 @@
 
 ``Run.stop`` returns once every host has said that nothing of the run is left. Reading each task's
 log end (up to ``logcopy.SNAPSHOT_READ``) and versions file came after that, one task after
-another, and made a 32-task stop 7x a 2-task one (issue 37: 65 % and 15 % of its time). A
+another, and made a 32-task stop 7x a 2-task one (65 % and 15 % of its time). A
 detached process does it now (``Run.mirror_logs``: every task at once, ``logcopy.READS_AT_ONCE``
 log reads in flight), and gives up after ``DEADLINE_S``. Until its copies land,
 ``Run.log_tail`` reads the hosts, as it does for a live run.

@@ -102,7 +102,23 @@ class Run:
         self.state, moved = self.store.move(self.run_id, to, **how)
         if moved:   # exactly one mover per change: it queues the alert (the sender is detached)
             _alert(self.local_dir, self.state, to)
+            if to in (Phase.FINISHED, Phase.FAILED) and outbox.wants_goodput(self.local_dir):
+                self._goodput_alert(to)
         return moved
+
+    def _goodput_alert(self, to: Phase) -> None:
+        """The job's ``alerts.goodput_below``: its goodput, read as the run ends (the chief's lines
+        from its host, else this machine's copies); never fails the move."""
+        from backend.records import goodput as account
+        from backend.runs import goodput
+        try:
+            found = goodput.of(self)
+            last = self.state.attempts[-1] if self.state.attempts else None
+            outbox.on_low_goodput(self.local_dir, self.run_id, phase=str(to), share=found.share,
+                                  said=account.summary(found), attempt=self.state.attempt,
+                                  step=last.last_step if last else None)
+        except (ConsoleError, OSError) as err:
+            print(f"goodput alert for run {self.run_id} not queued: {err}", file=sys.stderr)
 
     # -- reading ------------------------------------------------------------------------
     def status(self) -> list[TaskStatus]:
@@ -232,7 +248,7 @@ class Run:
         if self.kept or self.state.phase not in UNDERWAY:
             return statuses
         found = conclude(statuses)
-        if found.verdict == Verdict.FAILED and not found.all_ended:
+        if found.verdict in (Verdict.FAILED, Verdict.FINISHED) and not found.all_ended:
             self._stop_survivors(found)
         elif found.verdict in (Verdict.FINISHED, Verdict.FAILED, Verdict.PREEMPTED):
             self.conclude_attempt(found, expect=UNDERWAY)
@@ -302,7 +318,8 @@ class Run:
         return record
 
     def _stop_survivors(self, found: Conclusion) -> None:
-        """A task failed while others still run: they can only abort or hang, so stop them."""
+        """A task failed while others still run (they can only abort or hang), or the chief
+        finished while they only shut down (``outcome.after_the_chief``): stop them."""
         report = self.engine.stop(self, grace_s=SETTLE_STOP_GRACE_S)
         if report.clean:
             self.conclude_attempt(found, expect=UNDERWAY)
@@ -352,7 +369,7 @@ class Run:
         if report.clean:
             # A keeper asleep in a back-off, or one that cannot read the run, would outlive it.
             detached.end_keeper(self.local_dir)
-        # Log copies and versions follow off the stop's path (issue 37: they were most of a
+        # Log copies and versions follow off the stop's path (they were most of a
         # 32-task stop); until they land, log_tail reads the hosts.
         aftercare.start(self.run_id, self.store.root, self.pool.options)
         if not report.clean:
@@ -375,14 +392,14 @@ class Run:
         deadline, step, asked = time.time() + within_s, None, 0.0
         while time.time() < deadline:
             try:
-                step = step if step is not None else remote.saved_step(host, name)
+                step = step if step is not None else remote.save_done(host, name)
                 # Tasks are asked at most every EXITED_POLL_S while the save is awaited: each
                 # question is a call to every host.
                 if step is not None or time.time() - asked >= EXITED_POLL_S:
                     asked = time.time()
                     if all(s.state in (TaskPhase.EXITED, TaskPhase.LOST) for s in self.status()):
                         # The chief writes its answer before it exits: asked once more, it is final.
-                        step = step if step is not None else remote.saved_step(host, name)
+                        step = step if step is not None else remote.save_done(host, name)
                         if step is not None:
                             return step, f"saved at step {step}{SAVED_ON_EVERY_WORKER}"
                         return None, ("every task had exited before it could save "

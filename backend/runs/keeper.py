@@ -39,6 +39,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -118,9 +120,21 @@ class Keeper:
             # must find it until it is gone, or "nothing left" is checked too early (a keeper
             # seen running right after a stop). ``keeper_pid`` passes over a pid that has ended.
             try:
-                return self._loop()
+                with _term_ends_the_loop():
+                    return self._loop()
+            except _Terminated:   # a Stop's end_keeper, or an operator's kill: say why we leave
+                return self._leave_on_term()
             finally:
                 self.pool.close()
+
+    def _leave_on_term(self) -> Phase:
+        try:
+            phase = self.store.load(self.run_id).phase
+        except ConsoleError as err:
+            self.log(f"run {self.run_id}: keeper ends on TERM (its record does not read: {err})")
+            return Phase.STOPPED
+        self.log(f"run {self.run_id} is {phase}; keeper exits (ended by TERM)")
+        return Phase(phase)
 
     def _loop(self) -> Phase:
         load_failures = 0
@@ -256,6 +270,8 @@ class Keeper:
         if decision.note:
             self.log(decision.note)
         if decision.kind == Kind.FINISHED:
+            if decision.stop_rest and not self._stop_rest(run, decision.reason):
+                return None   # the next poll tries again
             self._read_progress(run)
             run.conclude_attempt(found, expect=UNDERWAY, last_step=self._newest_step(run))
             return None if run.reload().live else run.state.phase
@@ -265,6 +281,16 @@ class Keeper:
             reason = decision.reason + (self._save_stacks(run) if decision.stalled else "")
             return self._recover(run, reason, give_up=decision.why)
         return None   # go on, or hold the run as it is (WAIT)
+
+    def _stop_rest(self, run: Run, reason: str) -> bool:
+        """Stop the tasks that run on after the chief finished (they only shut down); whether the
+        stop was clean, so the attempt can be recorded finished."""
+        self.log(f"attempt {run.state.attempt} {reason}")
+        report = run.stop_attempt(grace_s=STOP_GRACE_S)
+        if not report.clean:
+            self.log(f"stop after the chief finished left something on {', '.join(sorted(report.errors))}; "
+                     "trying again next poll")
+        return report.clean
 
     def _save_stacks(self, run: Run) -> str:
         """Before anything is stopped: where each worker hangs is the only clue to why a run
@@ -427,8 +453,9 @@ class Keeper:
                                   lost=list(attempts[-1].lost or {}) if attempts else [])
         if decision.kind == Kind.GIVE_UP:
             return self._give_up(run, decision.reason, why=decision.why)
-        if not self._back_off(run, decision.wait_s):   # a Stop came meanwhile: the next poll leaves
-            return None
+        if not self._back_off(run, decision.wait_s):   # a Stop came meanwhile: leave now, before
+            phase = run.state.phase                     # the Stop's end_keeper has to signal us
+            return phase if not run.state.live or phase == Phase.STOPPING else None
         try:   # a host that does not answer, or its run folder gone, raises
             if decision.replace:
                 moved = self._replace_lost(run, decision)
@@ -490,6 +517,29 @@ class Keeper:
         self.log(f"{why}: {reason}")
         run.move(Phase.FAILED, when=(Phase.RESTARTING,))
         return None if run.state.live else run.state.phase
+
+
+class _Terminated(BaseException):
+    """TERM arrived: a BaseException, so the loop's ``except Exception`` cannot swallow it."""
+
+
+class _term_ends_the_loop:
+    """While the loop runs in the main thread, TERM raises ``_Terminated`` there, so the keeper
+    logs why it leaves; a keeper run in a thread (tests, a sweep) keeps the default."""
+
+    def __enter__(self):
+        self.before = None
+        if threading.current_thread() is threading.main_thread():
+            self.before = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.before is not None:
+            signal.signal(signal.SIGTERM, self.before)
+
+    @staticmethod
+    def _raise(signum, frame) -> None:
+        raise _Terminated()
 
 
 def answer_bound(run: Run) -> float:

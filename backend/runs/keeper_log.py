@@ -2,7 +2,7 @@
 
 The log lies in the run's folder, on the console machine's disk. When that disk filled, a
 ``print`` there raised inside the keeper's own error handler and the keeper died, leaving its
-run unwatched (issue 47). Here a line that cannot be written is held (the last ``HELD`` of them)
+run unwatched. Here a line that cannot be written is held (the last ``HELD`` of them)
 and written before the next one, once there is room; a write cut short is undone, so the log never
 holds half a line. Text from jobs and hosts is written through ``term_safe``, as the CLI prints it.
 """

@@ -27,7 +27,7 @@ from backend.hosts.ssh import SSHOptions
 from backend.runs.handle import Run
 from backend.runs.store import RunStore
 from backend.records.state import Phase, RunState, TaskState, new_run_id
-from backend.config.fields import landing_name
+from backend.config.values import landing_name
 from backend.config.slurm_spec import SlurmSpec
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, job_to_dict
 

@@ -1,4 +1,4 @@
-"""Export the best trial's best checkpoint in one action (issue 50, item 6): the sweep's best
+"""Export the best trial's best checkpoint in one action: the sweep's best
 trial by its objective, then, among the checkpoints that trial's run kept, the one whose saved
 objective value is best (the newest where none carries it, or with ``objective.of: last``),
 exported and verified on the chief as Export does for any run (backend/checkpoints.py: held,

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend.config.fields import write_yaml, read_yaml
+from backend.config.yaml_files import write_yaml, read_yaml
 from backend.config.kinds import any_cluster_to_dict
 from backend.config.spec import job_to_dict
 from backend.errors import ConsoleError, SweepError
@@ -26,7 +26,7 @@ from backend.sweeps import trials
 from backend.sweeps.spec import SweepSpec, sweep_from_dict
 
 # The Optuna glue (backend/sweeps/study.py) is imported by the functions that open a study: Optuna
-# and SQLAlchemy cost 1.2 s at start, and listing sweeps needs neither (issue 57 item 7).
+# and SQLAlchemy cost 1.2 s at start, and listing sweeps needs neither.
 if TYPE_CHECKING:
     from backend.hosts.ssh import SSHOptions
 

@@ -31,6 +31,7 @@ from backend.watch import chief_metrics
 
 PRUNE_SAVE_S = 30.0
 NEVER = studies.NEVER   # a trial's user attr: cut off before its run existed, not in the budget
+PRUNED = studies.PRUNED  # a trial's user attr: the prune decided (step, what pruned it), before its stop
 
 
 @dataclass
@@ -122,6 +123,11 @@ class SweepKeeper:
                 continue
             trial = _trial(self.study, frozen.number)
             self.active[group] = Active(trial, run, group, set(frozen.intermediate_values))
+            if prune := frozen.user_attrs.get(PRUNED):   # an earlier keeper's prune, cut off
+                # A save only while a task still trains: one that exited after the first
+                # keeper's save request has nothing more to save.
+                running = any(s.state == outcome.TaskPhase.RUNNING for s in run.status()) if run.reload().live else False
+                self._prune(group, self.active[group], prune, save=running and self._saves(run))
 
     def _launch(self, slot: int) -> None:
         """Ask Optuna for the slot's next trial and start its launch on the launch thread."""
@@ -162,15 +168,23 @@ class SweepKeeper:
                 act.trial.report(float(value), int(step))
                 act.reported.add(step)
         if state.live and act.reported and act.trial.should_prune():
-            step = max(act.reported)
+            step = int(max(act.reported))
             # The value that pruned it, as the chief reported it (Optuna holds it as well).
             said = f"at step {step} ({self.spec.metric} {dict(zip(steps, values))[step]:.6g})"
-            act.run.stop(save=self._saves(act.run), save_grace_s=PRUNE_SAVE_S, reason=f"pruned by the sweep {said}")
-            act.trial.set_user_attr("note", f"pruned {said}")
-            studies.tell(self.study, act.trial, state=TrialState.PRUNED)
-            del self.active[slot]
+            self._prune(slot, act, {"step": step, "said": said}, save=self._saves(act.run))
         elif not state.live:
             self._ended(slot, act, str(state.phase), values)
+
+    def _prune(self, slot: int, act: Active, prune: dict, *, save: bool) -> None:
+        """Save-stop the trial's run and tell Optuna it was pruned. The decision is stored first:
+        a keeper killed during the stop (its save waits up to PRUNE_SAVE_S) leaves it for the next
+        keeper, which finishes this prune with its step and reason instead of pruning again."""
+        act.trial.set_user_attr(PRUNED, prune)
+        if act.run.reload().live:
+            act.run.stop(save=save, save_grace_s=PRUNE_SAVE_S, reason=f"pruned by the sweep {prune['said']}")
+        act.trial.set_user_attr("note", f"pruned {prune['said']}")
+        studies.tell(self.study, act.trial, state=TrialState.PRUNED)
+        del self.active[slot]
 
     def _ended(self, slot: int, act: Active, phase: str, values) -> None:
         del self.active[slot]

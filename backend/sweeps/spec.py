@@ -17,7 +17,9 @@ from typing import Mapping
 
 from backend.client.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
 from backend.client.harness.metric_line import name_problem
-from backend.config.fields import module_param_keys, read_yaml, show_value, unknown_keys
+from backend.config.values import show_value, unknown_keys
+from backend.config.params import module_param_keys
+from backend.config.yaml_files import read_yaml
 from backend.config.kinds import any_cluster_from_dict, load_any_cluster
 from backend.config.slurm_spec import SlurmSpec, is_slurm_spec
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, Role, job_from_dict, load_job

@@ -16,6 +16,7 @@ from backend.sweeps.spec import Dimension, SweepSpec
 from backend.sweeps.trials import DB
 
 NEVER = "never_launched"   # a trial's user attr: cut off before its run existed, not in the budget
+PRUNED = "pruned"          # a trial's user attr: a prune decided, {"step", "said"}, stored before its stop
 # Asks for a trial whose parameters no launched trial had, before a repeat is taken: a search
 # that keeps to a point it knows (TPE near its best) is not asked forever.
 ASK_AGAIN = 10

@@ -1,4 +1,4 @@
-"""A sweep's trials read straight from its own SQLite file, without Optuna (issue 57 item 7).
+"""A sweep's trials read straight from its own SQLite file, without Optuna.
 
 ``sweep status`` and the Sweeps page only read: opening the study through Optuna costs 1.7 s on a
 quiet machine (Optuna, SQLAlchemy and alembic's schema check) for what a few SELECTs answer. The
@@ -88,8 +88,16 @@ def _fill(con: sqlite3.Connection, study_id: int, trials: dict[int, dict]) -> No
         user = attrs.get(tid, {})
         steps = sorted(curves.get(tid, {}))
         row.update(run_id=user.get("run_id"), note=user.get("note", ""), counted=not user.get("never_launched"),
-                   pruned_step=steps[-1] if row["state"] == "pruned" and steps else None,
+                   pruned_step=_pruned_step(user, steps) if row["state"] == "pruned" else None,
                    curve=[[s, curves[tid][s]] for s in steps])
+
+
+def _pruned_step(user: dict, steps: list) -> int | None:
+    """The step the prune was decided at (stored by the keeper), else the last one reported."""
+    decided = user.get("pruned")
+    if isinstance(decided, dict) and isinstance(decided.get("step"), int):
+        return decided["step"]
+    return steps[-1] if steps else None
 
 
 def _external(value: float, dist: dict):

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Watch agent: runs on the chief's host and streams one run directory as JSON lines on stdout.
 
-Standalone on purpose (standard library + watchdog): the launcher copies this one file to the
-chief and runs ``python agent.py --run-dir RUN [--offsets-json JSON] [--poll] [--host NAME]``.
+Standalone on purpose (standard library + watchdog): the run's bundle ships this one file as
+``RUN/lib/watch_agent.py`` (``layout.AGENT``), and the console runs it on the chief as
+``python RUN/lib/watch_agent.py --run-dir RUN [--offsets-json JSON] [--poll] [--host NAME]``.
 On the run's other hosts it runs as ``--gpu-only``: heartbeats and that host's GPU readings,
 nothing else (no watchdog needed); where nvidia-smi gives no readings it says ``no_gpu`` and exits.
 
@@ -48,7 +49,7 @@ MAX_LINE = 1 << 20          # a longer line is skipped and counted, never held i
 CHUNK = MAX_LINE + 1        # a chunk with no newline therefore always means "too long"
 BATCH_BYTES = 8 << 20       # per file per batch: a long backlog streams out in steps, not RAM
 # A log line is sent cut to this many bytes: a progress bar written to a file or a printed tensor
-# makes 1 MB lines, and 400 of them held 600-900 MiB in the console (issue 27). Metric lines are
+# makes 1 MB lines, and 400 of them held 600-900 MiB in the console. Metric lines are
 # never cut (they are JSON): a longer one is parsed, or quarantined, whole.
 LOG_LINE_MAX = 4096
 HEARTBEAT_S = 2.0

@@ -121,7 +121,7 @@ class Journal:
 
     def _trim(self, rel: str, trimmed) -> None:
         """A log mirror past ``logcopy.COPY_MAX`` rewritten as its newest half under a first line
-        saying what was cut, as the other log copies are (issue 47: a job printing 17 MB of lines
+        saying what was cut, as the other log copies are (a job printing 17 MB of lines
         left a 17 MB mirror). Its new size goes to disk at once: a console that dies before that
         finds a mirror smaller than the state says, keeps it, and gets this batch's lines again
         (once, from the agent's saved offsets)."""

@@ -74,11 +74,15 @@ def _with_arrow(data: bytes, count: int) -> dict | None:
     codes = tasks.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     cols = {"task": (tasks.dictionary.to_pylist(), codes), "step": step.to_numpy(),
             "attempt": np.zeros(count, np.int64)}
+    if count and np.abs(cols["step"]).max() >= metric_line.STEP_BOUND:
+        return None   # metric_line.usable's bound: the line-by-line reader quarantines those lines
     if "attempt" in names:
         att = table.column("attempt")
         if not pa.types.is_integer(att.type) or att.null_count:
             return None
         cols["attempt"] = att.to_numpy().astype(np.int64)
+        if count and np.abs(cols["attempt"]).max() >= metric_line.STEP_BOUND:
+            return None
     for name in _FLOATS:
         if name not in names:
             cols[name] = np.full(count, np.nan)

@@ -7,8 +7,8 @@ are appended to ``runs/<id>/logs/<task>.log``, the file ``Run.mirror_logs`` fill
 ``Run.log_tail`` reads these copies when a host does not answer, so a finished run's logs read
 the same with every host down.
 
-Both copies, and the watch mirror's logs (issue 47), are bounded as docs/reliability.md promises
-(issue 35): every line is kept as its first ``LINE_MAX`` bytes and `` ... [cut N bytes]``, and a
+Both copies, and the watch mirror's logs, are bounded as docs/reliability.md promises
+: every line is kept as its first ``LINE_MAX`` bytes and `` ... [cut N bytes]``, and a
 copy over ``COPY_MAX`` keeps its newest half under a first line saying how many earlier bytes
 were cut (the whole log stays on the host). A copy grown here remembers where on the host it stopped in ``.<task>.log.copied.json``
 beside it: after a cut, the copy's size is no longer the host's offset.
@@ -33,7 +33,7 @@ MIRRORED = Path("watch_mirror") / layout.LOGS   # backend.watch.journal's log mi
 LINE_MAX = 4096          # as the watch agent's LOG_LINE_MAX: a 1 MB progress line keeps 4 KiB
 COPY_MAX = 4 << 20       # a task's copy; past it the newest half is kept
 SNAPSHOT_READ = 4 * COPY_MAX   # the end of a host's log read when a run ends (was 50 MB)
-# Snapshots read at once (issue 37: one after another, 32 took most of a 32-task stop). Each read
+# Snapshots read at once (one after another, 32 took most of a 32-task stop). Each read
 # holds up to SNAPSHOT_READ bytes and its transfer encoding, about 50 MiB: 4 keep it near 200 MiB.
 READS_AT_ONCE = 4
 

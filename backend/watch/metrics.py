@@ -43,7 +43,7 @@ DEFAULT_MAX_POINTS = 500_000     # one series at most
 DEFAULT_BUDGET = 2_000_000       # all series together (module docstring)
 MIN_POINTS = 4096                # a series' share never falls below this
 # A job names its tasks; each new name costs a series (about 40 KiB even when empty), so a job
-# that writes a new name per line could fill the console's memory (issue 27). Past these, the
+# that writes a new name per line could fill the console's memory. Past these, the
 # lines are dropped and counted, and ``warning()`` says so.
 MAX_TASKS = 1024
 MAX_TASK_NAME = 128
@@ -151,7 +151,7 @@ class _Task:
         return len(data["step"])
 
 
-_NO_STEP = -(2 ** 62)
+_NO_STEP = -metric_line.STEP_BOUND
 # input_wait and first_batch: the harness's input measurements (harness/step_probe.py), kept
 # per task as small summaries (``input_wait``, ``same_data``), not as series.
 _FLOAT_IN = metric_line.FLOATS + tuple(metric_line.LEGACY)
@@ -172,8 +172,7 @@ def _floats(values: list) -> np.ndarray:
 def records_to_columns(records: Iterable[Mapping]) -> tuple[dict, int]:
     """Columns for ``add_columns`` and the number of records without a task or integer step."""
     records = list(records)
-    good = [r for r in records if type(r.get("task")) is str and type(r.get("step")) is int
-            and abs(r["step"]) < 2 ** 62]
+    good = [r for r in records if metric_line.usable(r)]
     try:
         floats = {name: _floats([r.get(name) for r in good]) for name in _FLOAT_IN}
     except OverflowError:   # rare: find the records at fault rather than pay for a check per record
@@ -183,8 +182,8 @@ def records_to_columns(records: Iterable[Mapping]) -> tuple[dict, int]:
             metric_line.LEFT_OUT: {i: names for i, r in enumerate(good)
                                    if (names := metric_line.left_out(r.get(metric_line.LEFT_OUT)))},
             "step": np.fromiter((r["step"] for r in good), np.int64, len(good)),
-            "attempt": np.fromiter((a if type(a := r.get("attempt")) is int and abs(a) < 2 ** 62
-                                    else 0 for r in good), np.int64, len(good))}
+            "attempt": np.fromiter((a if metric_line.whole(a := r.get("attempt")) else 0 for r in good),
+                                   np.int64, len(good))}
     cols.update(floats)
     return fold_loss(cols), len(records) - len(good)
 

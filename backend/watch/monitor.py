@@ -31,7 +31,7 @@ _STABLE_S = 5.0   # a session that lasted this long resets the reconnect backoff
 # (a silent network cut), so the session ends and reconnects (docs/reliability.md).
 STREAM_IDLE_S = 10.0
 GPU_SAMPLES = 1800   # an hour of the agent's 2 s samples per host
-# What the agent says is checked before it is believed (issue 27): a block's byte count is a
+# What the agent says is checked before it is believed: a block's byte count is a
 # buffer size, and offsets are kept and sent back on the next start's command line.
 # A batch reads at most BATCH_BYTES + one chunk per file; the rest of a rotated file comes whole.
 MAX_BLOCK_BYTES = 32 * (BATCH_BYTES + CHUNK)    # 288 MiB

@@ -5,7 +5,7 @@ the best global value with its step. One summary for every reader: ``tfconsole m
 ``from_mirror`` reads the metric lines a console (or ``tfconsole metrics``) copied into the run's
 local folder; it parses each line once: a click on the Runs page that shows the same runs again
 re-reads nothing, and a live run's growing file is read only from where the last click stopped
-(its last complete line), its new lines fed into the same store (issue 37 item 5: re-parsing a
+(its last complete line), its new lines fed into the same store (re-parsing a
 64-worker run's whole file took 11 s of CPU per click after 30 minutes).
 """
 from __future__ import annotations

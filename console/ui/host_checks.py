@@ -58,7 +58,7 @@ def show_host_key(info: dict | None, options: SSHOptions) -> None:
     label = "Replace the old key with this one" if verdict is Verdict.CHANGED else \
         f"Trust {info['target']} with this fingerprint"
     refused = access_view.refusal(default_root(), "trust_host")
-    if refused:   # admins only (issue 48): no button for anyone else; the backend refuses it too
+    if refused:   # admins only: no button for anyone else; the backend refuses it too
         st.caption(md_escape(f"No host trust for you here: {refused}"))
         return
     # What it says shows under "Fetch host key": once trusted, this key and its button are gone.

@@ -112,13 +112,23 @@ def attempts_table(live) -> None:
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
+def goodput_bar(found) -> None:
+    """Where the run's task-seconds went (docs/goodput.md): a bar, its line, each restart's cost."""
+    from backend.records import goodput
+    from console import figures
+    if found is None or not found.reported:
+        return
+    st.plotly_chart(figures.goodput_figure(found), key="goodput_chart", config={"displayModeBar": False})
+    st.caption(goodput.summary(found) + "".join(f". {c.text}" for c in found.attempts if c.text))
+
+
 def stop_controls(live, *, key: str) -> None:
     """A Stop button that asks before it stops; the stop then runs in the background. Both act
     in their callbacks (``action_button``): a Stop click must never be lost."""
     ss = st.session_state
     flag = f"{key}_confirm"
     refused = access_view.refusal(live.run.store.root, "stop", live.run.state.owner) if live is not None else None
-    if refused:   # a button its user may not use is not shown at all (issue 48): the reason is
+    if refused:   # a button its user may not use is not shown at all: the reason is
         st.caption(md_escape(f"No Stop for you here: {refused}"))
         return
     action_button("Stop run", f"{key}_stop", ss.__setitem__, flag, True, disabled=live is None)

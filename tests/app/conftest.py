@@ -6,7 +6,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import ROOT, autograph_files, temp_left
+from tests.conftest import ROOT, autograph_files, ended_well, temp_left
 from rig.sshd import free_port
 
 TIMEOUT = 120   # a Start runs the preflight (imports TensorFlow) and launches two processes
@@ -85,7 +85,7 @@ def finished_run(tmp_path_factory):
     before = autograph_files()
     run = launch(cluster, job, store=RunStore(root), preflight=Preflight.SKIP)
     statuses = run.wait(timeout=180)
-    assert all(s.exit_code == 0 for s in statuses), [run.log_tail(s.name, 2000) for s in statuses]
+    assert ended_well(run, statuses), [run.log_tail(s.name, 2000) for s in statuses]
     assert temp_left(run, before) == []   # issue 47: a finished run left TensorFlow's temp files
     yield root, run.run_id
     from console.ui import state

@@ -78,6 +78,27 @@ def test_once_copies_the_chief_event_files_with_the_runs_metrics(finished_run):
         assert val[step]["loss/global"] == pytest.approx(value, rel=1e-5)
 
 
+def test_the_runs_goodput_is_a_tensorboard_run_of_its_own(finished_run):
+    """``goodput/share`` and one ``goodput/<cause>`` per cause, at the run's last step, equal to
+    what ``tfconsole goodput`` says; a second start replaces the snapshot."""
+    import tensorflow as tf
+    from backend.runs import goodput
+    from backend.runs.store import RunStore
+    root, run_id = finished_run
+    cli(root, "tensorboard", run_id, "--once")
+    cli(root, "tensorboard", run_id, "--once")
+    files = list((root / run_id / "tensorboard" / "goodput").glob("events.out.tfevents*"))
+    assert len(files) == 1, files
+    found = {}
+    for event in tf.compat.v1.train.summary_iterator(str(files[0])):
+        found.update({(event.step, v.tag): v.simple_value for v in event.summary.value})
+    store = RunStore(root)
+    want = goodput.here(store.load(run_id), store.path(run_id))
+    assert found[(60, "goodput/share")] == pytest.approx(want.share, rel=1e-5)
+    assert found[(60, "goodput/training_kept")] == pytest.approx(want.causes["training kept"], rel=1e-5)
+    assert {t for _, t in found} >= {"goodput/start-up", "goodput/checkpoint_saves", "goodput/validation"}
+
+
 def test_a_second_copy_fetches_only_the_bytes_the_chief_added(finished_run, tmp_path):
     runs, run_id, chief = moved_copy(finished_run, tmp_path)
     first = cli(runs, "tensorboard", run_id, "--once").stdout
@@ -134,10 +155,11 @@ def test_tensorboard_serves_the_train_and_validation_runs_and_stops_with_the_com
         assert url in line, (line, proc.stderr.read() if proc.poll() is not None else "")
         with urllib.request.urlopen(f"{url}data/runs", timeout=30) as answer:
             assert answer.status == 200
-            assert set(json.loads(answer.read())) == {".", "validation"}
+            assert set(json.loads(answer.read())) == {".", "validation", "goodput"}
         with urllib.request.urlopen(f"{url}data/plugin/scalars/tags", timeout=30) as answer:
             tags = json.loads(answer.read())
         assert "loss/global" in tags["."] and "loss/global" in tags["validation"]
+        assert "goodput/share" in tags["goodput"]   # served by TensorBoard itself
         served = children(proc.pid)
         assert served
     finally:

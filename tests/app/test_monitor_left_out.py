@@ -55,3 +55,11 @@ def test_a_script_reporting_64_metrics_and_its_loss_trains_to_the_end_and_monito
     live = state.registry().get(run.run_id)
     assert list(live.metrics.global_loss()[0]) == [5, 10, 15, 20]       # every report was written
     assert len(live.metrics.metric_names()) == 64                        # the loss and m0 ... m62
+
+    # Where its time went (docs/goodput.md), from this machine's copy of the chief's lines: the
+    # four reports make a training window, and the causes add up to the run's task-seconds.
+    at.run()
+    said = [c.value for c in at.caption if c.value.startswith("goodput ")]
+    assert said and "task-seconds" in said[0], [c.value for c in at.caption]
+    found = live._goodput[1]
+    assert found.reported and sum(found.causes.values()) == pytest.approx(found.total_s)

@@ -8,6 +8,7 @@ import numpy as np
 
 from console import monitor_view
 from console.ui import state
+from tests.conftest import ended_well
 
 
 def _wait_for_metrics(live, tasks=2, timeout=60):
@@ -98,6 +99,31 @@ def test_dump_stacks_is_offered_only_for_a_live_run(on_finished):
     at = open_page("monitor")
     assert not at.exception
     assert at.button(key="dump_stacks").disabled   # a finished run has no process to ask
+    assert at.button(key="profile").disabled       # nor anything to profile
+
+
+def test_the_newest_profile_copied_here_shows_as_a_table(on_finished):
+    """What ``backend.profiles`` leaves in the run's folder here (one task's summary as a worker
+    writes it; tests/integration/test_profile.py makes real ones) is read back by the page."""
+    import json
+    import shutil
+    open_page, run_id = on_finished
+    folder = state.registry().get(run_id).run.local_dir / "profile" / "step-10"
+    folder.mkdir(parents=True)
+    try:
+        (folder / "worker-0.json").write_text(json.dumps({
+            "task": "worker-0", "start_step": 10, "steps": 5, "seconds": 0.25, "error": None,
+            "compute_s": 0.01, "collective_s": 0.03, "input_s": 0.0,
+            "top_ops": [{"op": "CollectiveReduceV2", "seconds": 0.03}]}))
+        at = open_page("monitor")
+        assert not at.exception
+        tables = [d.value for d in at.dataframe if "collective %" in d.value.columns]
+        assert len(tables) == 1, [list(d.value.columns) for d in at.dataframe]
+        table = tables[0]
+        assert list(table["task"]) == ["worker-0"] and list(table["collective %"]) == [75]
+        assert any("Latest profile" in c.value and "10" in c.value for c in at.caption)
+    finally:
+        shutil.rmtree(folder.parent)
 
 
 def _command_run(root, command: list[str]):
@@ -116,7 +142,7 @@ def _command_run(root, command: list[str]):
 def _ended_command_run(root) -> str:
     import sys
     run = _command_run(root, [sys.executable, "-c", "print('no metrics here')"])
-    assert all(s.exit_code == 0 for s in run.wait(timeout=60))
+    assert ended_well(run, run.wait(timeout=60))
     return run.run_id
 
 

@@ -10,7 +10,7 @@ import yaml
 from backend.runs.store import RunStore
 from rig import sshd
 from tests.app.conftest import errors, open_page
-from tests.conftest import HOME, processes_of, wait_for
+from tests.conftest import HOME, ended_well, processes_of, wait_for
 
 
 def test_preflight_from_the_page_over_aliases(page, alias_rows):
@@ -181,7 +181,7 @@ def two_ssh_runs(tmp_path_factory, operator_ssh, ssh_hosts, python_path):
                                         "log_every": 5, "seed": seed}})
         run = launch(cluster, job, store=RunStore(root), preflight=Preflight.SKIP)
         statuses = run.wait(timeout=240)
-        assert all(s.exit_code == 0 for s in statuses), [run.log_tail(s.name, 2000) for s in statuses]
+        assert ended_well(run, statuses), [run.log_tail(s.name, 2000) for s in statuses]
         ids.append(run.run_id)
     yield root, ids
     from console.ui import state

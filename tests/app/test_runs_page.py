@@ -1,6 +1,7 @@
 """Runs page: lists runs, makes one current, compares two; empty folder says what to do."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,24 @@ def test_list_and_make_current(on_finished):
     assert not at.exception
     assert at.session_state["run_id"] == run_id
     assert any("now the current run" in s.value for s in at.success)
+
+
+def test_an_ended_runs_goodput_is_a_sortable_column_and_its_split_adds_up(on_finished):
+    """The finished demo run: its goodput % on the Runs table is the share ``tfconsole goodput``
+    computes (a number, so the column sorts), and Compare's split of it adds up to 100 %."""
+    from backend.runs import goodput
+    from backend.runs.store import RunStore
+    open_page, run_id = on_finished
+    at = open_page("runs")
+    assert not at.exception
+    table = at.dataframe[0].value
+    shown = table.loc[table["run"] == run_id, "goodput %"].item()
+    store = RunStore(Path(os.environ["TFCONSOLE_RUNS"]))   # where on_finished points the pages
+    found = goodput.here(store.load(run_id), store.path(run_id))
+    assert found.share is not None and 0 < shown < 100 and shown == round(100 * found.share, 1)
+    split = runs_view.goodput_split(store, [run_id])
+    assert sum(row[run_id] for row in split) == pytest.approx(100, abs=0.5)
+    assert [row["cause"] for row in split if row[run_id] > 0][:1]   # some cause has time
 
 
 def test_metrics_read_back_from_the_local_mirror(tmp_path):

@@ -135,3 +135,21 @@ def test_a_sweep_typed_on_the_page_is_checked_field_by_field_and_nothing_is_star
     at.text_area(key="sweep_yaml").set_value("space: [unclosed")
     at.button[0].click().run()
     assert at.error and "not valid YAML" in at.error[0].value
+
+
+def test_the_sweeps_goodput_adds_its_trials_and_names_what_pruned_ones_took(runs_dir, monkeypatch):
+    """The aggregation only: each trial's own goodput is ``backend.runs.goodput.here`` (checked on
+    real runs in tests/faults/test_faults.py and tests/app/test_runs_page.py); here it is given."""
+    from backend.records.goodput import TRAINING, Goodput
+    from console import sweep_view
+    own = {"sweep-a-t0": Goodput(100.0, {TRAINING: 80.0}), "sweep-a-t1": Goodput(60.0, {TRAINING: 30.0}),
+           "sweep-a-t2": Goodput(40.0, {TRAINING: 10.0})}
+    monkeypatch.setattr(sweep_view.RunStore, "load", lambda self, run_id: run_id)
+    monkeypatch.setattr(sweep_view.goodput, "here", lambda state, local_dir: own[state])
+    _finished_sweep(runs_dir)
+    found, _ = sweep_view.status(runs_dir, "sweep-a")
+    said = sweep_view.goodput_line(runs_dir, found)
+    assert said.startswith("Goodput of 3 trial(s): 60% of 200 task-seconds"), said
+    assert "pruned trials took 40 task-seconds (20%)" in said, said
+    monkeypatch.setattr(sweep_view.goodput, "here", lambda state, local_dir: Goodput(0.0, {}, reported=False))
+    assert sweep_view.goodput_line(runs_dir, found) is None   # nothing reported yet: no line

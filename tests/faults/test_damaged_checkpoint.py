@@ -121,18 +121,24 @@ def test_a_damaged_checkpoint_is_passed_over_named_kept_and_refused(local_cluste
         assert (after.phase, after.attempt, after.attempts[-1].reason) == ("running", 2, None), after
         assert _pids(run) == pids and all(_alive(p) for p in pids.values()), pids
         # 3. A Stop while a restore (of the live run) starts the tasks wins, and restore says
-        # so, no traceback.
+        # so, no traceback. It restores a good step saved after the cut one: `good` is older than
+        # the last keep_checkpoints saves by now, and retention may have dropped it (a loaded CI
+        # run restored a step already gone, and the restore never started the tasks).
+        wait_for(lambda: max(c["step"] for c in checkpoints.list_checkpoints(run)) > newest, 120,
+                 "a checkpoint after the cut one")
+        after_cut = max(c["step"] for c in checkpoints.list_checkpoints(run))
         failed, pids = [], _pids(run)
 
         def restore_good() -> None:
             try:
-                restore.restore(launcher.attach(run.run_id, store=store), good)
+                restore.restore(launcher.attach(run.run_id, store=store), after_cut)
             except Exception as err:  # noqa: BLE001 - the test reads it below
                 failed.append(err)
         thread = threading.Thread(target=restore_good)
         thread.start()
-        wait_for(lambda: store.load(run.run_id).phase == "launching"
+        wait_for(lambda: failed or store.load(run.run_id).phase == "launching"
                  and all(_alive(p) and p != pids[t] for t, p in _pids(run).items()), 120, "the restore's tasks")
+        assert not failed, failed   # it failed before it started anything: not the race under test
         launcher.attach(run.run_id, store=store).stop(grace_s=3)
         thread.join(180)
         assert len(failed) == 1 and str(failed[0]).startswith(

@@ -44,7 +44,18 @@ def _kill_and_recover(run, store, victim: str, name: str) -> None:
     for task in {r["task"] for r in rows}:
         assert steps_seen(rows, task) == expected_steps([0, second.resume_step or 0]), task
     assert second.last_step == TOTAL
-    record(name, detect_s=first.ended - killed, restart_issued_s=second.started - killed,
+    # Goodput (docs/goodput.md), as `tfconsole goodput RUN --json` prints it: the whole is the
+    # record's wall-clock times its tasks, the causes add up to it, and the restart's cost is the
+    # steps the chief's own lines say were trained and then thrown away.
+    from backend import api
+    found = api.attach(run.run_id, runs=store.root).goodput()
+    assert found["total_s"] == pytest.approx((state.attempts[-1].ended - state.created) * len(state.tasks), rel=1e-6)
+    assert sum(found["causes"].values()) == pytest.approx(found["total_s"], rel=1e-6)
+    assert found["causes"]["unaccounted"] < 0.01 * found["total_s"], found
+    assert 0 < found["goodput"] < 1 and found["attempts"][0]["lost_steps"] == redone, found
+    if redone:
+        assert found["attempts"][1]["text"].startswith(f"attempt 2 lost {redone} steps ("), found
+    record(name, goodput=round(found["goodput"], 3), detect_s=first.ended - killed, restart_issued_s=second.started - killed,
            training_again_s=resumed - killed, killed_after_step=died_at,
            resumed_from=second.resume_step, steps_redone=redone, attempts=len(state.attempts))
     assert_nothing_left(run, store)

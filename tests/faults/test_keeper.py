@@ -1,7 +1,9 @@
 """The keeper's rules, with plain command jobs (no TensorFlow): quick and exact."""
 from __future__ import annotations
 
+import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -44,10 +46,32 @@ def test_user_stop_wins_over_a_pending_restart(local_cluster, store, python_path
 
 @pytest.mark.slow
 @pytest.mark.waits   # command jobs: nothing trains
+def test_a_keeper_killed_with_term_says_why_it_leaves(local_cluster, store, python_path, tmp_path):
+    """An operator's ``kill`` (or a Stop's end_keeper on a keeper too slow to leave) in a long
+    back-off: the keeper's log says it was ended, and in what phase it left the run."""
+    flag = tmp_path / "fail-now"
+    job = command_job(fail_when(flag), python_path, max_restarts=3, backoff_s=120)
+    run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    pid = detached.keeper_pid(run.local_dir)
+    flag.touch()
+    wait_phase(store, run.run_id, ("restarting",), 60)
+    os.kill(pid, signal.SIGTERM)
+    log = run.local_dir / detached.KEEPER_LOG
+    wait_for(lambda: "is restarting; keeper exits (ended by TERM)" in log.read_text(), 30,
+             "the keeper to log why it left")
+    wait_for(lambda: detached.keeper_pid(run.local_dir) is None, 30, "the keeper to exit")
+    launcher.attach(run.run_id, store=store).stop(grace_s=2)
+    assert_nothing_left(run, store)
+
+
+@pytest.mark.slow
+@pytest.mark.waits   # command jobs: nothing trains
 def test_a_stalled_run_is_restarted_then_failed(local_cluster, store, python_path):
     job = command_job(HANG, python_path, max_restarts=1, backoff_s=0.2, stall_timeout_s=3)
     run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
-    state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 60)
+    # Two attempts, each a 3 s stall, its stacks saved, its tasks stopped (TERM, then KILL): about
+    # 25 s here; 120 s bounds it on a machine as loaded as a full suite beside other work.
+    state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 120)
     assert state.phase == "failed"
     assert [a.reason.split(":")[0] for a in state.attempts] == ["stalled", "stalled"]
     assert [a.resume_step for a in state.attempts] == [None, None]   # no checkpoint: from scratch
@@ -72,6 +96,10 @@ def test_the_attempt_names_the_cause_even_when_a_casualty_shows_first(local_clus
     flag = tmp_path / "fail-now"
     job = command_job(cause_after_casualty(flag), python_path, max_restarts=0)
     run = launcher.launch(local_cluster, job, store=store, preflight=launcher.Preflight.SKIP)
+    # Only once the keeper watches: a keeper started late on a loaded machine would first look
+    # after both tasks ended, and see the cause at once (no casualty first: nothing to test).
+    log = run.local_dir / detached.KEEPER_LOG
+    wait_for(lambda: log.exists() and "keeping run" in log.read_text(), 60, "the keeper to start")
     flag.touch()
     state = wait_phase(store, run.run_id, ("failed", "finished", "stopped"), 60)
     assert state.phase == "failed" and state.attempts[0].reason.startswith("worker-0 exited(7)"), state

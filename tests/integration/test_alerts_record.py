@@ -139,3 +139,43 @@ def test_a_dead_receiver_does_not_delay_the_runs_end(local_cluster, python_path,
         pid, _, args = line.strip().partition(" ")
         if args.strip().endswith(sender):
             os.kill(int(pid), signal.SIGKILL)
+
+
+REPORTS = """import json, os, sys, time
+run = os.environ["TFCONSOLE_RUN_DIR"]
+sys.path.insert(0, os.path.join(run, "lib"))
+from tfconsole.harness.report import MetricsReporter
+if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:   # the chief writes the lines
+    r = MetricsReporter(run, os.environ["TFCONSOLE_RUN_ID"], int(os.environ["TFCONSOLE_ATTEMPT"]))
+    for step in range(1, 6):
+        r.log("worker-0", step, 1, metrics={"loss": 1.0}, global_metrics={"loss": 1.0})
+        time.sleep(0.2)
+    r.close()
+time.sleep(2)   # most of the run is not training: its goodput is low
+"""
+
+
+def test_a_run_that_ends_under_its_goodput_threshold_says_so_once(local_cluster, python_path, tmp_path, hook):
+    from backend.runs import goodput
+    receiver = hook()
+    store = RunStore(tmp_path / "runs")
+    spec = job_from_dict({"kind": "command", "command": [python_path, "-c", REPORTS],
+                          "alerts": {"webhook": receiver.url, "format": "json", "goodput_below": 0.9}})
+    run = launcher.launch(local_cluster, spec, store=store, preflight=Preflight.SKIP)
+    run.wait(timeout=60)
+    assert run.state.phase == Phase.FINISHED
+    bodies = receiver.wait(2)
+    time.sleep(1.0)   # nothing more comes
+    assert sorted(b["event"] for b in receiver.bodies) == ["finished", "low_goodput"], receiver.bodies
+    low = next(b for b in bodies if b["event"] == "low_goodput")
+    share = goodput.of(launcher.attach(run.run_id, store=store)).share
+    assert share is not None and share < 0.9
+    assert f"goodput {share:.0%} of" in low["text"] and "(alert below 90%)" in low["text"], low["text"]
+
+
+def test_a_goodput_threshold_that_is_no_share_is_refused_naming_the_field(python_path):
+    from backend.errors import ConsoleError
+    with pytest.raises(ConsoleError) as refused:
+        job_from_dict({"kind": "command", "command": [python_path, "-c", "pass"],
+                       "alerts": {"webhook": "http://127.0.0.1/hook", "goodput_below": 60}})
+    assert "alerts.goodput_below" in str(refused.value) and "share between 0 and 1" in str(refused.value)

@@ -122,11 +122,11 @@ def test_save_request_and_its_answer(local_host):
     name = remote.request_save(local_host)
     folder = Path(local_host.run_dir, layout.REQUESTS)
     assert (folder / name).read_text() == "{}" and [p.name for p in folder.iterdir()] == [name]
-    assert remote.saved_step(local_host, name) is None
+    assert remote.save_done(local_host, name) is None
     (folder / name.replace(".json", ".done")).write_text('{"step": 40}')
-    assert remote.saved_step(local_host, name) == 40
+    assert remote.save_done(local_host, name) == 40
     with pytest.raises(HostError, match="not a save request name"):
-        remote.saved_step(local_host, "../x.json")
+        remote.save_done(local_host, "../x.json")
 
 
 def test_exports_lists_finished_ones(local_host):
@@ -150,16 +150,16 @@ def test_checkpoint_actions_are_hostctl_subcommands(local_host):
     ``Refused`` naming the host, with the host's own reason."""
     for step in (10, 20):
         make_ckpt(Path(local_host.run_dir, layout.CHECKPOINTS), step)
-    hold = remote.checkpoint_hold(local_host, layout.CHECKPOINTS, None, purpose="export", ttl_s=60)
+    hold = remote.ckpt_hold(local_host, layout.CHECKPOINTS, None, purpose="export", ttl_s=60)
     assert hold["step"] == 20
-    listed = remote.checkpoint_list(local_host, layout.CHECKPOINTS)
+    listed = remote.ckpt_list(local_host, layout.CHECKPOINTS)
     assert [(c["step"], c["held"]) for c in listed] == [(10, []), (20, ["export"])]
     with pytest.raises(remote.Refused) as err:
-        remote.checkpoint_hold(local_host, layout.CHECKPOINTS, 99, purpose="restore", ttl_s=None)
+        remote.ckpt_hold(local_host, layout.CHECKPOINTS, 99, purpose="restore", ttl_s=None)
     assert err.value.host == local_host.name and err.value.reason.startswith("checkpoint step 99 is not complete")
-    assert remote.checkpoint_release(local_host, layout.CHECKPOINTS, hold["hold"]) is True
-    assert remote.checkpoint_abandon(local_host, layout.CHECKPOINTS, after=10, tag="t1", keep_hold=None) == [20]
-    assert [c["step"] for c in remote.checkpoint_abandoned(local_host, layout.CHECKPOINTS)] == [20]
+    assert remote.ckpt_release(local_host, layout.CHECKPOINTS, hold["hold"]) is True
+    assert remote.ckpt_abandon(local_host, layout.CHECKPOINTS, after=10, tag="t1", keep_hold=None) == [20]
+    assert [c["step"] for c in remote.ckpt_abandoned(local_host, layout.CHECKPOINTS)] == [20]
     assert remote.resumed(local_host, 1, ["worker-0"]) == {"resumed": {}, "ended": []}
 
 

@@ -1,4 +1,4 @@
-"""Stop on the host (``sweep.stop`` through hostctl): every group at once, KILL only for what
+"""Stop on the host (``proctree.stop`` through hostctl): every group at once, KILL only for what
 outlives INT and TERM, named in the answer; a group number reused by another program is never
 signalled (issue 27). Local transport, plain Python tasks."""
 from __future__ import annotations

@@ -6,6 +6,7 @@ hopeless trials early. The job is a tiny command job (a few reports, no TensorFl
 tested is the sweep's keeper, not training."""
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from backend.runs.store import RunStore
 from backend.sweeps import control, keeper
 from backend.sweeps.spec import sweep_from_dict
 from rig import sshd
-from tests.conftest import processes_of, ssh_task, wait_for
+from tests.conftest import processes_naming, processes_of, ssh_task, wait_for
 
 REPORT = ("import sys, tfconsole\nx = float(sys.argv[1])\n"
           "for s in range(1, 6): tfconsole.report(s, loss=1.0 / s, metrics={'val_loss': (x - 0.3) ** 2 + 1.0 / s})")
@@ -92,8 +93,7 @@ def test_stopping_a_sweep_stops_its_trials_and_leaves_nothing(ssh_hosts, client_
     for t in found["trials"]:
         run = launcher.attach(t["run_id"], store=RunStore(root), options=ssh_options)
         assert str(run.state.phase) == "stopped" and processes_of(run) == []
-    assert not [line for line in subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True,
-                                                text=True).stdout.splitlines() if sweep_id in line]
+    assert processes_naming(sweep_id) == []   # the after-stop log copies end by themselves
 
 
 def test_an_objective_the_job_never_reports_is_named_after_the_first_trial(ssh_hosts, client_key, python_path,
@@ -243,3 +243,61 @@ def test_hyperband_and_successive_halving_prune_hopeless_trials_early_and_leave_
         else:
             assert str(run.state.phase) == "finished" and record[-1][0] == STEPS
             assert t["value"] == pytest.approx(min(v for _, v in record), rel=1e-6)
+
+
+# Answers saves as a fit or harness job says it does (train.json), but takes 8 s to reach its
+# next save point after a save-stop request, as a slow fit did: a keeper killed in that window
+# has decided the prune and not yet told Optuna.
+SLOW_TO_STOP = ("import glob, os, sys, time, tfconsole\nx = float(sys.argv[1]); run = os.environ['TFCONSOLE_RUN_DIR']\n"
+                "open(os.path.join(run, 'train.json'), 'w').write('{}')\nasked = None\n"
+                f"for s in range(1, {STEPS + 1}):\n    time.sleep(0.5)\n"
+                "    tfconsole.report(s, loss=1.0 / s, metrics={'val_loss': 10 * (x - 0.3) ** 2 + 0.5 + 0.01 / s})\n"
+                "    if asked is None and glob.glob(os.path.join(run, 'requests', 'save-stop-*')):\n"
+                "        asked = time.time()\n"
+                "    while asked and time.time() - asked < 8:\n        time.sleep(0.2)\n"
+                "    if asked:\n        break\n")
+
+
+def test_a_prune_cut_off_by_a_killed_keeper_is_finished_with_its_first_step_and_reason(
+        ssh_hosts, client_key, python_path, tmp_path, ssh_options):
+    """The keeper decides a prune and asks the trial to save and stop; it is killed (kill -9)
+    while it waits for that save. The resumed keeper finishes that prune: the trial is pruned at
+    the step and with the value the first keeper named, not pruned again at a later step with
+    "every task had exited before it could save"."""
+    import os
+    import signal
+    import sqlite3
+
+    from backend import api as tfconsole
+    from backend.runs import detached
+    data = _sweep(ssh_hosts, client_key, python_path, tmp_path, [python_path, "-c", SLOW_TO_STOP, "{x}"],
+                  pruner="successive_halving", seed=7)
+    root, sweep_id = _start(data, tmp_path, ssh_options, sweep_id="sweep-cut")
+    here = control.folder(root, sweep_id)
+
+    def decided():   # the prune the keeper stored before its stop: (trial, {"step", "said"})
+        with contextlib.closing(sqlite3.connect(here / "optuna.db")) as db:
+            rows = db.execute("SELECT t.number, a.value_json FROM trial_user_attributes a "
+                              "JOIN trials t ON t.trial_id = a.trial_id WHERE a.key = 'pruned'").fetchall()
+        return rows and (rows[0][0], json.loads(rows[0][1]))
+    number, prune = wait_for(decided, 120, "a prune to be decided")
+    run_id = f"{sweep_id}-t{number}"
+    os.kill(detached.keeper_pid(here), signal.SIGKILL)   # within the job's 8 s to its save point
+    wait_for(lambda: detached.keeper_pid(here) is None, 10, "the keeper to die")
+    assert str(RunStore(root).load(run_id).phase) == "stopping"   # the stop was cut off
+    run = launcher.attach(run_id, store=RunStore(root), options=ssh_options)
+    wait_for(lambda: all(s.state == "exited" for s in run.status()), 60, "the trial's job to reach its save point and exit")
+    tfconsole.sweep_resume(sweep_id, runs=root)
+    found = _ended(root, sweep_id, 180)
+    assert found["phase"] == "finished", found
+    trial = next(t for t in found["trials"] if t["trial"] == number)
+    assert trial["state"] == "pruned" and trial["pruned_step"] == prune["step"], trial
+    assert trial["note"] == f"pruned {prune['said']}", trial
+    run.reload()
+    assert str(run.state.phase) == "stopped"
+    assert run.state.attempts[-1].reason == f"pruned by the sweep {prune['said']}"
+    said = f"at step {prune['step']} (val_loss {dict(_val_losses(tmp_path, run_id))[prune['step']]:.6g})"
+    assert prune["said"] == said   # the value in the chief's own file at that step
+    assert len([t for t in found["trials"] if t["counted"]]) == 4
+    for t in found["trials"]:
+        assert processes_of(launcher.attach(t["run_id"], store=RunStore(root), options=ssh_options)) == []

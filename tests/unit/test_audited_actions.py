@@ -94,3 +94,18 @@ def test_a_runs_alert_settings_are_in_its_launch_line_with_the_url_masked(tmp_pa
     assert (line["action"], line["outcome"]) == ("launch", "ok")
     assert line["args"]["alerts"] == {"webhook": "https://hooks.example.org/***", "format": "json"}
     assert "secret-path" not in (tmp_path / audit.FILE).read_text()
+
+
+def test_a_profile_is_for_the_runs_owner_or_an_admin_and_refused_before_any_host_is_asked(runs, monkeypatch):
+    from backend import profiles
+    from backend.hosts import remote
+    asked = []
+    monkeypatch.setattr(remote, "request_profile", lambda host, steps: asked.append(steps) or "profile-1.json")
+    state = SimpleNamespace(owner={"name": "bob"}, live=False, phase="finished")
+    run = SimpleNamespace(local_dir=str(runs / "r1"), run_id="r1", state=state)
+    with identity.acting_as(CAROL), pytest.raises(roles.AccessDenied, match="viewer: profile"):
+        profiles.profile(run, 5)
+    with identity.acting_as(BOB), pytest.raises(profiles.RunError, match="not training"):
+        profiles.profile(run, 5)   # allowed, but the run has ended: said, nothing asked
+    assert asked == []
+    assert lines(runs) == [("carol@example.org", "profile", "refused"), ("bob", "profile", "refused")]

@@ -61,7 +61,7 @@ def test_status_imports_the_hosts_but_no_sweeps_training_or_pages(tmp_path):
 
 
 def test_sweep_status_reads_a_sweeps_trials_without_optuna(tmp_path):
-    from backend.config.fields import write_yaml
+    from backend.config.yaml_files import write_yaml
     from backend.sweeps import control
     from tests.unit.test_sweep_trials import data_of, filled
     here = control.folder(tmp_path, "s1")   # a finished sweep, its study holding 8 trials

@@ -9,7 +9,8 @@ from backend.config.spec import RestartPolicy
 from backend.diagnosis import diagnose
 from backend.records.decision import (CASUALTY_WAIT_S, Clocks, Kind, Membership, Seen, advance, cause, decide,
                                       decide_membership, decide_restart, decide_start_failure, gone)
-from backend.records.outcome import KeyChange, TaskPhase, TaskStatus, conclude
+from backend.records.outcome import (AFTER_THE_CHIEF, CHIEF_DONE_GRACE_S, KeyChange, TaskPhase, TaskStatus,
+                                     conclude)
 
 R, X, E, U, Q = TaskPhase.RUNNING, TaskPhase.EXITED, TaskPhase.EXITED, TaskPhase.UNREACHABLE, TaskPhase.QUEUED
 H2, H3 = "127.0.0.2", "127.0.0.3"
@@ -73,6 +74,23 @@ POLLS = [
      f"worker-0 ({H2}) and worker-1 ({H3}) lost each other: heartbeats timed out both ways"),
     ("a worker that lost the chief while the chief runs: a casualty, wait for the cause",
      [chief(R), worker(E, 1, diagnose.HEARTBEAT_LOST)], 0, None, Kind.WAIT, "worker-1 exited(1)"),
+    # A finished run ends in bounded time: the chief exited 0 (its steps and last save are done);
+    # a peer after that only shuts down, retrying heartbeats to the chief's closed port.
+    ("the chief finished; a peer still shuts down within the grace",
+     [chief(X, 0, ended_ago_s=CHIEF_DONE_GRACE_S - 1), worker(R)], 0, None, Kind.GO_ON, ""),
+    ("the chief finished; a peer runs on past the grace: stopped, the run finished",
+     [chief(X, 0, ended_ago_s=CHIEF_DONE_GRACE_S + 1), worker(R)], 0, None, Kind.FINISHED,
+     f"{AFTER_THE_CHIEF} (worker-1 still shutting down 16 s after it: stopped)"),
+    ("the chief finished; how long ago is unknown: the peer is not stopped",
+     [chief(X, 0), worker(R)], 0, None, Kind.GO_ON, ""),
+    ("the chief finished; a peer lost it as it ended: no failure, no restart",
+     [chief(X, 0, ended_ago_s=2.0), worker(E, 1, diagnose.HEARTBEAT_LOST)], 0, None, Kind.FINISHED,
+     f"{AFTER_THE_CHIEF} (worker-1 lost the chief as it ended)"),
+    ("the chief finished; a peer failed with its own error: a failure",
+     [chief(X, 0, ended_ago_s=60.0), worker(E, 1, "ValueError: bad batch")], 0, None, Kind.END_ATTEMPT,
+     "worker-1 exited(1)"),
+    ("the chief finished; a peer's host does not answer: no verdict on it yet",
+     [chief(X, 0, ended_ago_s=60.0), worker(U, why=NOT_ANSWERING)], 30, None, Kind.WAIT, "no answer from worker-1"),
     # issue 56 item 6: a changed host key: held for the operator, however long, never a failure.
     ("a host key CHANGED mid-run: held, with both fingerprints and the fix",
      [chief(R), worker(U, why="host key CHANGED", key_change=KEY)], 3600, None, Kind.WAIT,
@@ -94,6 +112,8 @@ def test_each_poll_decides_what_the_keeper_does(case, statuses, waited, idle, ki
     decision = decide(seen, clocks, POLICY)
     assert decision.kind == kind, decision
     assert reason in decision.reason, decision.reason
+    # A finished attempt whose peer runs on is stopped before it is recorded; no other is.
+    assert decision.stop_rest == (kind == Kind.FINISHED and any(s.state == R for s in statuses))
 
 
 def test_the_first_poll_of_a_wait_says_so_once_and_backs_off_only_for_a_host():

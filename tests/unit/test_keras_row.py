@@ -18,7 +18,7 @@ TASKS = ("chief-0", "worker-0")
 
 def test_columns_name_every_metric_for_training_and_validation():
     cols = meeting_layout(("loss", "accuracy"))
-    assert cols.cols == ("task_index", "step_time", "save_flag", "next_sync",
+    assert cols.cols == ("task_index", "step_time", "save_flag", "next_sync", "profile_steps",
                           "loss/total", "loss/count", "accuracy/total", "accuracy/count",
                           "val_loss/total", "val_loss/count", "val_accuracy/total",
                           "val_accuracy/count")

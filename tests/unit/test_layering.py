@@ -91,6 +91,7 @@ FLOORS = (
     {"backend.access"},
     {"backend.records"},
     {"backend.checkpoints", "backend.engines"},
+    {"backend.profiles"},   # a profile waits as Save now does (checkpoints.attempt_ended)
     {"backend.runs"},
     {"backend.sweeps"},   # a sweep launches ordinary runs
     {"backend.api", "backend.cli"},

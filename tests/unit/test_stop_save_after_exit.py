@@ -46,7 +46,7 @@ def test_a_save_answered_by_a_chief_that_then_exited_is_the_stops_step(tmp_path,
     """The chief answers, then exits: the step is read once more after every task has exited."""
     run, _ = _with_chief_folder(tmp_path)
     answers = iter([None, 140])
-    monkeypatch.setattr(remote, "saved_step", lambda host, name: next(answers, 140))
+    monkeypatch.setattr(remote, "save_done", lambda host, name: next(answers, 140))
     run.stop(save=True, save_grace_s=30)
     assert run.saved_step == 140
     assert run.store.load("r1").attempts[-1].reason == "stopped: saved at step 140 on every worker"
@@ -55,7 +55,7 @@ def test_a_save_answered_by_a_chief_that_then_exited_is_the_stops_step(tmp_path,
 def test_a_save_stop_with_its_own_reason_keeps_it_before_the_save_and_a_second_stop_finds_the_step(tmp_path, monkeypatch):
     """A sweep prunes with a reason of its own: the record says why, then what the save did."""
     run, _ = _with_chief_folder(tmp_path)
-    monkeypatch.setattr(remote, "saved_step", lambda host, name: 19)
+    monkeypatch.setattr(remote, "save_done", lambda host, name: 19)
     run.stop(save=True, reason="pruned by the sweep at step 18 (val_loss 0.52)")
     assert run.store.load("r1").attempts[-1].reason == ("pruned by the sweep at step 18 (val_loss 0.52): "
                                                         "saved at step 19 on every worker")

@@ -137,3 +137,19 @@ def test_transport_kind_is_what_local_check_uses():
     c = cluster(("chief", "127.0.0.1", 2000, {"transport": "local"}),
                 ("worker", "127.0.0.2", 2000, {"transport": "ssh"}))
     assert c.tasks[1].transport is TransportKind.SSH and not levels(c, "error")
+
+
+@pytest.mark.parametrize("addresses, role, index, name, chief", [
+    ({"chief": ["a:1"], "worker": ["b:1", "c:1"]}, "worker", 0, "worker-0", False),
+    ({"chief": ["a:1"], "worker": ["b:1"]}, "chief", 0, "chief-0", True),
+    ({"worker": ["b:1", "c:1"]}, "worker", 0, "worker-0", True),    # no chief entry: worker 0 is
+    ({"worker": ["b:1", "c:1"]}, "worker", 1, "worker-1", False),
+])
+def test_the_one_reader_gives_back_the_place_the_builder_wrote(addresses, role, index, name, chief):
+    """The harness and the client library read TF_CONFIG with one function; what build() wrote,
+    place() reads back: the task's name, every listed task chief first, who is chief."""
+    from backend.client.harness import tf_config_doc
+    where = tf_config_doc.place(json.dumps(tf_config_doc.build(addresses, role, index)))
+    listed = [f"{r}-{i}" for r in ("chief", "worker") for i in range(len(addresses.get(r, [])))]
+    assert (where.task, list(where.tasks), where.is_chief) == (name, listed, chief)
+    assert where.tasks[where.task_index] == name

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from backend.config.fields import MAX_YAML_BYTES, show_value, load_yaml_text
+from backend.config.values import show_value
+from backend.config.yaml_files import MAX_YAML_BYTES, load_yaml_text
 from backend.errors import ConsoleError, SpecError
 from backend.config.spec import cluster_from_dict, load_cluster, load_job
 from backend.config.kinds import load_any_cluster

@@ -1,57 +1,69 @@
-"""What the chief writes at each sync point: the metrics lines and TensorBoard's scalars."""
+"""What the chief writes at a sync point, for every job kind: each worker's metric line
+(``report.py``), then TensorBoard's scalars of what the lines kept (``tb.py``). The harness's
+session and the client library's ``report`` (fit scripts through the Keras callback, custom
+loops) both write through one ``ChiefWriter``.
+
+Standard library only until the first scalar: ``tb.py`` loads TensorFlow, so it is imported
+there, and only where TensorFlow is loaded already (a plain script's ``report`` stays standard
+library only and writes no scalars). The validation run's writer is made when the first
+validation value arrives.
+"""
 from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 
-from . import layout
-from . import report
-from . import rows
-from . import step_probe
-from . import tb
+from . import layout, metric_line, report
+from .rows import VAL_PREFIX
+
+FIGURES = ("step_time", "examples_per_sec", "input_wait", "first_batch")   # per task, any of them
 
 
 class ChiefWriter:
-    def __init__(self, run_dir: str, run_id: str, attempt: int, tasks: tuple,
-                 layout_: rows.Layout, *, validation: bool):
-        self.tasks, self.layout = tasks, layout_
+    def __init__(self, run_dir: str, run_id: str, attempt: int) -> None:
+        self.folder = os.path.join(run_dir, layout.TENSORBOARD)
         self.reporter = report.MetricsReporter(run_dir, run_id, attempt)
-        folder = os.path.join(run_dir, layout.TENSORBOARD)
-        self.tb = tb.ScalarWriter(folder)
-        self.tb_val = tb.ScalarWriter(os.path.join(folder, tb.VALIDATION)) if validation else None
+        self.tb: dict = {}   # "train", "val" -> tb.ScalarWriter, made at their first points
 
-    def write(self, step, epoch, gathered, per_task, glob):
-        """Every worker's line (report.py) and TensorBoard's points for one sync step."""
-        now = time.time()
-        for task in self.tasks:
-            if task not in gathered.rows:
-                continue
-            self.reporter.log(
-                task, step, epoch, metrics=per_task[task], global_metrics=glob,
-                step_time=gathered.figure(task, "step_time"),
-                examples_per_sec=gathered.figure(task, "examples_per_sec", rows.mean),
-                now=now, input_wait=gathered.figure(task, "input_wait"),
-                first_batch=_first_hash([r["first_batch"] for r in gathered.rows[task]]))
-        self._tensorboard(step, gathered, per_task, glob)
+    def write(self, step: int, epoch: int, tasks, per_task: dict, glob: dict,
+              figures: dict | None = None) -> dict:
+        """One line per task in ``tasks`` (its named values ``per_task[task]``, the loss among
+        them, and the global values ``glob``), with ``figures[task]`` (``FIGURES``), and the
+        sync point's blocked time (``report.BLOCKED``) on every line; then the scalars. Returns
+        task -> the line written."""
+        now, blocked = time.time(), report.BLOCKED.take()
+        figures = figures or {}
+        written = {task: self.reporter.log(task, step, epoch, metrics=per_task[task], global_metrics=glob,
+                                           now=now, blocked=blocked, **figures.get(task, {}))
+                   for task in tasks}
+        self._tensorboard(step, written, {t: figures.get(t, {}).get("step_time", math.nan) for t in written})
+        return written
 
-    def _tensorboard(self, step, gathered, per_task, glob):
-        """``<metric>/<task>`` and ``<metric>/global`` (tb.points); validation in its own run."""
-        times = {task: gathered.figure(task, "step_time") if task in gathered.rows else math.nan
-                 for task in self.tasks}
-        train, val = tb.points(self.tasks, self.layout.metrics, per_task, glob, times)
-        self.tb.write(step, train)
-        if self.tb_val and val:
-            self.tb_val.write(step, val)
+    def _tensorboard(self, step: int, written: dict, times: dict) -> None:
+        """``<metric>/<task>`` and ``<metric>/global`` (tb.points) of the values the lines kept;
+        validation values in their own run."""
+        if not written or "tensorflow" not in sys.modules:
+            return
+        from . import tb
+        tasks = list(written)
+        per_task = {t: line.get(metric_line.MINE, {}) for t, line in written.items()}
+        glob = written[tasks[-1]].get(metric_line.GLOBAL, {})
+        names = [metric_line.LOSS, *sorted({n for m in per_task.values() for n in m
+                                            if n != metric_line.LOSS and not n.startswith(VAL_PREFIX)})]
+        train, val = tb.points(tasks, names, per_task, glob, times)
+        if "train" not in self.tb:
+            self.tb["train"] = tb.ScalarWriter(self.folder)
+        self.tb["train"].write(step, train)
+        if val:
+            if "val" not in self.tb:
+                self.tb["val"] = tb.ScalarWriter(os.path.join(self.folder, tb.VALIDATION))
+            self.tb["val"].write(step, val)
 
     def close(self) -> None:
         self.reporter.close()
-        self.tb.close()
-        if self.tb_val:
-            self.tb_val.close()
+        for writer in self.tb.values():
+            writer.close()
+        self.tb.clear()
 
-
-def _first_hash(values: list) -> float | None:
-    """The first replica's batch hash for the metrics line; None where none was taken."""
-    taken = [v for v in values if v != step_probe.NO_FP]
-    return taken[0] if taken else None

@@ -1,5 +1,5 @@
 """List complete checkpoints in a folder. Standard library only: the backend imports it to list
-checkpoints cheaply, and the launcher runs it over SSH as ``python ckpt_index.py DIR``.
+checkpoints cheaply, and a host runs it as ``python -S RUN/lib ckpt_index DIR`` (one JSON list).
 
 A checkpoint ``ckpt-<step>`` is COMPLETE only when both ``ckpt-<step>.index`` and
 ``ckpt-<step>.meta.json`` exist: TensorFlow writes the ``.index`` last, and the harness writes the
@@ -147,7 +147,7 @@ def remove_partial(directory: str, step: int) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python ckpt_index.py DIR", file=sys.stderr)
+        print("usage: python RUN/lib ckpt_index DIR", file=sys.stderr)
         return 2
     json.dump(list_complete(argv[0]), sys.stdout)
     sys.stdout.write("\n")

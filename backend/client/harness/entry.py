@@ -17,8 +17,9 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 
 
 def argv(module: str, *args: str, site: bool = False) -> list[str]:
-    """A new process running ``harness/<module>.py``'s ``__main__`` block. ``site=False`` adds
-    ``-S``: no site-packages, a fast start for the standard-library-only modules."""
+    """A new process running the harness module ``module``'s ``__main__`` block (``python -m
+    PACKAGE.harness.module``). ``site=False`` adds ``-S``: no site-packages, a fast start for the
+    standard-library-only modules."""
     return [sys.executable, *(() if site else ("-S",)), "-m", f"{_PACKAGE}.{module}", *args]
 
 

@@ -1,4 +1,4 @@
-"""Export a checkpoint: ``python <run>/harness/export.py --run-dir RUN [--job JOB.py] [--step S]
+"""Export a checkpoint: ``python RUN/lib export --run-dir RUN [--job JOB.py] [--step S]
 [--name NAME] [--formats savedmodel,keras]``. Runs on the chief host, no strategy, CPU only.
 
 The model comes from the harness job module (``build_model``) or, for a command job (no
@@ -12,9 +12,9 @@ RUN/exports/<name>/. Never overwrites: an existing name is refused, as is a chec
 complete (``EXPORT REFUSED: ...``, nothing attempted). Any other failure (``EXPORT FAILED: ...``)
 removes only its own tmp folder.
 
-``hostctl.py export`` runs this file and relays its answer: hostctl's protocol (its docstring),
-exit 0 with the result as the last stdout line, or exit ``FAILED`` with ``{"error", "missing"}``;
-the error's last line also goes to stderr, after any traceback.
+``hostctl export`` runs this module in a child process and relays its answer: hostctl's protocol
+(its docstring), exit 0 with the result as the last stdout line, or exit ``FAILED`` with
+``{"error", "missing"}``; the error's last line also goes to stderr, after any traceback.
 
 The chosen checkpoint is held (``retention.pin``) from the moment it is chosen until this process
 ends, so the training's retention cannot delete it mid-export. The process runs with small thread
@@ -35,7 +35,7 @@ import time
 os.environ["CUDA_VISIBLE_DEVICES"] = ""   # before TensorFlow loads: export never needs a GPU
 
 from . import ckpt_index, entry, jobs, layout, retention, tfload, train_info
-from . import hostctl   # the protocol: FAILED and the answer's shape
+from . import host_commands   # the protocol: FAILED and the answer's shape
 
 TOLERANCE = 1e-5
 FORMATS = ("savedmodel", "keras")
@@ -406,7 +406,7 @@ def main(argv=None) -> int:
 def failed(error: str) -> int:
     print(error, file=sys.stderr, flush=True)
     print(json.dumps({"error": error, "missing": False}), flush=True)
-    return hostctl.FAILED
+    return host_commands.FAILED
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ DEFAULTS = {
     "collective_timeout_s": 60,
     "startup_timeout_s": 30,    # give up when peers are still unreachable this long (startup.py)
     "resume_data": "skip",      # on resume: "skip" consumed batches, or "reseed" the data
-    "stop_on_nan": False,       # stop every worker at the first NaN or Inf loss (harness/health.py)
+    "stop_on_nan": False,       # stop every worker at the first NaN or Inf loss (harness/nonfinite.py)
     "bare": False,              # benchmark switch: no gather, metrics, checkpoints or logs
     "pace_s": 0.0,              # sleep after each step: a long demo (or a test) leaves the cores to others
     "preempt_grace_s": 25.0,    # from SIGTERM/SIGUSR2 to saved and exited (harness/preempt.py); under Slurm's KillWait 30 s

@@ -5,43 +5,25 @@ harness runs its own loop: ``strategy.run`` + ``tf.nn.compute_average_loss`` in 
 """
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
 
 from . import jobs
-from . import layout
 from . import rows
 from . import step_probe
 from . import taskenv
-
-@dataclass(frozen=True)
-class Cluster:
-    task: str            # this task's name, e.g. "worker-1"
-    tasks: tuple         # every task's name, chief first
-    is_chief: bool
-
-    @property
-    def task_index(self) -> int:
-        return self.tasks.index(self.task)
+from . import tf_config_doc
 
 
-def cluster_from_env(environ=os.environ) -> Cluster:
-    """Read TF_CONFIG; no TF_CONFIG means a single worker called ``worker-0``."""
-    cfg = json.loads(environ.get("TF_CONFIG") or "{}")
-    spec = cfg.get("cluster") or {}
-    task = cfg.get("task") or {"type": "worker", "index": 0}
-    role, index = task["type"], int(task.get("index", 0))
-    if role not in ("chief", "worker"):
-        raise ValueError(f"TF_CONFIG task type {role!r}: the harness runs chief and worker tasks")
-    tasks = tuple(layout.task_name(r, i) for r in ("chief", "worker")
-                  for i in range(len(spec.get(r, [])))) or ("worker-0",)
-    # Without a chief entry, worker 0 is the chief (MultiWorkerMirroredStrategy's rule).
-    is_chief = role == "chief" or (role == "worker" and index == 0 and not spec.get("chief"))
-    return Cluster(task=layout.task_name(role, index), tasks=tasks, is_chief=is_chief)
+def cluster_from_env(environ=os.environ) -> tf_config_doc.Place:
+    """This task's place from TF_CONFIG (``tf_config_doc.place``); the harness runs chief and
+    worker tasks only."""
+    where = tf_config_doc.place(environ.get("TF_CONFIG"))
+    if where.role not in tf_config_doc.LISTED_ROLES:
+        raise ValueError(f"TF_CONFIG task type {where.role!r}: the harness runs chief and worker tasks")
+    return where
 
 
 def make_strategy():
@@ -145,7 +127,7 @@ def learning_rate_reader(optimizer):
 
 
 def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int,
-                    layout_: rows.Layout, *, metrics_fn=None, wait_total=None):
+                    layout_: rows.Columns, *, metrics_fn=None, wait_total=None):
     """Two tf.functions over the same step: ``train_step(iterator)`` returns this worker's
     per-replica state (``layout_.state_cols``: the step's mean loss and 1, each metric's total
     and count); ``train_step_sync(iterator, row)`` takes the window's row (rows.py) and returns
@@ -215,7 +197,7 @@ def make_train_step(strategy, model, optimizer, loss_fn, global_batch_size: int,
     return train_step, train_step_sync
 
 
-def make_eval_steps(strategy, model, loss_fn, layout_: rows.Layout, *, metrics_fn=None):
+def make_eval_steps(strategy, model, loss_fn, layout_: rows.Columns, *, metrics_fn=None):
     """Validation: ``eval_step(iterator)`` returns this worker's per-replica state of one
     batch (loss and metrics as total and count of examples); ``eval_step_gather(iterator,
     row)`` adds its batch to the row (rows.py's rule) and gathers every replica's row."""
@@ -256,7 +238,7 @@ def window_state(strategy, outputs: list, width: int) -> np.ndarray:
     return total
 
 
-def gather_rows(strategy, step_fn, iterator, layout_: rows.Layout, values: dict) -> list:
+def gather_rows(strategy, step_fn, iterator, layout_: rows.Columns, values: dict) -> list:
     """Run a step that gathers ``layout_`` rows (the row in: ``values`` by column); return
     every replica's row in the cluster."""
     gathered = step_fn(iterator, tf.constant(layout_.vector(values), dtype=tf.float32))
@@ -264,6 +246,6 @@ def gather_rows(strategy, step_fn, iterator, layout_: rows.Layout, values: dict)
     return [layout_.read(r) for r in matrix]
 
 
-def state_values(layout_: rows.Layout, state) -> dict:
+def state_values(layout_: rows.Columns, state) -> dict:
     """``{state column: value}`` from a state vector (``layout_.state_cols`` order)."""
     return dict(zip(layout_.state_cols, (float(v) for v in state)))

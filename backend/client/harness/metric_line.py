@@ -9,7 +9,9 @@ worker per sync point in RUN/metrics.jsonl::
      "input_wait", "first_batch",              # the harness's input checks (optional)
      "metrics": {"loss": 0.29, "accuracy": 0.91, "val_loss": 0.31, ...},   # this worker's
      "global":  {"loss": 0.28, "accuracy": 0.90, "val_loss": 0.30, "learning_rate": 0.001, ...},
-     "left_out": ["m64", ...]}                 # optional: names the writer left out (below)
+     "left_out": ["m64", ...],                 # optional: names the writer left out (below)
+     "blocked": {"save": 1.2, "validation": 3.4}}   # optional: seconds the chief's training
+                                                    # stood still for these since its last line
 
 What the values mean (docs/job-contract.md, "Metrics"): a worker's value is that worker's own
 over the window since the previous line (its share of the data); a global value is computed
@@ -21,7 +23,7 @@ watch/lines.py, through ``legacy_loss``) take the loss from either place.
 
 Names are nested under "metrics"/"global", so a metric called "step" cannot clash with a line
 field. A name is 1-64 printable characters; a line carries at most MAX_NAMES of them. The writer
-never refuses a line, so a script's metrics never end its training (issue 56): it keeps the
+never refuses a line, so a script's metrics never end its training: it keeps the
 first MAX_NAMES usable names in the order given (the loss first), leaves out the rest (a bad
 name, a value that is not a number, a name past the limit), prints once why, and lists each
 name it left out in ``left_out`` on the first line of that task that left it out (at most
@@ -41,12 +43,14 @@ MAX_NAMES = 64      # per line and per worker; a run's store keeps at most MAX_N
 # Top-level fields a line may carry; "metrics" and "global" hold the named values.
 FIELDS = ("run_id", "attempt", "task", "step", "epoch", "time",
           "step_time", "examples_per_sec", "input_wait", "first_batch", "metrics", "global",
-          "left_out")
+          "left_out", "blocked")
 FLOATS = ("time", "step_time", "examples_per_sec", "input_wait", "first_batch")   # numbers or null
 MINE, GLOBAL = "metrics", "global"     # the named values: this worker's, and global
 LEFT_OUT = "left_out"                  # names the writer left out (kept, module docstring)
 # Older lines' top-level loss fields, and where their value lives now.
 LEGACY = {LOSS: (MINE, LOSS), "global_loss": (GLOBAL, LOSS)}
+BLOCKED = "blocked"                    # {kind: seconds} training stood still since the last line
+BLOCKED_KINDS = ("save", "validation")  # checkpoint saves (every kind), validation (harness, fit)
 
 
 def name_problem(name) -> str | None:
@@ -66,7 +70,7 @@ def kept(values, *, limit: int = MAX_NAMES) -> tuple[dict[str, float], list[tupl
     """The writer's sort, which never raises: the first ``limit`` usable ``{name: float}`` of
     ``values`` in the order given, and ``(name as shown, why)`` for each entry left out (a bad
     name, a value that is not a number, a name past ``limit``). NaN and Inf are kept (the
-    console flags them). A script's metrics must never end its training (issue 56)."""
+    console flags them). A script's metrics must never end its training."""
     if values is None:
         return {}, []
     if not isinstance(values, Mapping):
@@ -144,25 +148,50 @@ class Line:
     step_time: float = math.nan
     examples_per_sec: float = math.nan
     skipped: int = 0        # named entries that were not usable
+    blocked: dict = field(default_factory=dict)   # kind -> seconds since the last line (BLOCKED)
+
+
+STEP_BOUND = 2 ** 62   # |step| and |attempt| below it: readers hold them in int64 beside a sentinel
+
+
+def whole(value) -> bool:
+    """An int (not a bool, not a float) within STEP_BOUND: what a step and an attempt must be."""
+    return type(value) is int and abs(value) < STEP_BOUND
+
+
+def usable(obj) -> bool:
+    """The one rule every reader (``parse``, watch/metrics.py's columns, watch/lines.py's arrow
+    path) applies to a line: an object whose task is a string and whose step is ``whole``."""
+    return isinstance(obj, dict) and type(obj.get("task")) is str and whole(obj.get("step"))
 
 
 def parse(obj) -> Line | None:
-    """A parsed line, or None where ``obj`` has no task name or no integer step."""
-    if not isinstance(obj, dict):
+    """A parsed line, or None where ``obj`` is not ``usable``."""
+    if not usable(obj):
         return None
-    task, step = obj.get("task"), obj.get("step")
-    if type(task) is not str or type(step) is not int or abs(step) >= 2 ** 62:
-        return None
+    task, step = obj["task"], obj["step"]
     mine, bad_mine = named(obj.get(MINE))
     glob, bad_glob = named(obj.get(GLOBAL))
     mine, glob = _legacy(mine, obj, MINE), _legacy(glob, obj, GLOBAL)
     attempt, epoch = obj.get("attempt"), obj.get("epoch")
-    return Line(task=task, step=step, attempt=attempt if type(attempt) is int else 0,
+    return Line(task=task, step=step, attempt=attempt if whole(attempt) else 0,
                 epoch=epoch if type(epoch) is int else None,
                 time=_float(obj.get("time"), math.nan), metrics=mine, global_=glob,
                 step_time=_float(obj.get("step_time"), math.nan),
                 examples_per_sec=_float(obj.get("examples_per_sec"), math.nan),
-                skipped=bad_mine + bad_glob)
+                skipped=bad_mine + bad_glob, blocked=_blocked(obj.get(BLOCKED)))
+
+
+def _blocked(value) -> dict:
+    """The known kinds' finite, non-negative seconds; anything else is left out."""
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for kind in BLOCKED_KINDS:
+        seconds = _float(value.get(kind))
+        if seconds is not None and math.isfinite(seconds) and seconds >= 0:
+            out[kind] = seconds
+    return out
 
 
 def _legacy(values: dict, obj: dict, key: str) -> dict:

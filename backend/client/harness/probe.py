@@ -2,7 +2,7 @@
 
 The launcher sends this file's source as ``python -c SOURCE --port P --workdir D --peers JSON`` so
 it works before anything has been copied to the host. It prints one JSON object as its last line.
-One probe serves every task of a host (issue 37): ``--port`` and ``--workdir`` may repeat, and
+One probe serves every task of a host: ``--port`` and ``--workdir`` may repeat, and
 ``ports`` and ``workdirs`` answer each (``port`` and ``workdir``: the first one's).
 
 ``--peers`` lists (name, TF_CONFIG address) pairs: the workers dial those, not the console, so

@@ -2,8 +2,8 @@
 
 The line's fields and name rules are metric_line.py's; this is their only writer.
 
-The harness uses it, and so can a bring-your-own training script (examples/byo_script.py): copy
-this file next to the script or put the run's harness/ folder on sys.path. Only the chief writes;
+The harness uses it, and so can a bring-your-own training script (examples/byo_script.py): put
+the run's ``RUN/lib`` on sys.path and import ``tfconsole.harness.report``. Only the chief writes;
 each line is flushed at once because the watch agent tails the file live.
 """
 from __future__ import annotations
@@ -15,6 +15,26 @@ import sys
 import time
 
 from . import layout, metric_line
+
+
+class Blocked:
+    """Seconds the chief's training stood still since its last sync point's lines, by kind
+    (``metric_line.BLOCKED_KINDS``): whoever saves or validates adds, the writer of a sync
+    point's lines takes (and so resets) them once for all of that point's lines."""
+
+    def __init__(self) -> None:
+        self.seconds: dict = {}
+
+    def add(self, kind: str, seconds: float) -> None:
+        if kind in metric_line.BLOCKED_KINDS and seconds > 0:
+            self.seconds[kind] = self.seconds.get(kind, 0.0) + float(seconds)
+
+    def take(self) -> dict:
+        out, self.seconds = {k: round(v, 4) for k, v in self.seconds.items()}, {}
+        return out
+
+
+BLOCKED = Blocked()   # one per process: the chief's saves and validations, whatever the job kind
 
 
 class MetricsReporter:
@@ -35,7 +55,7 @@ class MetricsReporter:
     def log(self, task: str, step: int, epoch: int, *, metrics: dict, global_metrics: dict,
             step_time: float = math.nan, examples_per_sec: float = math.nan,
             now: float | None = None, input_wait: float | None = None,
-            first_batch: float | None = None) -> dict:
+            first_batch: float | None = None, blocked: dict | None = None) -> dict:
         """One worker's line. ``metrics``: this worker's named values (the loss is one of them,
         ``loss``); ``global_metrics``: the global values (metric_line.py says what both mean).
         Never raises for what they hold: what ``metric_line.kept`` leaves out is said once on
@@ -55,6 +75,8 @@ class MetricsReporter:
             line["input_wait"] = round(float(input_wait), 4)
         if first_batch is not None:
             line["first_batch"] = int(first_batch)
+        if blocked:   # the same window for every worker's line of this sync point
+            line[metric_line.BLOCKED] = dict(blocked)
         if mine:
             line[metric_line.MINE] = mine
         if glob:

@@ -1,6 +1,6 @@
 """The rows workers exchange at a sync point, read by column name. Standard library only.
 
-A row is a flat float vector (it rides in a collective); ``Layout`` names its columns and
+A row is a flat float vector (it rides in a collective); ``Columns`` names them and
 ``Row`` reads one back, so nothing counts indexes. A layout has plain head columns (task index,
 timings, flags) and, per metric, its state: ``<name>/total`` and ``<name>/count``.
 
@@ -26,11 +26,12 @@ LOSS = metric_line.LOSS
 # Head columns of a training sync row. first_batch goes in as a flag (1: hash this batch) and
 # comes out as the hash (step_probe.maybe_fingerprint); learning_rate comes out of the step.
 SYNC_HEAD = ("task_index", "step_time", "examples_per_sec", "save_flag", "input_wait",
-             "first_batch", "learning_rate")
+             "first_batch", "learning_rate", "profile_steps")
 VAL_HEAD = ("task_index",)     # a validation row: the task, then the states
 # Head columns of a fit script's or a custom loop's meeting (client/sync.py): the step each
-# worker proposes for the next one, as those meet on a schedule of their own.
-MEETING_HEAD = ("task_index", "step_time", "save_flag", "next_sync")
+# worker proposes for the next one, as those meet on a schedule of their own. profile_steps: the
+# chief's profile ask (harness/profiling.py), 0 on every other worker.
+MEETING_HEAD = ("task_index", "step_time", "save_flag", "next_sync", "profile_steps")
 VAL_PREFIX = "val_"
 # Names the harness itself writes: a metrics_fn entry of that name would hide one of them.
 RESERVED = (LOSS, metric_line.LEARNING_RATE, "step_time")
@@ -45,7 +46,7 @@ def count_col(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Layout:
+class Columns:
     head: tuple
     metrics: tuple          # "loss" first, then the job's metrics in its order
     prefixes: tuple = ("",)   # ("", "val_"): each metric's state for training and validation
@@ -96,23 +97,23 @@ class Layout:
         return [by_task[i] for i in sorted(by_task)]
 
 
-def sync_layout(metric_names=()) -> Layout:
-    return Layout(SYNC_HEAD, (LOSS, *metric_names))
+def sync_layout(metric_names=()) -> Columns:
+    return Columns(SYNC_HEAD, (LOSS, *metric_names))
 
 
-def val_layout(metric_names=()) -> Layout:
-    return Layout(VAL_HEAD, (LOSS, *metric_names))
+def val_layout(metric_names=()) -> Columns:
+    return Columns(VAL_HEAD, (LOSS, *metric_names))
 
 
-def meeting_layout(metric_names=()) -> Layout:
+def meeting_layout(metric_names=()) -> Columns:
     """A ``fit`` script's or a custom loop's row: each metric for training and validation."""
-    return Layout(MEETING_HEAD, tuple(metric_names), ("", VAL_PREFIX))
+    return Columns(MEETING_HEAD, tuple(metric_names), ("", VAL_PREFIX))
 
 
 @dataclass(frozen=True)
 class Row:
     values: dict
-    layout: Layout | None = None
+    layout: Columns | None = None
 
     def __getitem__(self, col: str) -> float:
         return self.values[col]
@@ -141,7 +142,7 @@ class Folded:
         return how(r[col] for r in self.rows[task])
 
 
-def fold(rows: list[Row], tasks: tuple, layout: Layout) -> Folded:
+def fold(rows: list[Row], tasks: tuple, layout: Columns) -> Folded:
     """Per task and global values from every replica's row (a worker may have several)."""
     by_task: dict = {}
     for r in rows:
@@ -150,7 +151,7 @@ def fold(rows: list[Row], tasks: tuple, layout: Layout) -> Folded:
     return Folded(values=values, global_=_values(rows, layout), rows=by_task)
 
 
-def _values(rows: list[Row], layout: Layout) -> dict:
+def _values(rows: list[Row], layout: Columns) -> dict:
     out = {}
     for name in layout.metrics:
         total = sum(r.state(name)[0] for r in rows)

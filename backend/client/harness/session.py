@@ -9,7 +9,8 @@ import keras
 import tensorflow as tf
 
 from . import (chief_writer, ckpt, ckpt_index, deadline, jobs, layout, loop, metric_line, nonfinite,
-               preempt, requests_dir, retention, rows, startup, step_probe, train_info, validation)
+               preempt, profiling, report, requests_dir, retention, rows, startup, step_probe, train_info,
+               validation)
 
 
 class Session:
@@ -26,6 +27,7 @@ class Session:
         self.preempted: int | None = None   # the step saved on a preemption signal
         self.versions = nonfinite.write_versions(self.run_dir, self.task)
         self.health = nonfinite.Watch(self.run_dir, is_chief=cluster.is_chief, stop=bool(params["stop_on_nan"]))
+        self.profiler = profiling.Profiler(self.run_dir, self.task, cluster.is_chief)
 
     # ---- set up -----------------------------------------------------------------------------
     def _setup(self):
@@ -132,9 +134,7 @@ class Session:
                          params=self.p, versions=self.versions, global_batch_size=self.gbs)
 
     def _open_writers(self):
-        self.writer = chief_writer.ChiefWriter(
-            self.run_dir, self.args.run_id, self.args.attempt, self.cluster.tasks, self.layout,
-            validation=self.validator is not None)
+        self.writer = chief_writer.ChiefWriter(self.run_dir, self.args.run_id, self.args.attempt)
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self) -> dict:
@@ -159,6 +159,7 @@ class Session:
                     if not self.bare:
                         self.since_sync.append(out)
                 bound.step_done()
+                self.profiler.tick(step)
                 if self.pace:
                     time.sleep(self.pace)
                 if t_clock is None and self._scheduled(step):
@@ -169,6 +170,7 @@ class Session:
                 loop.window_state(self.strategy, [out], len(self.layout.state_cols))
         finally:
             bound.close()
+            self.profiler.close(step if self.total > self.start else self.start)
         if self.cluster.is_chief and not self.bare and self.preempted is None and self.total > self.start:
             # A save-now request that came after the last sync point: the last step's checkpoint
             # (always saved, _save_due) holds the weights it asked for, so it answers it.
@@ -210,14 +212,20 @@ class Session:
         """One step that also gathers every worker's row; then validate, report, maybe save."""
         head = self._window(step)
         pending, head["save_flag"] = self._requests()
+        head["profile_steps"] = self.profiler.flag()
         gathered = rows.fold(
             loop.gather_rows(self.strategy, self.train_step_sync, self.iterator, self.layout, head),
             self.cluster.tasks, self.layout)
+        self.profiler.begin(step, [r["profile_steps"] for rs in gathered.rows.values() for r in rs],
+                            first=step <= self.start + 1)
         # A worker that got a preemption signal raises the flag to preempt.FLAG (2): save and
         # exit. Every worker sees the same flags, so all skip the validation alike.
         save_now, preempting = preempt.decide(r["save_flag"] for rs in gathered.rows.values() for r in rs)
+        t_val = time.monotonic()
         val = (self.validator.run(self.cluster.task_index, self.cluster.tasks)
                if self._val_due(step) and not preempting else None)
+        if val is not None and self.cluster.is_chief:   # goodput's validation (docs/goodput.md)
+            report.BLOCKED.add("validation", time.monotonic() - t_val)
         per_task, glob = self._named(gathered, val)
         self._report(step, gathered, per_task, glob, first=bool(head["first_batch"]),
                      validated=val is not None)
@@ -281,7 +289,12 @@ class Session:
             self._check_same_data(step, {t: [r["first_batch"] for r in rs]
                                          for t, rs in gathered.rows.items()})
         if self.cluster.is_chief:
-            self.writer.write(step, epoch, gathered, per_task, glob)
+            tasks = [t for t in self.cluster.tasks if t in gathered.rows]
+            self.writer.write(step, epoch, tasks, per_task, glob, {t: {
+                "step_time": gathered.figure(t, "step_time"),
+                "examples_per_sec": gathered.figure(t, "examples_per_sec", rows.mean),
+                "input_wait": gathered.figure(t, "input_wait"),
+                "first_batch": _first_hash([r["first_batch"] for r in gathered.rows[t]])} for t in tasks})
         # Every value is checked; those only global (the learning rate) under "global".
         only_global = {k: v for k, v in glob.items() if k not in mine}
         self.health.check(step, {**per_task, "global": only_global}, self.versions)
@@ -292,6 +305,8 @@ class Session:
         path = self.ckpt.save(step, self._epoch(step), losses, glob)
         why = " (preemption)" if preempting else " (save-now request)" if save_now else ""
         print(f"[{self.task}] saved checkpoint {path}{why}", flush=True)
+        if self.cluster.is_chief:   # on the next line: goodput's checkpoint saves
+            report.BLOCKED.add("save", time.monotonic() - t_save)
         if self.cluster.is_chief and save_now:
             requests_dir.mark_done(pending, step)
         if preempting:
@@ -324,3 +339,8 @@ class Session:
                 "attempt": self.args.attempt, "step": step, "same_data": groups,
                 "time": time.time()})
 
+
+def _first_hash(values: list) -> float | None:
+    """The first replica's batch hash for the metrics line; None where none was taken."""
+    taken = [v for v in values if v != step_probe.NO_FP]
+    return taken[0] if taken else None

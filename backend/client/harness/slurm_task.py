@@ -1,4 +1,4 @@
-"""One Slurm task: ``srun ... python -S slurm_task.py run --run-dir RUN --tf-port P -- ARGV``.
+"""One Slurm task: ``srun ... python -S RUN/lib slurm_task run --run-dir RUN --tf-port P -- ARGV``.
 
 The batch script starts this on every task of its ``srun`` step. It builds the task's
 TF_CONFIG from the step's ``SLURM_*`` variables (slurm_env.py, with the same builder the console
@@ -196,6 +196,11 @@ def probe(run_dir: str, job: str, names: list[str]) -> dict:
             # exit code 0 read as this job's made a restored attempt "finished" before its tasks
             # started, and the keeper cancelled it. This job's wrapper replaces them as it starts.
             found = {"info": None, "exit": None}
+        if found["exit"] is not None:   # how long ago, on this host's clock
+            try:
+                found["ended_ago_s"] = max(0.0, time.time() - os.stat(layout.task_file(run_dir, name, "exit")).st_mtime)
+            except OSError:
+                pass
         tasks[name] = found
     try:
         requeued = json.loads(_read(os.path.join(run_dir, REQUEUED)) or "null")

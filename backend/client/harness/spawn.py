@@ -1,6 +1,6 @@
 """Start, inspect and stop one run's tasks on this host. Standard library only; Linux.
 
-``hostctl.py`` (the host-side command line) calls these on every host, over SSH or as a local
+``hostctl`` (the host-side command line) calls these on every host, over SSH or as a local
 subprocess, so the same code manages processes everywhere.
 
 Why a supervisor: every task runs under a small supervisor process that is the leader of a new
@@ -8,7 +8,7 @@ session and process group. The task inherits that group, so stopping the group s
 and anything it spawned, and no wrapper can leave an orphan behind (docs/facts.md #7). The
 supervisor ignores SIGTERM so it can record the task's exit code after the task has stopped.
 What leaves the group (a ``setsid`` daemon) still carries the task's mark (``taskenv.GROUP``): the stop
-(``sweep.py``) finds it by that.
+(``proctree.py``) finds it by that.
 """
 from __future__ import annotations
 
@@ -139,9 +139,9 @@ def start(run: str, task: str, argv: list[str], env: dict, cwd: str = ".") -> su
     if env.get("PYTHONPATH") and os.environ.get("PYTHONPATH"):   # the host's own entries still count
         env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     # The supervisor and everything the task starts inherit it, even what leaves the group
-    # (setsid): how a stop finds them all (sweep.py). Set last: a job's env cannot change it.
+    # (setsid): how a stop finds them all (proctree.py). Set last: a job's env cannot change it.
     env[taskenv.GROUP] = _mark(run, task)
-    # Temporary files inside the run folder, gone with the task (supervise, sweep.stop): TensorFlow
+    # Temporary files inside the run folder, gone with the task (supervise, proctree.stop): TensorFlow
     # leaves its autograph files behind at an os._exit (layout.task_tmp). Set last, as the mark.
     env["TMPDIR"] = layout.fresh_task_tmp(run, task)
     # The environment goes to the supervisor directly, never on a command line `ps` would show.
@@ -224,7 +224,16 @@ def status_one(run: str, task: str) -> dict:
     code = _exit_code(run, task) if code is None else code
     if code is None:
         return {**info, "state": "lost"}
-    return {**info, "state": "exited", "exit_code": code}
+    return {**info, "state": "exited", "exit_code": code, "ended_ago_s": _ended_ago(run, task)}
+
+
+def _ended_ago(run: str, task: str) -> float | None:
+    """Seconds since the task's exit code was written, on this host's clock at both ends: the
+    console compares it with no clock of its own (a skewed console clock cannot shorten it)."""
+    try:
+        return max(0.0, time.time() - os.stat(layout.task_file(run, task, "exit")).st_mtime)
+    except OSError:
+        return None
 
 
 def _got_past(run: str, task: str, info: dict) -> dict:

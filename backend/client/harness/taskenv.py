@@ -23,7 +23,7 @@ LR_SCALE = "TFCONSOLE_LR_SCALE"                    # multiply the learning rate 
 GLOBAL_BATCH_SIZE = "TFCONSOLE_GLOBAL_BATCH_SIZE"  # the global batch this attempt uses (harness jobs)
 
 # Every process of a task, even one that left its group (setsid): "<abs run dir>:<task>", how a
-# stop finds them all (spawn.py sets it, sweep.py looks for it).
+# stop finds them all (spawn.py sets it, proctree.py looks for it).
 GROUP = "TFCONSOLE_GROUP"
 
 

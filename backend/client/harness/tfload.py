@@ -11,7 +11,7 @@ imports sklearn, scipy or pandas still gets it. Keras then takes a DataFrame or 
 (``np.asarray``): ``model.predict(frame)`` still works (tests/harness/test_units.py).
 
 Python's cyclic garbage collector ran 876 times during that import (6 full passes over the 350,000
-objects it ends with), a fifth of the import's CPU (perf, issue 38), though an import makes no
+objects it ends with), a fifth of the import's CPU (perf), though an import makes no
 garbage worth finding. It is off while TensorFlow loads, and what the import made is then frozen
 (``gc.freeze``: kept out of every later pass, never freed, as a module is anyway), so the
 collections while the job builds and traces its model skip those objects too: 0.4 CPU-s less a

@@ -60,7 +60,7 @@ def stop(run: str, tasks: list[str], grace_s: float = spawn.KILL_AFTER_S,
     scope.wait_gone(strays, GONE_WAIT_S)
     killed |= scope.kill_stuck_groups(run)
     scope.wait_gone({}, GONE_WAIT_S)
-    late, left = _sweep(run, tasks, spare)
+    late, left = _look_and_end(run, tasks, spare)
     last = scope.all_members()
     out = {task: {"pgid": infos[task]["pgid"] if task in infos else None, "found": found.get(task, 0),
                   "killed": task in killed | late,
@@ -104,7 +104,7 @@ class _Scope:
         return self.all_members().get(task, [])
 
     def all_members(self) -> dict[str, list[int]]:
-        """Every task's live group members, from one pass over /proc (issue 37: a pass per task
+        """Every task's live group members, from one pass over /proc (a pass per task
         and per poll was most of a host's stop with four tasks there)."""
         wanted = {info["pgid"] for info in self.infos.values()}
         if not wanted:
@@ -161,7 +161,7 @@ class _Scope:
         return killed
 
 
-def _sweep(run: str, tasks: list[str], spare: set[int]) -> tuple[set[str], dict]:
+def _look_and_end(run: str, tasks: list[str], spare: set[int]) -> tuple[set[str], dict]:
     """Look for marked processes again and KILL them, until a look finds none (at most SWEEPS
     looks): the tasks that had some, and what the last look still found."""
     killed: set[str] = set()
