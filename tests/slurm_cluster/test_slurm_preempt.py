@@ -33,21 +33,27 @@ def test_the_time_limit_signal_saves_the_current_step_and_the_next_job_resumes_f
 
 def test_a_real_time_limit_signals_ahead_and_the_next_job_resumes_from_the_last_step_ran(
         slurm_cluster, tmp_path, python_path):
-    """No scancel: Slurm itself sends USR2 ``preempt_grace_s`` (25 s) ahead of a 1-minute limit.
-    Slurm sends it up to a minute early (its event resolution), so this costs about 1.5-2.5 min:
-    the first job's minute, then the second job's start; the run is stopped once it resumed."""
+    """No scancel: Slurm itself sends USR2 ``preempt_grace_s`` ahead of the time limit. Slurm
+    sends it up to a minute early (its event resolution), so a 1-minute limit with a 25 s lead
+    could signal at once, before a loaded machine's tasks have even imported TensorFlow (the
+    signal is then ignored, by design, and the limit's TERM kills tasks still starting). Here a
+    2-minute limit and a 10 s lead (the synthetic job saves in under a second): the signal comes
+    50-110 s after the job starts. Costs about 2.5-3.5 min; the run is stopped once it resumed."""
     store = RunStore(tmp_path / "runs")
-    cluster = slurm_spec(tmp_path, python_path, time_limit="1")
+    cluster = slurm_spec(tmp_path, python_path, time_limit="2")
     # No periodic checkpoint: the step resumed from can only be the one saved on the signal.
     job = harness_job(max_restarts=0, steps_per_epoch=100000, checkpoint_every=0, log_every=10,
-                      pace_s=0.03)
+                      pace_s=0.03, preempt_grace_s=10)
     run = launcher.launch(cluster, job, store=store)
 
     def resumed():
         state = store.load(run.run_id)
+        if not state.live:   # say why at once, not after the whole wait
+            raise AssertionError(f"the run ended: {state.phase} {state.attempts} "
+                                 f"{run.log_tail('chief-0')}")
         return len(state.attempts) >= 2 and state.phase == "running" and state
 
-    state = wait_for(resumed, 240, "a second Slurm job after the time limit's signal")
+    state = wait_for(resumed, 300, "a second Slurm job after the time limit's signal")
     first, second = state.attempts[:2]
     assert first.reason.startswith("preempted: saved at step ") and "(SIGUSR2" in first.reason, first
     wait_for(lambda: any(r["attempt"] == second.number for r in metrics(run)), 120,
