@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from backend.diagnosis import diagnose
 from backend.errors import ArtifactError, HostError, RunError
-from backend.client.harness import layout, metric_line
+from backend.client.harness.contract import layout, metric_line
 from backend.hosts import remote
 from backend.access import audit
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from backend.access import audit
 from backend.checkpoints import Run, attempt_ended
-from backend.client.harness import profiling
+from backend.client.harness.contract import profiling
 from backend.errors import ConsoleError, RunError
 from backend.hosts import remote
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 from backend import checkpoints, profiles
 from backend.errors import ArtifactError, ConsoleError, SpecError
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 from backend.runs import restore as run_restore
 from backend.records import project
 from backend.runs.launcher import Preflight, launch

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from backend.config import tfconfig
 from backend.errors import ConsoleError, SpecError, SpecErrors
-from backend.client.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
+from backend.client.harness.contract import JOB_DEFAULTS as HARNESS_DEFAULTS
 from backend.hosts.resolve import tf_hosts
 from backend.config.spec import ClusterSpec, JobSpec, cluster_from_dict, job_from_dict
 

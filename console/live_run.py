@@ -3,6 +3,10 @@
 No Streamlit here. A ``LiveRun`` is shared by every browser session (it lives in a
 ``st.cache_resource`` registry), so everything it changes goes through its lock, and the
 monitor's background thread only fills the thread-safe ``MetricsStore`` and its own getters.
+
+Why one file of this size: the console's shared state of a live run (``LiveRun``), its start-up
+progress and the registry that shares both across browser sessions go through one lock discipline;
+keeping them together keeps that discipline in one place.
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backend.client.harness import layout, train_info
+from backend.client.harness.contract import layout, train_info
 from backend.errors import ConsoleError, RunError
 from backend.hosts import remote
 from console.background import Actions

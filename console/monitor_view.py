@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from backend.diagnosis import data_checks, health
 from backend.diagnosis import stacks
 from backend.profiles import per_step
-from backend.client.harness import metric_line
+from backend.client.harness.contract import metric_line
 from backend.config.spec import RestartMode
 from backend.watch import summary
 from backend.watch.metrics import task_order

@@ -1,4 +1,9 @@
-"""Command line: ``python -m backend --help``. Exit 0 on success; otherwise one line saying why."""
+"""Command line: ``python -m backend --help``. Exit 0 on success; otherwise one line saying why.
+
+Why one file of this size: the parser of every command and the small commands' bodies: one file
+whose ``--help`` tree a reader can see at once; commands with bodies of their own (sweep, audit,
+checkpoints, goodput, profile, tensorboard) have their own files.
+"""
 from __future__ import annotations
 
 import argparse

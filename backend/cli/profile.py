@@ -20,7 +20,8 @@ def cmd_profile(a) -> int:
 
 
 def add_command(add) -> None:
-    from backend.client.harness.profiling import DEFAULT_STEPS, MAX_STEPS
+    from backend.client.harness.contract import profiling
+    DEFAULT_STEPS, MAX_STEPS = profiling.DEFAULT_STEPS, profiling.MAX_STEPS
     s = add("profile", cmd_profile, "profile every worker of a live run for N steps (TensorFlow's profiler)")
     s.add_argument("run")
     s.add_argument("--steps", type=int, default=DEFAULT_STEPS,

@@ -33,7 +33,7 @@ LOG = "tensorboard.log"   # TensorBoard's own output, in the run's local folder 
 def copy_events(run) -> tuple[Path, int, int]:
     """Copy what is new of the chief's event files into the run's local ``tensorboard/``:
     (that folder, files that grew, bytes copied)."""
-    from backend.client.harness import layout
+    from backend.client.harness.contract import layout
     from backend.hosts import remote
     dest = run.local_dir / layout.TENSORBOARD
     changed, fetched = remote.fetch_new(run.remote(run.state.chief.name), layout.TENSORBOARD, dest)
@@ -163,7 +163,7 @@ def _copy_quietly(run) -> bool:
 
 
 def _first_copy(run) -> Path:
-    from backend.client.harness import layout
+    from backend.client.harness.contract import layout
     dest = run.local_dir / layout.TENSORBOARD
     try:
         dest, changed, fetched = copy_events(run)

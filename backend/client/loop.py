@@ -35,6 +35,10 @@
 
 Outside a console run the loop does nothing: ``run`` is ``strategy.run``, ``step`` returns its
 value, the manager is left alone.
+
+Why one file of this size: ``Loop`` is what a user imports and reads (``tfconsole.Loop``): its one
+class keeps the own-loss rule, the sync point, saves and the stop in the order a step meets them,
+so a user reads one file to know what their loop does.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from backend.client.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
+from backend.client.harness.contract import JOB_DEFAULTS as HARNESS_DEFAULTS
 from backend.config.slurm_spec import SlurmSpec
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, Role
 from backend.config.tfconfig import Finding, finding, raise_errors, require_valid as _require_cluster

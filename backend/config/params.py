@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Mapping
 
-from backend.client.harness.jobs import BEST_MODES
-from backend.client.harness.metric_line import name_problem
+from backend.client.harness.contract import BEST_MODES
+from backend.client.harness.contract import name_problem
 from backend.config.values import each_entry, is_int, show_value
 from backend.errors import SpecError
 

@@ -7,6 +7,11 @@ allow-lists of characters rather than deny-lists. The dataclasses validate thems
 field paths (``tasks[1].tf_port``) and report every problem at once. Cross-task checks (duplicate
 ports, several chiefs, loopback mixed with remote hosts) live in ``backend.config.tfconfig.check_cluster``,
 because a form wants them as findings it can show, not as a refusal to load.
+
+Why one file of this size: the specs and their dict (YAML) forms stay together so that a field
+added to a dataclass is added to its loader and writer in the same screen (tests/unit round-trips
+every field); the value parsers, job parameters, YAML bounds and host-list imports each have a file
+of their own (values.py, params.py, yaml_files.py, host_lists.py).
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from typing import Mapping, Sequence
 
 
 from backend.alerts import settings as alert_settings
-from backend.client.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
+from backend.client.harness.contract import JOB_DEFAULTS as HARNESS_DEFAULTS
 from backend.errors import SpecError, SpecErrors
 
 

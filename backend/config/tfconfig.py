@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 from backend.errors import SpecError, SpecErrors
-from backend.client.harness import tf_config_doc
+from backend.client.harness.contract import tf_config_doc
 from backend.config.spec import ClusterSpec, Role, TransportKind
 
 # TensorFlow lists chief and workers in "cluster"; an evaluator only learns its own task entry.

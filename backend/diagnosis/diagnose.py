@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 
 _KERAS_FIT = re.compile(r"Attempt to convert a value \(PerReplica")
 _PEER_DIED = re.compile(r"Collective ops is aborted|UnavailableError|"

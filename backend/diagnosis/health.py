@@ -12,7 +12,7 @@ import json
 
 from backend.hosts import remote
 from backend.errors import ConsoleError
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import RunOnHosts, task_host
 

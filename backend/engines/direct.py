@@ -19,7 +19,7 @@ from backend.config import tfconfig
 from backend.config.values import landing_name
 from backend.engines.base import Capabilities, RunView, Started, StopReport
 from backend.errors import HostError, HostKeyChanged, MultiHostError
-from backend.client.harness import layout, taskenv
+from backend.client.harness.contract import layout, taskenv
 from backend.hosts.resolve import tf_addresses
 from backend.hosts.pool import Pool, failures, parallel
 from backend.hosts.tasks import by_host, task_host

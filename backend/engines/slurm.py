@@ -23,7 +23,7 @@ from backend.hosts import remote
 from backend.engines.base import Capabilities, RunView, Started, StopReport
 from backend.engines.direct import bundle
 from backend.errors import ConsoleError, HostError
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 from backend.hosts.pool import Pool
 from backend.records.outcome import TaskPhase, TaskStatus, key_change
 from backend.records.state import Attempt, Phase, RunState, TaskState, check_run_id

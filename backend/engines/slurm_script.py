@@ -25,7 +25,7 @@ import shlex
 
 from backend.engines.direct import task_argv, task_cwd   # the same harness command line as on SSH hosts
 from backend.errors import SpecError
-from backend.client.harness import layout, preempt, taskenv
+from backend.client.harness.contract import layout, preempt, taskenv
 from backend.config.slurm_spec import FLAG_OPTIONS, SlurmSpec
 from backend.config.spec import JobKind, JobSpec
 

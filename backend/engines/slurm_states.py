@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, replace
 
 from backend.diagnosis import diagnose
-from backend.client.harness import preempt
+from backend.client.harness.contract import preempt
 from backend.records.outcome import TaskPhase, TaskStatus
 
 _PAIR = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s[A-Za-z][\w/:]*=|\s*$)")

@@ -23,6 +23,10 @@ The exit codes, read here and nowhere else (hostctl's docstring says what it ans
 - anything else: ``HostError`` with the stderr tail.
 
 Every ``HostError`` names the host (a ``Result`` carries it).
+
+Why one file of this size: a short client per host command (25 of them, each a few lines of typed
+answer and error), beside the one ``_call`` they all go through: one file to read what the console
+asks a host and what it gets back.
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ from pathlib import Path
 from typing import Iterator
 
 from backend.errors import HostError
-from backend.client.harness import host_commands, layout
+from backend.client.harness.contract import host_commands, layout
 from backend.hosts.base import Result, Stream, Transport
 
 CHUNK = 8 << 20        # bytes per read or write call: a slow link still answers within TIMEOUT_S

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from backend.diagnosis import diagnose
 from backend.errors import HostKeyChanged
-from backend.client.harness import preempt
+from backend.client.harness.contract import preempt
 
 PREEMPTED = "preempted"   # an attempt's reason starts so: every task saved and exited on a signal
 # ... so: the chief finished and saved; the rest only shut down (``after_the_chief``).

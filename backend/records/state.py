@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from backend.errors import RunError
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")   # \Z: no trailing newline
 

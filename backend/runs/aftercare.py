@@ -26,7 +26,7 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
-from backend.client.harness import taskenv
+from backend.client.harness.contract import taskenv
 from backend.hosts.ssh import SSHOptions
 
 DEADLINE_S = 300.0   # each host command has its own timeout; this bounds the whole process

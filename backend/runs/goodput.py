@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from backend.client.harness import layout, metric_line
+from backend.client.harness.contract import layout, metric_line
 from backend.errors import ConsoleError
 from backend.records import goodput
 from backend.watch import chief_metrics

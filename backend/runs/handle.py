@@ -4,6 +4,11 @@ Every reader settles: ``settle()`` reads the tasks' statuses, and when the attem
 (``outcome.conclude``) records how, under the run's lock. A run whose restart policy is
 ``on_failure`` is settled by its keeper instead; a reader that finds that keeper dead starts a
 new one, so no run is left live with nothing watching it.
+
+Why one file of this size: ``Run`` is the one handle every reader holds (the console, the CLI, the
+keeper, the Python API): status, settle, stop, logs and the monitor read the same record under the
+same lock, so its methods stay one class; what they decide is in records/ (outcome, decision) and
+what they run on hosts in hosts/remote.py.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from backend.hosts import remote
 from backend.engines.base import Engine, StopReport
 from backend.engines import engine_for, tasks_view
 from backend.errors import ConsoleError, MultiHostError, RunError
-from backend.client.harness import layout, metric_line, preempt
+from backend.client.harness.contract import layout, metric_line, preempt
 from backend.hosts.pool import Pool, make_transport
 from backend.hosts.tasks import by_host, task_host
 from backend.records.outcome import (PREEMPTED, REQUEUED, Conclusion, TaskPhase, TaskStatus, Verdict, all_queued,

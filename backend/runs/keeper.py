@@ -33,6 +33,11 @@ that cannot start (a host's run folder gone, as after a reboot that emptied /tmp
 does not answer) for as long as a host has to answer (the longer of ``unreachable_grace_s`` and
 ``host_gone_s``) ends it ``failed`` saying why. Every other error is logged, and the next poll
 tries again.
+
+Why one file of this size: the keeper's one class carries out what ``records.decision`` decides
+(stop the attempt, back off, start the next one, hold, move to a spare, log why); its methods share
+one poll loop's state (the attempt under way, its clocks, the life watch), so they stay together.
+The decisions themselves, the part worth testing as tables, live outside it.
 """
 from __future__ import annotations
 
@@ -46,12 +51,12 @@ import traceback
 from dataclasses import dataclass
 
 from backend.alerts import outbox
-from backend.client.harness import metric_line
+from backend.client.harness.contract import metric_line
 from backend.hosts import remote
 from backend.diagnosis import stacks
 from backend.runs.attempts import begin_attempt
 from backend.errors import ConsoleError, DiskFullError, RunError
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.engines.direct import harness_bundle

@@ -21,7 +21,7 @@ from backend.runs import detached, record
 from backend.access import audit, identity
 from backend.records import project
 from backend.runs.attempts import begin_attempt
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.runs.handle import Run

@@ -23,7 +23,7 @@ from pathlib import Path
 from backend import checkpoints
 from backend.config import jobfit
 from backend.config.spec import JobKind, ShrinkMode, cluster_from_dict
-from backend.client.harness import layout, taskenv
+from backend.client.harness.contract import layout, taskenv
 from backend.hosts import remote
 from backend.hosts.preflight import run_preflight
 from backend.runs.handle import Run

@@ -11,7 +11,7 @@ from pathlib import Path
 from backend.checkpoints import (CHOICE_TTL_S, Hold, abandon_after, host_name, list_checkpoints, pin,
                                  release)
 from backend.errors import ArtifactError
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 from backend.hosts import remote
 from backend.runs import detached, restorable, resume
 from backend.runs.attempts import begin_attempt

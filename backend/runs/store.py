@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator
 
 from backend.alerts import settings as alert_settings
 from backend.errors import DiskFullError, RunError
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 from backend.files import FULL, write_private
 from backend.access import audit, roles, viewing
 from backend.records.state import RUN_ID, Phase, RunState, check_run_id, from_json

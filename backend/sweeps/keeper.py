@@ -17,7 +17,7 @@ from pathlib import Path
 
 from optuna.trial import TrialState
 
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 from backend.errors import ConsoleError
 from backend.files import read_dict
 from backend.hosts import remote

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
-from backend.client.harness.jobs import DEFAULTS as HARNESS_DEFAULTS
-from backend.client.harness.metric_line import name_problem
+from backend.client.harness.contract import JOB_DEFAULTS as HARNESS_DEFAULTS
+from backend.client.harness.contract import name_problem
 from backend.config.values import show_value, unknown_keys
 from backend.config.params import module_param_keys
 from backend.config.yaml_files import read_yaml

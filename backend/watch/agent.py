@@ -30,6 +30,10 @@ Events, one JSON object per line:
 Offsets always point just past the last line sent, so a reader that commits a batch when its
 ``offsets`` event arrives and restarts the agent with them sees every line exactly once.
 Checkpoints, exports and exits are re-sent on every start; the reader de-duplicates them.
+
+Why one file of this size: standalone (one file shipped alone, standard library and watchdog only),
+so it cannot share helpers with the console: its tailing, framing, GPU sampling and watchdog wake-
+ups live here together.
 """
 from __future__ import annotations
 

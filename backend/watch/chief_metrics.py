@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from backend.client.harness import layout, metric_line
+from backend.client.harness.contract import layout, metric_line
 from backend.errors import ConsoleError
 from backend.files import write_private
 from backend.hosts import remote

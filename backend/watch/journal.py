@@ -20,7 +20,9 @@ import os
 import time
 from typing import IO, Iterator
 
-from backend.client.harness.layout import METRICS
+from backend.client.harness.contract import layout
+
+METRICS = layout.METRICS   # the mirror keeps the run folder's name for it
 
 OFFSETS_FILE = "watch_offsets.json"
 MIRROR_DIR = "watch_mirror"

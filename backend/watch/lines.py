@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from backend.client.harness import metric_line
+from backend.client.harness.contract import metric_line
 from backend.watch.metrics import NAMED, records_to_columns
 from backend.watch.named_series import fold_loss
 

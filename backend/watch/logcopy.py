@@ -24,7 +24,7 @@ from typing import Callable
 
 from backend.hosts import remote
 from backend.errors import ConsoleError
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 from backend.hosts.pool import Pool
 from backend.hosts.tasks import RunOnHosts, place, task_host
 

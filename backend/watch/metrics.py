@@ -24,6 +24,10 @@ Records arrive per (task, attempt) in step order (the chief writes them so). A r
 the latest step of its (task, attempt) is a replay and is dropped; a record of a newer attempt (the
 job restarted from a checkpoint) cuts that task's series back to before its step, so the curve
 shows what the resumed run did.
+
+Why one file of this size: one lock and one memory budget govern every series of the store (the
+columns, each task's series, the named metrics' share), so the store, its columns and its thinning
+rules are one file; the chart helpers at its end (downsample, ema) are the store's readers.
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from backend.client.harness import metric_line
+from backend.client.harness.contract import metric_line
 from backend.watch.named_series import NAMED, NamedSeries, fold_loss, named_columns
 
 FIELDS = ("step", "time", "loss", "step_time", "examples_per_sec")

@@ -6,6 +6,10 @@ batch, then go to the local mirror, the store and the deques together, and the o
 A batch cut short by a broken stream is dropped and sent again by the restarted agent, so every
 line lands exactly once. Nothing here touches Streamlit: pages read the getters, which return
 copies.
+
+Why one file of this size: one monitor thread reads one event stream and commits a batch at a time
+to the mirror, the store and the log deques together; the chief's agent, the GPU-only agents of
+other hosts and the reconnect back-off are that one thread's loop.
 """
 from __future__ import annotations
 

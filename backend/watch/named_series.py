@@ -13,7 +13,7 @@ from typing import Mapping
 
 import numpy as np
 
-from backend.client.harness import metric_line
+from backend.client.harness.contract import metric_line
 
 NAMED = (metric_line.MINE, metric_line.GLOBAL)   # a line's named values: columns of dicts (or None) per row
 VALUE = ("step", "time", "value")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backend.client.harness import metric_line
+from backend.client.harness.contract import metric_line
 from backend.watch.chief_metrics import kept_path
 from backend.watch.journal import METRICS, MIRROR_DIR, line_blocks
 from backend.watch.lines import parse_metric_block

@@ -19,7 +19,7 @@ import streamlit as st
 
 from backend.checkpoints import CHOICE_TTL_S, Hold
 from backend.errors import ArtifactError, ConsoleError
-from backend.client.harness import layout
+from backend.client.harness.contract import layout
 from backend.hosts.ssh import SSHOptions
 from backend.runs.store import RunStore, default_root
 from backend.config.spec import DEFAULT_PORTS, cluster_to_dict, default_cluster, default_job, job_to_dict

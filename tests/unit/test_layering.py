@@ -169,3 +169,46 @@ def test_only_the_engines_and_the_specs_tell_the_cluster_kinds_apart():
                 if names & {"SlurmSpec", "ClusterSpec"}:
                     wrong.append(f"{rel}:{node.lineno}")
     assert wrong == [], wrong
+
+
+CONTRACT = "backend.client.harness.contract"
+
+
+def host_package_imports(source: str) -> list[str]:
+    """Every import of the host package (``backend.client``) in ``source``, at any depth, but of
+    its contract: what the console side may not do."""
+    import ast
+    wrong = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            targets = [node.module] if node.module not in ("backend", "backend.client", "backend.client.harness") \
+                else [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        wrong += [f"{node.lineno} {t}" for t in targets
+                  if (t == "backend.client" or t.startswith("backend.client.")) and t != CONTRACT]
+    return wrong
+
+
+def test_the_console_side_imports_only_the_contract_of_the_host_package():
+    """What crosses the wire is declared in one module (backend/client/harness/contract.py): the
+    console side (backend outside backend/client, console, pages) imports nothing else of the
+    host package, so a change on one side of the wire that the other side must know shows there."""
+    wrong = []
+    for path in sorted([*(ROOT / "backend").rglob("*.py"), *(ROOT / "console").rglob("*.py"),
+                        *(ROOT / "pages").rglob("*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith("backend/client/"):
+            wrong += [f"{rel}:{w}" for w in host_package_imports(path.read_text())]
+    assert wrong == [], wrong
+
+
+def test_the_contract_check_sees_a_reach_past_the_contract():
+    assert host_package_imports("from backend.client.harness import layout")
+    assert host_package_imports("def f():\n    from backend.client.harness.jobs import DEFAULTS\n")
+    assert host_package_imports("import backend.client.harness.spawn")
+    assert host_package_imports("from backend.client import reporting")
+    assert not host_package_imports("from backend.client.harness.contract import layout, metric_line")
+    assert not host_package_imports("from backend.errors import SpecError")

@@ -20,6 +20,10 @@ The chosen checkpoint is held (``retention.pin``) from the moment it is chosen u
 ends, so the training's retention cannot delete it mid-export. The process runs with small thread
 pools and a raised nice value (``--threads``, ``--nice``): it shares the chief's cores with the
 training, and bench/export_during_training.py measures what it costs the training.
+
+Why one file of this size: one host command, run on the chief with the standard library and
+TensorFlow only: export, its fresh-process reload check and the checkpoint check share the model-
+building and comparing steps, and a host gets no other module to share them through.
 """
 from __future__ import annotations
 
