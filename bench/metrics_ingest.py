@@ -6,7 +6,7 @@ Measurements:
          with pyarrow's JSON reader (the default for big batches) and once with the standard
          library only (json.loads of the batch joined into one array);
   e2e:   the same file already on disk when the agent starts (a console catching up on a long
-         run): agent.py -> pipe -> RunMonitor -> store, until the store holds every record.
+         run): the watch agent -> pipe -> RunMonitor -> store, until the store holds every record.
 
 With ``--metrics N`` every line also carries N named metrics per worker and N global values
 (issue 34): run ``--metrics 0`` and ``--metrics 10`` side by side.

@@ -2,9 +2,9 @@
 1,000,000 lines (64 workers x 15,625 steps, 225 MiB), until every record is in its store.
 
 Measured, each ``--rounds`` times (median printed):
-  agent:  agent.py alone, its events read from the pipe and thrown away, until the offsets
+  agent:  the watch agent (harness/watch.py) alone, its events read from the pipe and thrown away, until the offsets
           event that reaches the end of the file (the chief's share of the work);
-  e2e:    agent.py -> pipe -> RunMonitor (journal mirror + parse + store), until the store holds
+  e2e:    the agent -> pipe -> RunMonitor (journal mirror + parse + store), until the store holds
           every record (what a user waits for).
 ``--profile`` prints the console side's top functions (cProfile) for one e2e round.
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backend.watch.metrics import MetricsStore  # noqa: E402
-from backend.watch import AGENT_PATH  # noqa: E402
+from backend.watch import local_agent  # noqa: E402
 from bench.metrics_ingest import lines  # noqa: E402
 
 
@@ -48,7 +48,7 @@ def agent_only(run: Path) -> tuple[float, float]:
     """(wall s, the agent's CPU s) until it has sent the whole file."""
     size = (run / "metrics.jsonl").stat().st_size
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, AGENT_PATH, "--run-dir", str(run)],
+    proc = subprocess.Popen([*local_agent(), "--run-dir", str(run)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     for line in proc.stdout:
         if line.startswith(b'{"type":"offsets"'):

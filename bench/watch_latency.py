@@ -1,6 +1,6 @@
 """Latency from a metric line appended on the producer's side to its arrival in the store.
 
-The path measured is the real one: file append -> watchdog (inotify, or polling) -> agent.py ->
+The path measured is the real one: file append -> watchdog (inotify, or polling) -> the watch agent ->
 pipe or SSH channel -> RunMonitor's reader thread -> batch commit (mirror + offsets file) ->
 MetricsStore.add_many. Times come from one clock: producer and store share this process.
 

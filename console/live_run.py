@@ -28,7 +28,7 @@ from backend.runs.handle import SAVE_GRACE_S, Run
 from backend.watch.metrics import MetricsStore
 from backend.runs.store import RunStore
 from backend.records.state import Phase
-from backend.watch.agent import cut_line
+from backend.client.harness.contract import watch as agent
 
 CAUGHT_UP_S = 3.0     # the agent's heartbeat comes every 2 s: this long with no event = caught up
 STATUS_EVERY_S = 2.0   # a status check starts one small process per host: not every rerun
@@ -201,7 +201,7 @@ def _last_lines(path, n: int) -> list[str]:
     2 s: 1 MB lines kept the console busy)."""
     with open(path, "rb") as fh:   # from the end: logs get big
         fh.seek(max(0, fh.seek(0, 2) - n * 512))
-        return [cut_line(line) for line in fh.read().decode("utf-8", "replace").splitlines()[-n:]]
+        return [agent.cut_line(line) for line in fh.read().decode("utf-8", "replace").splitlines()[-n:]]
 
 
 def require_live(run: Run, action: str) -> None:

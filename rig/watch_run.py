@@ -10,13 +10,13 @@ import threading
 import time
 from pathlib import Path
 
-from backend.watch import AGENT_PATH
-from backend.watch.agent import RESCAN_S
+from backend.client.harness.watch import RESCAN_S
+from backend.watch import local_agent
 
 
 class AgentProc:
     def __init__(self, run: Path, *extra: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, AGENT_PATH, "--run-dir", str(run), *extra],
+        self.proc = subprocess.Popen([*local_agent(), "--run-dir", str(run), *extra],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE)
         self.events: list[dict] = []
@@ -101,6 +101,8 @@ def agent_pids(run: Path) -> list[int]:
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(a.endswith(b"agent.py") for a in argv) and str(run).encode() in argv:
+        # a host runs it as `python RUN/lib watch ...`, this machine as `python -c <import of harness.watch>`
+        is_agent = b"watch" in argv or any(a.startswith(b"import sys") and b"harness.watch" in a for a in argv)
+        if is_agent and str(run).encode() in argv:
             pids.append(int(entry))
     return pids

@@ -13,7 +13,7 @@ import importlib
 import sys
 
 # COMMAND -> the harness module whose main(argv) runs it (each documents its own arguments).
-COMMANDS = ("hostctl", "train", "export", "slurm_task", "startup", "ckpt_index")
+COMMANDS = ("hostctl", "train", "export", "slurm_task", "startup", "ckpt_index", "watch")
 
 
 def main(argv: list[str]) -> int:

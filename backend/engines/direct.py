@@ -28,7 +28,6 @@ from backend.config.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
 
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "client"   # shipped as lib/tfconsole/
-AGENT = Path(__file__).resolve().parents[1] / "watch" / "agent.py"
 START_CHECK_S = 3.0   # a task that dies this soon after starting failed to start (checked on the host)
 
 
@@ -66,12 +65,11 @@ def harness_bundle() -> bytes:
 
 def _add_package(tar: tarfile.TarFile) -> None:
     """lib/tfconsole/ (the client and its harness/), lib/__main__.py (the entry every host command
-    goes through: ``layout.host_argv``) and lib/watch_agent.py."""
+    goes through: ``layout.host_argv``), the watch agent among its commands."""
     lib = f"{layout.LIB}/{layout.PACKAGE}"
     for path in sorted(PACKAGE_DIR.glob("*.py")) + sorted(PACKAGE_DIR.glob("harness/*.py")):
         tar.add(path, arcname=f"{lib}/{path.relative_to(PACKAGE_DIR).as_posix()}")
     tar.add(PACKAGE_DIR / "__main__.py", arcname=f"{layout.LIB}/__main__.py")
-    tar.add(AGENT, arcname=layout.AGENT)
 
 
 def task_cwd(job: JobSpec, run_dir: str) -> str | None:

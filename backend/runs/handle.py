@@ -223,17 +223,19 @@ class Run:
         spec = self.task_spec(chief.name)
         # Every other host's GPUs too, each read by an agent there (one per host, not per task).
         others = {g.spec.host: g for g in by_host(self.state.tasks, self.cluster) if g.spec.host != spec.host}
-        gpu_hosts = tuple(GpuHost(name, (lambda s=g.spec: make_transport(s, self.pool.options)), g.spec.python,
-                                  f"{g.run_dir}/{layout.AGENT}", g.run_dir)
+        def agent(python: str, run_dir: str) -> tuple[str, ...]:   # with site-packages: watchdog
+            return tuple(layout.host_argv(python, run_dir, "watch", site=True))
+        gpu_hosts = tuple(GpuHost(name, (lambda s=g.spec: make_transport(s, self.pool.options)),
+                                  agent(g.spec.python, g.run_dir), g.run_dir)
                           for name, g in others.items())
         fan_out = self.engine.gpu_fan_out(self)
         if fan_out is not None:   # Slurm: the nodes' GPUs, reached from the login host by srun
-            gpu_hosts = (GpuHost("nodes", lambda: make_transport(spec, self.pool.options), spec.python,
-                                 f"{chief.remote_run_dir}/{layout.AGENT}", chief.remote_run_dir,
+            gpu_hosts = (GpuHost("nodes", lambda: make_transport(spec, self.pool.options),
+                                 agent(spec.python, chief.remote_run_dir), chief.remote_run_dir,
                                  fan_out=fan_out),)
         return RunMonitor(lambda: make_transport(spec, self.pool.options), chief.remote_run_dir,
-                          str(self.local_dir), store, python=spec.python, poll=poll,
-                          agent_path=f"{chief.remote_run_dir}/{layout.AGENT}",
+                          str(self.local_dir), store, poll=poll,
+                          agent=agent(spec.python, chief.remote_run_dir),
                           host=spec.host, gpu_hosts=gpu_hosts)
 
     # -- settling -----------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The console side of the watch agent: one background thread per live run.
 
-It starts ``agent.py`` on the chief through a transport, reads its JSON events, and commits them a
+It starts the watch agent (``python RUN/lib watch``, backend/client/harness/watch.py) on the chief
+through a transport, reads its JSON events, and commits them a
 batch at a time: metric and log lines are held until the agent's ``offsets`` event closes their
 batch, then go to the local mirror, the store and the deques together, and the offsets are saved.
 A batch cut short by a broken stream is dropped and sent again by the restarted agent, so every
@@ -17,17 +18,31 @@ import json
 import math
 import os
 import threading
+import sys
 import time
 from collections import deque
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
 from backend.hosts.base import Transport
-from backend.watch.agent import BATCH_BYTES, CHUNK, METRICS, cut_line
+from backend.client.harness.contract import watch as agent
 from backend.watch.journal import Journal
 from backend.watch.lines import parse_metric_block
 
-AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
+BATCH_BYTES, CHUNK, METRICS, cut_line = agent.BATCH_BYTES, agent.CHUNK, agent.METRICS, agent.cut_line
+
+# A run folder with no RUN/lib (one a test or a bench makes here) is watched by this checkout's
+# copy of the same agent a host runs from its run folder (``python RUN/lib watch``).
+_FROM_HERE = ("import sys; sys.path.insert(0, {root!r}); "
+              "from backend.client.harness.watch import main; sys.exit(main(sys.argv[1:]))")
+
+
+def local_agent(python: str = sys.executable) -> tuple[str, ...]:
+    """The watch agent's command line for a run folder on this machine, from this checkout."""
+    return (python, "-c", _FROM_HERE.format(root=str(Path(__file__).resolve().parents[2])))
+
+
 # Agents copied to a chief before metrics travelled in blocks send one event per line.
 _METRIC = b'{"type":"metric","data":'
 _STABLE_S = 5.0   # a session that lasted this long resets the reconnect backoff
@@ -48,11 +63,10 @@ OTHER_LOGS = "logs (past the first 1024 tasks, or a bad name)"   # where their l
 
 @dataclass(frozen=True)
 class GpuHost:
-    """Another host of the run, whose GPUs an agent there reports (``agent.py --gpu-only``)."""
+    """Another host of the run, whose GPUs an agent there reports (``watch --gpu-only``)."""
     name: str                                   # the console's name for it: the readings' key
     transport_factory: Callable[[], Transport]
-    python: str
-    agent_path: str
+    agent: tuple[str, ...]                      # the agent's command there (``layout.host_argv``)
     run_dir: str
     # Several nodes reached through this host (a Slurm job's, by ``srun``): wraps the agent's
     # command line at each connect (raises while there is nothing to reach: tried again later).
@@ -70,16 +84,16 @@ class _Batch:
 
 class RunMonitor:
     def __init__(self, transport_factory: Callable[[], Transport], remote_run_dir: str,
-                 local_run_dir: str, store, python: str = "python3", agent_path: str = AGENT_PATH,
+                 local_run_dir: str, store, python: str = sys.executable, agent: tuple[str, ...] | None = None,
                  *, poll: bool = False, poll_interval: float = 0.5, log_lines: int = 1000,
                  backoff: tuple[float, float] = (0.5, 15.0), host: str | None = None,
                  gpu_hosts: tuple[GpuHost, ...] = ()) -> None:
         """``transport_factory()`` is called on every (re)connect; the monitor owns and closes
-        what it returns. ``agent_path`` is where agent.py lies on the chief's host. ``host``:
+        what it returns. ``agent``: the agent's command on the chief's host (default: ``local_agent(python)``). ``host``:
         the chief host's name in GPU readings; ``gpu_hosts``: the run's other hosts, each
         followed by a GPU-only agent of its own, so Monitor shows every host's GPUs."""
         self._factory, self._remote, self._store = transport_factory, remote_run_dir, store
-        self._python, self._agent, self._poll = python, agent_path, poll
+        self._agent, self._poll = tuple(agent or local_agent(python)), poll
         self._poll_interval = poll_interval
         self._backoff = backoff
         os.makedirs(local_run_dir, exist_ok=True)
@@ -200,7 +214,7 @@ class RunMonitor:
                 self._logs[task] = deque(map(cut_line, lines), maxlen=self._log_lines)
 
     def _argv(self) -> list[str]:
-        argv = [self._python, self._agent, "--run-dir", self._remote]
+        argv = [*self._agent, "--run-dir", self._remote]
         if self._journal.offsets:
             argv += ["--offsets-json", json.dumps(self._journal.offsets, separators=(",", ":"))]
         if self._poll:   # else the agent still polls by itself on NFS, CIFS, fuse and kin
@@ -213,7 +227,7 @@ class RunMonitor:
         """Follow one other host's GPU-only agent, reconnecting like the chief's; a host with
         no GPU readings (``no_gpu``) is not asked again."""
         delay = self._backoff[0]
-        argv = [h.python, h.agent_path, "--run-dir", h.run_dir, "--gpu-only"]
+        argv = [*h.agent, "--run-dir", h.run_dir, "--gpu-only"]
         argv += [] if h.fan_out else ["--host", h.name]
         while not self._stop.is_set():
             began, transport, stream = time.monotonic(), None, None

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from backend.watch import AGENT_PATH
-from backend.watch.agent import needs_polling
+from backend.watch import local_agent
+from backend.client.harness.watch import needs_polling
 from rig.watch_run import AgentProc, append, make_run, metric
 
 
@@ -142,7 +142,7 @@ def test_subfolders_created_after_start_are_watched(tmp_path):
 
 
 def test_exits_when_stdin_closes(run):
-    proc = subprocess.Popen([sys.executable, AGENT_PATH, "--run-dir", str(run)],
+    proc = subprocess.Popen([*local_agent(), "--run-dir", str(run)],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     proc.stdin.close()
     assert proc.wait(5) == 0

@@ -8,7 +8,7 @@ import time
 
 from backend.watch.metrics import MAX_TASK_NAME, MAX_TASKS, MetricsStore
 from backend.watch import RunMonitor
-from backend.watch.agent import LOG_LINE_MAX
+from backend.client.harness.watch import LOG_LINE_MAX
 from console.monitor_view import watch_line
 from rig.watch_run import AgentProc, append, make_run
 from tests.watch.test_monitor import ScriptedTransport, wait_for

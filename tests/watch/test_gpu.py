@@ -17,7 +17,7 @@ import pytest
 from backend.hosts.local import LocalTransport
 from backend.watch.metrics import MetricsStore
 from backend.watch import RunMonitor
-from backend.watch.agent import parse_gpus
+from backend.client.harness.watch import parse_gpus
 from console import figures
 from tests.conftest import wait_for
 from rig.watch_run import AgentProc, make_run

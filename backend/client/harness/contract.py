@@ -13,14 +13,16 @@ the host side's modules import the same modules. docs/wire-protocol.md is its pr
   jobs           a harness job's parameters and their defaults (the console's forms show them)
   preempt        the exit code and record of a task that saved on a preemption signal
   profiling      a profile request's bounds and the folder its traces land in
+  watch          the watch agent's event stream (``python RUN/lib watch``): its events and bounds
 
 Standard library only, as the host package is.
 """
 from __future__ import annotations
 
-from . import host_commands, jobs, layout, metric_line, preempt, profiling, taskenv, tf_config_doc, train_info
+from . import (host_commands, jobs, layout, metric_line, preempt, profiling, taskenv, tf_config_doc,
+               train_info, watch)
 from .jobs import BEST_MODES, DEFAULTS as JOB_DEFAULTS
 from .metric_line import name_problem
 
 __all__ = ["host_commands", "jobs", "layout", "metric_line", "preempt", "profiling", "taskenv",
-           "tf_config_doc", "train_info", "BEST_MODES", "JOB_DEFAULTS", "name_problem"]
+           "tf_config_doc", "train_info", "watch", "BEST_MODES", "JOB_DEFAULTS", "name_problem"]

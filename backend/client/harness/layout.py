@@ -12,7 +12,6 @@ import time
 LIB = "lib"                    # the shipped package: lib/tfconsole/ (client and harness) and
                                # lib/__main__.py, its entry (``host_argv``); on jobs' PYTHONPATH
 PACKAGE = "tfconsole"          # the package's one name on a host
-AGENT = f"{LIB}/watch_agent.py"  # the watch agent, a standalone script (backend/watch/agent.py)
 JOB = "job"                    # copied job module
 TASKS = "tasks"                # <task>.json (pid, pgid, argv, start), <task>.exit (exit code)
 LOGS = "logs"                  # <task>.log: the task's stdout and stderr, raw

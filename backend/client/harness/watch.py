@@ -1,9 +1,10 @@
-#!/usr/bin/env python3
 """Watch agent: runs on the chief's host and streams one run directory as JSON lines on stdout.
 
-Standalone on purpose (standard library + watchdog): the run's bundle ships this one file as
-``RUN/lib/watch_agent.py`` (``layout.AGENT``), and the console runs it on the chief as
-``python RUN/lib/watch_agent.py --run-dir RUN [--offsets-json JSON] [--poll] [--host NAME]``.
+A host command like every other (``backend/client/__main__.py``): the console runs it on the
+chief as ``python RUN/lib watch --run-dir RUN [--offsets-json JSON] [--poll] [--host NAME]``
+(``layout.host_argv``, with site-packages: it wakes on watchdog's events), reading the run
+folder's files by the names ``layout`` gives them. Standard library at module level; watchdog is
+imported where it is used, so a host without it still runs ``--gpu-only``.
 On the run's other hosts it runs as ``--gpu-only``: heartbeats and that host's GPU readings,
 nothing else (no watchdog needed); where nvidia-smi gives no readings it says ``no_gpu`` and exits.
 
@@ -31,9 +32,8 @@ Offsets always point just past the last line sent, so a reader that commits a ba
 ``offsets`` event arrives and restarts the agent with them sees every line exactly once.
 Checkpoints, exports and exits are re-sent on every start; the reader de-duplicates them.
 
-Why one file of this size: standalone (one file shipped alone, standard library and watchdog only),
-so it cannot share helpers with the console: its tailing, framing, GPU sampling and watchdog wake-
-ups live here together.
+Why one file of this size: one process and one loop: its tailing, batch framing, GPU sampling
+and watchdog wake-ups feed the same event stream, whose every event is listed above.
 """
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ import sys
 import threading
 import time
 
+from . import layout
+
 MAX_LINE = 1 << 20          # a longer line is skipped and counted, never held in memory
 CHUNK = MAX_LINE + 1        # a chunk with no newline therefore always means "too long"
 BATCH_BYTES = 8 << 20       # per file per batch: a long backlog streams out in steps, not RAM
@@ -59,8 +61,8 @@ LOG_LINE_MAX = 4096
 HEARTBEAT_S = 2.0
 GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 RESCAN_S = 1.0              # full rescan even without events: events can be missed (overflow)
-METRICS = "metrics.jsonl"     # layout.METRICS: this file runs alone on a host (standard library only)
-SUBDIRS = ("logs", "checkpoints", "exports", "tasks")
+METRICS = layout.METRICS
+SUBDIRS = (layout.LOGS, layout.CHECKPOINTS, layout.EXPORTS, layout.TASKS)
 # inotify sees only writes made by this kernel: on these, another host's writes are invisible.
 NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "afs", "ceph", "glusterfs",
               "lustre", "gpfs", "beegfs", "virtiofs", "sshfs", "davfs", "ncpfs"}
@@ -195,15 +197,15 @@ class Agent:
         moved = False
         if "metrics" in kinds:
             moved |= self._metrics(events)
-        if "logs" in kinds:
-            for name in _listdir(os.path.join(self.run, "logs")):
+        if layout.LOGS in kinds:
+            for name in _listdir(os.path.join(self.run, layout.LOGS)):
                 if name.endswith(".log"):
                     moved |= self._log(name[:-4], events)
-        if "checkpoints" in kinds:
+        if layout.CHECKPOINTS in kinds:
             self._checkpoints(events)
-        if "exports" in kinds:
+        if layout.EXPORTS in kinds:
             self._exports(events)
-        if "tasks" in kinds:
+        if layout.TASKS in kinds:
             self._exits(events)
         if moved:
             offsets = {rel: t.state() for rel, t in self.tails.items() if t.inode is not None}
@@ -221,7 +223,7 @@ class Agent:
         return self._skipped(METRICS, tail, bad, events) or before != (tail.inode, tail.offset)
 
     def _log(self, task: str, events: list[bytes]) -> bool:
-        rel = f"logs/{task}.log"
+        rel = f"{layout.LOGS}/{task}.log"
         tail = self._tail(rel)
         before = (tail.inode, tail.offset)
         for line in tail.read():
@@ -237,7 +239,7 @@ class Agent:
         return bool(count)
 
     def _checkpoints(self, events: list[bytes]) -> None:
-        folder = os.path.join(self.run, "checkpoints")
+        folder = os.path.join(self.run, layout.CHECKPOINTS)
         names = set(_listdir(folder))
         for name in names:
             if not (name.startswith("ckpt-") and name.endswith(".index")):
@@ -255,7 +257,7 @@ class Agent:
                 events.append(_enc({"type": "checkpoint", "step": step, "meta": meta}))
 
     def _exports(self, events: list[bytes]) -> None:
-        folder = os.path.join(self.run, "exports")
+        folder = os.path.join(self.run, layout.EXPORTS)
         for name in _listdir(folder):
             if name.startswith(".") or name in self.seen_export:
                 continue   # .tmp-* is still being written; it is renamed when done
@@ -265,7 +267,7 @@ class Agent:
                 events.append(_enc({"type": "export", "name": name, "result": result}))
 
     def _exits(self, events: list[bytes]) -> None:
-        folder = os.path.join(self.run, "tasks")
+        folder = os.path.join(self.run, layout.TASKS)
         for name in _listdir(folder):
             task = name[:-5]
             if not name.endswith(".exit") or task in self.seen_exit:
@@ -509,7 +511,7 @@ def serve(run_dir: str, offsets: dict, *, poll: bool, interval: float, out, stop
                 out.write(b"".join(events))
                 out.flush()
             wait = 0.0 if backlog else min(next_rescan, next_beat) - time.monotonic()
-            kinds = watcher.take(wait) | ({"metrics", "logs"} if backlog else set())
+            kinds = watcher.take(wait) | ({"metrics", layout.LOGS} if backlog else set())
     finally:
         watcher.stop()
 
@@ -546,7 +548,3 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
