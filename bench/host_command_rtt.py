@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend.engines.direct import harness_bundle  # noqa: E402
+from backend.engines.bundle import harness_bundle  # noqa: E402
 from backend.hosts import remote  # noqa: E402
 from backend.hosts.ssh import SSHOptions, SSHTransport  # noqa: E402
 from rig import sshd  # noqa: E402

@@ -1,22 +1,20 @@
 """The direct engine (``HostsEngine``): the console itself starts, inspects and stops each task on
 its host, over SSH or as a local process, with no scheduler between (Slurm's is ``slurm.py``).
 
-Each host gets the run's bundle (``bundle``: the package under ``RUN/lib``, the job's files under
+Each host gets the run's bundle (``bundle.py``: the package under ``RUN/lib``, the job's files under
 ``RUN/job``), then every action is one ``python -S RUN/lib hostctl SUBCOMMAND`` per host
 (``backend.hosts.remote``): ``start`` runs each task detached in its own session and process
 group; its pid, pgid, exit code and log stay in the run directory on that host.
 """
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from pathlib import Path
 
 from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.config import tfconfig
-from backend.config.values import landing_name
+from backend.engines.bundle import bundle, harness_bundle
 from backend.engines.base import Capabilities, RunView, Started, StopReport
 from backend.errors import HostError, HostKeyChanged, MultiHostError
 from backend.client.harness.contract import layout, taskenv
@@ -27,49 +25,7 @@ from backend.records.outcome import TaskPhase, TaskStatus, key_change
 from backend.config.spec import ClusterSpec, JobKind, JobSpec, TaskSpec
 
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1] / "client"   # shipped as lib/tfconsole/
 START_CHECK_S = 3.0   # a task that dies this soon after starting failed to start (checked on the host)
-
-
-def bundle(job: JobSpec, *, project: bool = True) -> bytes:
-    """The files every host needs, as one tar unpacked by ``remote.install``. ``project=False``:
-    without the job's project folder, which our hosts take from their cache (``remote.project``)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        _add_package(tar)
-        if job.kind == JobKind.HARNESS:
-            tar.add(job.module, arcname=f"{layout.JOB}/{Path(job.module).name}")
-        for path in job.files:   # a command job's own script(s), from the operator's machine
-            tar.add(path, arcname=f"{layout.JOB}/{landing_name(path)}")
-        if job.project and project:   # the run's packed copy of the project (backend/records/project.py)
-            with tarfile.open(job.project) as kept:
-                for member in kept.getmembers():
-                    if member.isfile():
-                        tar.addfile(_renamed(member, f"{layout.JOB}/{member.name}"), kept.extractfile(member))
-    return buf.getvalue()
-
-
-def _renamed(member: tarfile.TarInfo, name: str) -> tarfile.TarInfo:
-    out = tarfile.TarInfo(name)
-    out.size, out.mode, out.mtime = member.size, member.mode, member.mtime
-    return out
-
-
-def harness_bundle() -> bytes:
-    """The package alone, as ``bundle`` packs it: enough for hostctl where a run folder was removed."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        _add_package(tar)
-    return buf.getvalue()
-
-
-def _add_package(tar: tarfile.TarFile) -> None:
-    """lib/tfconsole/ (the client and its harness/), lib/__main__.py (the entry every host command
-    goes through: ``layout.host_argv``), the watch agent among its commands."""
-    lib = f"{layout.LIB}/{layout.PACKAGE}"
-    for path in sorted(PACKAGE_DIR.glob("*.py")) + sorted(PACKAGE_DIR.glob("harness/*.py")):
-        tar.add(path, arcname=f"{lib}/{path.relative_to(PACKAGE_DIR).as_posix()}")
-    tar.add(PACKAGE_DIR / "__main__.py", arcname=f"{layout.LIB}/__main__.py")
 
 
 def task_cwd(job: JobSpec, run_dir: str) -> str | None:

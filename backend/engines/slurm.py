@@ -21,7 +21,7 @@ from pathlib import Path
 from backend.diagnosis import diagnose
 from backend.hosts import remote
 from backend.engines.base import Capabilities, RunView, Started, StopReport
-from backend.engines.direct import bundle
+from backend.engines.bundle import bundle
 from backend.errors import ConsoleError, HostError
 from backend.client.harness.contract import layout
 from backend.hosts.pool import Pool

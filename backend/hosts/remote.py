@@ -174,7 +174,7 @@ def _answer(result: Result) -> dict:
 
 # -- installing and tasks ---------------------------------------------------------------------
 def install(h: Host, bundle: bytes, *, timeout: float = 120) -> None:
-    """Unpack ``bundle`` (a tar of lib/ and job/: ``direct.bundle``) into the run directory: mkdir, then
+    """Unpack ``bundle`` (a tar of lib/ and job/: ``bundle.bundle``) into the run directory: mkdir, then
     ``unpack.py`` with the host's Python (each file replaced atomically: see there why not tar)."""
     fix = "Check that the working directory is writable and that the host's Python runs (preflight)."
     # 0700: the run's logs, checkpoints, exports and their metadata are the owner's alone.
@@ -224,7 +224,7 @@ def stop_tasks(h: Host, tasks: list[str], *, grace_s: float, groups: dict[str, i
                harness: bytes | None = None) -> dict[str, dict]:
     """Stop the tasks and all they started (``proctree.py``); task -> {"left": pids, "killed": bool,
     "found": count, "skipped": why}. ``groups``: task -> process group from the run's record.
-    ``harness``: a tar of lib/ (``direct.harness_bundle``) to stop from when the run folder's own is gone (a cleanup
+    ``harness``: a tar of lib/ (``bundle.harness_bundle``) to stop from when the run folder's own is gone (a cleanup
     removed it): the stop runs from a temporary folder, and the folder is not made again."""
     args = {"task": tasks, "grace": grace_s,
             "group": [f"{task}={pgid}" for task, pgid in (groups or {}).items() if pgid]}

@@ -59,7 +59,7 @@ from backend.errors import ConsoleError, DiskFullError, RunError
 from backend.client.harness.contract import layout
 from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
-from backend.engines.direct import harness_bundle
+from backend.engines.bundle import harness_bundle
 from backend.runs import failure_log, membership, restorable
 from backend.runs.detached import FAILURE_LOG, KEEPER_LOCK, POLL_S, keeper_pid, write_pid
 from backend.hosts.pool import parallel

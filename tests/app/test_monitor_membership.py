@@ -12,7 +12,7 @@ import sys
 import time
 
 from backend.config.spec import job_from_dict, job_to_dict
-from backend.engines.direct import bundle
+from backend.engines.bundle import bundle
 from backend.client.harness.report import MetricsReporter
 from backend.hosts.local import LocalTransport
 from backend.hosts.remote import Host, install

@@ -21,9 +21,9 @@ from rig.sshd import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def ship(run_dir: str) -> str:
-    """The package as the launcher ships it (``direct.harness_bundle``), unpacked into ``run_dir``:
+    """The package as the launcher ships it (``bundle.harness_bundle``), unpacked into ``run_dir``:
     ``run_dir/lib``, the folder every host command runs (``layout.host_argv``)."""
-    from backend.engines.direct import harness_bundle
+    from backend.engines.bundle import harness_bundle
     os.makedirs(run_dir, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(harness_bundle())) as tar:
         tar.extractall(run_dir, filter="data")

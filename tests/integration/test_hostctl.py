@@ -17,7 +17,7 @@ import pytest
 from backend.hosts import remote
 from backend.errors import HostError
 from backend.client.harness import layout
-from backend.engines.direct import harness_bundle
+from backend.engines.bundle import harness_bundle
 from backend.hosts.local import LocalTransport
 from backend.hosts.ssh import SSHTransport
 from tests.conftest import ps, wait_for

@@ -76,7 +76,7 @@ def test_short_host_commands_pay_one_login_per_host_not_one_per_command(tmp_path
     host's served channel (backend/hosts/served.py), where each used to log in anew. A task
     started through it outlives nothing: stop leaves no process, and closing the transport ends
     the server itself."""
-    from backend.engines.direct import harness_bundle
+    from backend.engines.bundle import harness_bundle
     from backend.hosts import remote
     from backend.hosts.ssh import SSHTransport
     from tests.conftest import ps, wait_for

@@ -14,7 +14,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from backend.engines.direct import bundle, task_env
+from backend.engines.bundle import bundle
+from backend.engines.direct import task_env
 from backend.watch.metrics import MetricsStore
 from backend.config.spec import JobKind, JobSpec, import_hostfile
 

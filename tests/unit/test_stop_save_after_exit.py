@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from backend.engines.direct import harness_bundle
+from backend.engines.bundle import harness_bundle
 from backend.hosts import remote
 from backend.records.outcome import TaskPhase, TaskStatus
 from tests.unit.test_stop_twice import Hosts, _run
