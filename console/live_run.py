@@ -253,7 +253,7 @@ def start_stage(phase: str, statuses: list[TaskStatus], *, chief: str, has_metri
     """A starting run's stage in words, from what its hosts record (``spawn.status_one``: the
     task's pid file, READY, train.json), "" once metrics come or when the run is not starting.
     The stages: starting the tasks, importing TensorFlow, waiting for peers, first step.
-    ``detailed``: the hosts report READY and train.json (harness tasks our hosts engine started);
+    ``detailed``: the hosts report READY and train.json (harness tasks the direct engine started);
     else every task running is as far as it goes."""
     if has_metrics or phase not in (Phase.LAUNCHING, Phase.RUNNING):
         return ""

@@ -18,7 +18,7 @@ from backend.watch import summary
 from backend.watch.metrics import task_order
 from console import crowd, figures
 from console.chart_feed import stable_thin
-from console.plain import md_escape
+from console.markdown_safe import md_escape
 from console.live_run import LiveRun, Progress, progress, step_times
 
 ERROR_LINE = re.compile(r"Traceback|Error\b|Exception\b|HARNESS FAILED|\bFATAL\b|\bCRITICAL\b|"

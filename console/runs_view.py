@@ -13,7 +13,7 @@ from backend.records.state import RunState
 from backend.errors import ConsoleError
 from backend.sweeps import control
 from backend.watch import summary
-from console.plain import home_short, md_escape
+from console.markdown_safe import home_short, md_escape
 
 SWEEP_CURVES = 8   # a sweep's trials drawn at first on Compare: more hide one another
 

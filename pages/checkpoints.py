@@ -13,7 +13,7 @@ import streamlit as st
 from console import access_view, actions
 from console.ui import auth, page, state, widgets
 from console.errors import ConsoleError
-from console.plain import md_escape
+from console.markdown_safe import md_escape
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ import streamlit as st
 from console import access_view, actions, crowd, figures, monitor_view
 from console.ui import auth, page, state, widgets
 from console.ui.live_chart import live_chart
-from console.plain import md_escape
+from console.markdown_safe import md_escape
 
 
 def main() -> None:

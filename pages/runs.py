@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from console import runs_view
-from console.plain import home_short, md_escape
+from console.markdown_safe import home_short, md_escape
 from console.ui import page, state, widgets
 from console.figures import compare_runs_figure
 

@@ -15,7 +15,7 @@ import socket
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterator
 
-from backend.plain import term_safe
+from backend.term_text import term_safe
 
 NAME_MAX = 200
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from backend.plain import term_safe
+from backend.term_text import term_safe
 from backend.access import audit   # its ACTIONS are the parser's --action choices
 
 

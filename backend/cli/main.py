@@ -16,7 +16,7 @@ import sys
 # took 1.1 s of every command, Optuna's alembic alone 0.9 s). tests/unit/test_cli_imports.py
 # guards it.
 from backend.cli.checkpoints import EXIT_CODES, _attach, _options, _store, add_commands, print_json, print_table
-from backend.cli.plain import SafeStream
+from backend.cli.safe_stream import SafeStream
 from backend.cli.audit import audit_command
 from backend.cli.metrics import add_command as metrics_command
 from backend.cli.goodput import add_command as goodput_command

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 
-from backend.plain import term_safe
+from backend.term_text import term_safe
 
 HELD = 200
 

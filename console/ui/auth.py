@@ -13,7 +13,7 @@ from backend.access import identity, viewing
 from backend.errors import ConsoleError
 from backend.runs.store import default_root
 from console import tokens
-from console.plain import md_escape
+from console.markdown_safe import md_escape
 from console.ui import signin
 
 SESSION_KEY = "_login_token"

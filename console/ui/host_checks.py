@@ -9,7 +9,7 @@ from backend.hosts.ssh import SSHOptions
 from backend.runs.store import default_root
 from console import access_view
 from console.cluster_actions import trust
-from console.plain import md_escape
+from console.markdown_safe import md_escape
 from console.ui.widgets import action_button
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from backend.errors import ConsoleError
-from console.plain import md_escape
+from console.markdown_safe import md_escape
 from console.ui import auth, state
 
 SEEN = "toast_seen"      # run id -> (phase, attempt) as this session last saw it

@@ -15,7 +15,7 @@ from backend.access import identity, roles
 from backend.errors import ConsoleError
 from backend.runs.store import default_root
 from console import signin
-from console.plain import md_escape
+from console.markdown_safe import md_escape
 
 SOURCE = ".streamlit/secrets.toml (or the file given to --auth-file)"
 NOBODY = identity.Identity("(nobody signed in)", "console", signin.UNKNOWN)

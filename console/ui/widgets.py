@@ -11,7 +11,7 @@ import streamlit as st
 from console import access_view, live_run as live_mod, monitor_view
 from console.errors import ConsoleError, messages
 from console.ui import auth, state
-from console.plain import md_escape
+from console.markdown_safe import md_escape
 
 
 ACTION_SHOWN_S = 120.0   # how long a finished action stays on the page

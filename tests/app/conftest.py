@@ -54,7 +54,7 @@ def page(runs_dir):
 
 def errors(at: AppTest) -> list[str]:
     """The errors' text as the user reads it: job and host output is Markdown-escaped
-    (console/plain.py), and a backslash escape shows as the character alone."""
+    (console/markdown_safe.py), and a backslash escape shows as the character alone."""
     return [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
 
 

@@ -8,7 +8,7 @@ from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
 from console.monitor_view import watch_line
-from console.plain import md_escape
+from console.markdown_safe import md_escape
 
 HOSTILE = ("Error: see [the fix](http://evil.example/phish) ![x](http://evil.example/track.png) "
            "<http://evil.example/a> **bold** `code` $x^2$ :red[alarm] a_b_c #1")

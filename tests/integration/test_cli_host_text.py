@@ -7,7 +7,7 @@ import json
 
 import yaml
 
-from backend.plain import term_safe
+from backend.term_text import term_safe
 from tests.integration.test_cli import cli
 
 # Clear the screen, set the window title, hide the text after it, a one-character CSI, a bidi

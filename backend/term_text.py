@@ -5,9 +5,9 @@ clears the screen, ESC ]0;...BEL sets the window title, ESC [8m hides what follo
 writes over the line before it, a bidi override reorders what is read. The rule here is the
 terminal's: newlines and tabs stay, every other control character is shown as an escape
 (``\\x1b``, ``\\r``, ``\\u202e``), so the text reads as what it is and the terminal does nothing
-with it. The console's pages escape the same text as Markdown (console/plain.py).
+with it. The console's pages escape the same text as Markdown (console/markdown_safe.py).
 
-``term_safe`` is the one rule: the command line prints through it (backend/cli/plain.py's
+``term_safe`` is the one rule: the command line prints through it (backend/cli/safe_stream.py's
 ``SafeStream``) and the keeper's log is written through it (backend/runs/keeper_log.py).
 """
 from __future__ import annotations

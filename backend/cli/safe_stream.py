@@ -1,10 +1,10 @@
-"""Everything the command line prints goes through ``term_safe`` (backend/plain.py):
+"""Everything the command line prints goes through ``term_safe`` (backend/term_text.py):
 ``backend.cli.main`` wraps stdout and stderr with ``SafeStream``, so no printer of host text can
 forget it.
 """
 from __future__ import annotations
 
-from backend.plain import term_safe
+from backend.term_text import term_safe
 
 
 class SafeStream:
