@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 LAUNCH = "launch"                # Start to the first attempt's start: preflight, shipping files
 STARTUP = "start-up"             # attempt start to its first sync point: processes, TensorFlow, the first step
 TRAINING = "training kept"       # sync points' steps whose progress a later attempt kept: the goodput
+INPUT = "input wait"             # inside the kept steps: the slowest worker waiting for its next batch
 LOST = "steps lost"              # trained, then thrown away by a restart from an older checkpoint
 SAVES = "checkpoint saves"       # inside the training window: the chief stood still while it saved
 VALIDATION = "validation"        # inside the training window: the chief validated
@@ -23,7 +24,7 @@ END = "end of attempt"           # last sync point to the attempt's end: final s
 RESTART = "restart"              # one attempt's end to the next one's start: stop, back-off, launch again
 UNREPORTED = "unreported"        # attempts with no metric line: what they did is not known
 UNACCOUNTED = "unaccounted"      # the rest: clocks that disagree (clamped intervals)
-CAUSES = (LAUNCH, STARTUP, TRAINING, SAVES, VALIDATION, LOST, END, RESTART, UNREPORTED, UNACCOUNTED)
+CAUSES = (LAUNCH, STARTUP, TRAINING, INPUT, SAVES, VALIDATION, LOST, END, RESTART, UNREPORTED, UNACCOUNTED)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Point:
     time: float
     save_s: float = 0.0          # seconds the chief stood still saving since its previous line
     val_s: float = 0.0           # and validating (the line's ``blocked``)
+    input_share: float = 0.0     # the slowest worker's share of that interval spent waiting for input
 
 
 @dataclass(frozen=True)
@@ -114,11 +116,17 @@ def account(state, points: list[Point], now: float) -> Goodput:
         lost_steps = 0 if kept_until is None else max(0, last.step - max(kept_until, first.step))
         step_s = stepping / trained if trained else 0.0
         lost = min(stepping, lost_steps * step_s)
+        # Input wait is part of a step's time: what was lost loses its wait too, and the kept
+        # steps' share of it is the waited seconds' share of all stepping.
+        waited = min(stepping, sum(p.input_share * max(0.0, p.time - q.time) for q, p in zip(pts, pts[1:])))
+        kept = stepping - lost
+        input_s = kept * waited / stepping if stepping > 0 else 0.0
         causes[SAVES] += saves * n
         causes[VALIDATION] += vals * n
         causes[LOST] += lost * n
-        causes[TRAINING] += (stepping - lost) * n
-        costs.append(AttemptCost(a.number, n, span * n, (stepping - lost) * n, lost_steps, lost * n))
+        causes[INPUT] += input_s * n
+        causes[TRAINING] += (kept - input_s) * n
+        costs.append(AttemptCost(a.number, n, span * n, (kept - input_s) * n, lost_steps, lost * n))
     # What a restart threw away is its cost: told on the attempt that resumed.
     for i in range(1, len(costs)):
         before, a = costs[i - 1], attempts[i]
@@ -138,15 +146,19 @@ def points_from_lines(lines) -> list[Point]:
     """The chief's sync points from parsed metric lines (``metric_line.parse`` results, one
     per worker per sync point): one point per (attempt, step), at the first time written."""
     seen: dict[tuple[int, int], Point] = {}
+    waits: dict[tuple[int, int], float] = {}
     for line in lines:
         if line is None or not math.isfinite(line.time):
             continue
         key = (int(line.attempt or 0), int(line.step))
+        wait = getattr(line, "input_wait", math.nan)
+        if math.isfinite(wait):   # every step's all-reduce waits for the slowest worker's batch
+            waits[key] = max(waits.get(key, 0.0), wait)
         if key not in seen or line.time < seen[key].time:
             blocked = getattr(line, "blocked", None) or {}
             seen[key] = Point(key[0], key[1], float(line.time), float(blocked.get("save", 0.0)),
                               float(blocked.get("validation", 0.0)))
-    return list(seen.values())
+    return [Point(**{**vars(p), "input_share": waits.get((p.attempt, p.step), 0.0)}) for p in seen.values()]
 
 
 def summary(g: Goodput) -> str:

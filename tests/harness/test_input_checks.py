@@ -113,3 +113,24 @@ def test_the_example_job_reads_its_own_data_and_is_not_input_bound(trained_run):
     assert caption.startswith("waiting for data: ") and warnings == []
     assert not os.path.exists(os.path.join(trained_run.run_dir, "data_check.json"))
     assert "SAME DATA" not in trained_run.cluster.log(0)
+
+
+def test_goodput_counts_a_slow_inputs_wait_apart_from_training(slow_same_run):
+    """The slow store's run, accounted from its own metric lines (docs/goodput.md): inside the
+    training window the input wait dominates what was kept, as the lines' shares say."""
+    from backend.client.harness import metric_line
+    from backend.records import goodput
+    from backend.records.state import Attempt, RunState, TaskState
+    run_dir, _ = slow_same_run
+    lines = [metric_line.parse(m) for m in read_metrics(run_dir)]
+    points = sorted(goodput.points_from_lines(lines), key=lambda p: p.time)
+    first, last = points[0].time, points[-1].time
+    state = RunState(run_id="r", created=first, cluster={}, job={},
+                     attempts=[Attempt(points[0].attempt, started=first, ended=last)],
+                     tasks=[TaskState(f"worker-{i}", i, "h", run_dir) for i in range(2)])
+    found = goodput.account(state, points, now=last)
+    kept = found.causes[goodput.TRAINING] + found.causes[goodput.INPUT]
+    # What the test reads from the lines itself: the slowest worker's share times each interval.
+    want = 2 * sum(p.input_share * (p.time - q.time) for q, p in zip(points, points[1:]))
+    assert found.causes[goodput.INPUT] == pytest.approx(want, rel=1e-6)
+    assert found.causes[goodput.INPUT] > 0.5 * kept, found.causes

@@ -123,3 +123,35 @@ def test_the_line_says_what_blocked_and_the_parser_keeps_only_sense():
     assert line.blocked == {"save": 1.5}                 # a negative or unknown kind is left out
     assert metric_line.parse({"task": "w", "step": 1, "blocked": "x"}).blocked == {}
     assert g.points_from_lines([line]) == [g.Point(0, 5, 1.0, save_s=1.5)]
+
+
+def test_input_wait_is_its_own_cause_inside_the_kept_steps():
+    # A line every 10 steps, 10 s apart, 1 s a step; the slowest worker waited for its next
+    # batch a quarter of each interval: 25 of the 100 s of steps, for each of the 2 tasks.
+    points = [g.Point(1, step, 8.0 + (step - 1), input_share=0.25 if step > 1 else 0.9)
+              for step in range(1, 102, 10)]
+    state = _run([Attempt(1, started=2.0, ended=112.0, last_step=101)])
+    found = g.account(state, points, now=999.0)
+    assert found.causes[g.INPUT] == pytest.approx(25 * 2)      # the first line's share lies before the window
+    assert found.causes[g.TRAINING] == pytest.approx(75 * 2)
+    assert sum(found.causes.values()) == pytest.approx(found.total_s)
+
+
+def test_steps_lost_take_their_input_wait_with_them():
+    # Half of every interval waited; steps 51..100 are thrown away by a resume from step 50.
+    points = [g.Point(1, step, float(step), input_share=0.5) for step in range(0, 101, 10)]
+    state = _run([Attempt(1, started=0.0, ended=100.0, last_step=100, reason="worker-1 exited(1)"),
+                  Attempt(2, started=100.0, ended=100.0, resume_step=50, last_step=50)])
+    found = g.account(state, points, now=999.0)
+    assert found.causes[g.LOST] == pytest.approx(50 * 2)
+    assert found.causes[g.INPUT] == pytest.approx(25 * 2) == pytest.approx(found.causes[g.TRAINING])
+
+
+def test_a_sync_points_input_wait_is_its_slowest_workers():
+    from backend.client.harness import metric_line
+    lines = [metric_line.parse({"task": "worker-0", "attempt": 1, "step": 10, "time": 5.0, "input_wait": 0.1}),
+             metric_line.parse({"task": "worker-1", "attempt": 1, "step": 10, "time": 5.0, "input_wait": 0.7}),
+             metric_line.parse({"task": "worker-0", "attempt": 1, "step": 20, "time": 9.0, "input_wait": 1.5}),
+             metric_line.parse({"task": "worker-1", "attempt": 1, "step": 20, "time": 9.0})]
+    points = sorted(g.points_from_lines(lines), key=lambda p: p.step)
+    assert [p.input_share for p in points] == [0.7, 0.0]      # 1.5 is no share: not counted

@@ -147,6 +147,7 @@ class Line:
     global_: dict = field(default_factory=dict)
     step_time: float = math.nan
     examples_per_sec: float = math.nan
+    input_wait: float = math.nan   # share of the window since the last line spent waiting for input
     skipped: int = 0        # named entries that were not usable
     blocked: dict = field(default_factory=dict)   # kind -> seconds since the last line (BLOCKED)
 
@@ -179,7 +180,14 @@ def parse(obj) -> Line | None:
                 time=_float(obj.get("time"), math.nan), metrics=mine, global_=glob,
                 step_time=_float(obj.get("step_time"), math.nan),
                 examples_per_sec=_float(obj.get("examples_per_sec"), math.nan),
+                input_wait=_share(obj.get("input_wait")),
                 skipped=bad_mine + bad_glob, blocked=_blocked(obj.get(BLOCKED)))
+
+
+def _share(value) -> float:
+    """A share in 0..1, else NaN (not measured, or not sense)."""
+    share = _float(value, math.nan)
+    return share if share is not None and 0.0 <= share <= 1.0 else math.nan
 
 
 def _blocked(value) -> dict:
