@@ -76,7 +76,8 @@ def event(run_id: str, kind: str, *, reason: str | None, step: int | None, attem
     words = {"finished": "finished", "failed": "failed", "restarted": "failed",
              "preempted": "was preempted", "nan": "has a NaN/Inf metric", "stall": "stalled",
              "moved": "moved a lost host's task(s) to a spare", "shrunk": "shrank after losing a host",
-             "disk_full": "is held: nothing can be recorded", "low_goodput": "ended with a low goodput"}[kind]
+             "disk_full": "is held: nothing can be recorded", "low_goodput": "ended with a low goodput",
+             "low_goodput_live": "has a low goodput"}[kind]
     at = f" at step {step}" if step is not None else ""
     because = f": {reason}" if reason and reason != "finished" else ""
     because += f"; restarted as attempt {attempt + 1}" if phase == "restarted" else ""
@@ -203,6 +204,27 @@ def on_low_goodput(run_dir: Path, run_id: str, *, phase: str, share: float | Non
     return queue(run_dir, event(run_id, "low_goodput", reason=f"{said} (alert below {below:.0%})", step=step,
                                 attempt=attempt, phase=phase, console_url=_console_url(found)),
                  key="low-goodput")
+
+
+def on_low_goodput_live(run_dir: Path, run_id: str, *, share: float | None, said: str,
+                        attempt: int, step: int | None) -> bool:
+    """A live run whose goodput ``share`` is under the job's ``goodput_below`` once it has run
+    ``goodput_after_s``: one alert for the run's whole life (the end's own alert still comes)."""
+    found = alert_settings.load(run_dir)
+    below = found.get("goodput_below") if found else None
+    if below is None or share is None or share >= below:
+        return False
+    return queue(run_dir, event(run_id, "low_goodput_live", reason=f"{said} (alert below {below:.0%})",
+                                step=step, attempt=attempt, phase="running", console_url=_console_url(found)),
+                 key="low-goodput-live")
+
+
+def goodput_watch(run_dir: Path) -> tuple[float, float] | None:
+    """(goodput_below, goodput_after_s) where the run's alerts ask about its goodput, else None."""
+    found = alert_settings.load(run_dir)
+    if not found or found.get("goodput_below") is None:
+        return None
+    return found["goodput_below"], float(found.get("goodput_after_s", alert_settings.GOODPUT_AFTER_S))
 
 
 def wants_goodput(run_dir: Path) -> bool:

@@ -23,13 +23,16 @@ CONSOLE_FILE = "webhook.json"     # in the runs folder: the console's webhook
 ALERTS_DIR = "alerts"             # in a run's folder
 SETTINGS = "settings.json"
 DEFAULT_CONSOLE_URL = "http://127.0.0.1:8501"
-KEYS = ("webhook", "format", "console_url", "goodput_below")
+KEYS = ("webhook", "format", "console_url", "goodput_below", "goodput_after_s")
+GOODPUT_AFTER_S = 600.0   # a live run's goodput is judged once it has run this long (start-up dominates before)
 
 
 def parse(value: object, where: str = "alerts") -> dict:
     """The job file's ``alerts`` block, checked: {"webhook", "format"[, "console_url",
-    "goodput_below"]}; {} for none. ``goodput_below``: a share (0-1); a run that ends with a
-    goodput under it sends one more alert (docs/goodput.md)."""
+    "goodput_below", "goodput_after_s"]}; {} for none. ``goodput_below``: a share (0-1); a run
+    whose goodput is under it sends one more alert when it ends, and one while it lives once it
+    has run ``goodput_after_s`` (default GOODPUT_AFTER_S) and its goodput is read under it
+    (docs/goodput.md)."""
     fix = "Write it as alerts: {webhook: https://..., format: slack} (format slack or json)."
     if value is None or value == {}:
         return {}
@@ -50,6 +53,15 @@ def parse(value: object, where: str = "alerts") -> dict:
             raise SpecError(f"{where}.goodput_below", f"{below!r} is not a share between 0 and 1",
                             "Give the goodput under which to alert as a share, e.g. goodput_below: 0.6 (60 %).")
         out["goodput_below"] = float(below)
+    after = value.get("goodput_after_s")
+    if after is not None:
+        if below is None:
+            raise SpecError(f"{where}.goodput_after_s", "is given without goodput_below",
+                            "Give goodput_below too (e.g. goodput_below: 0.6), or leave goodput_after_s out.")
+        if isinstance(after, bool) or not isinstance(after, (int, float)) or not 1 <= after <= 7 * 86400:
+            raise SpecError(f"{where}.goodput_after_s", f"{after!r} is not a number of seconds from 1 to a week",
+                            "Give how long a run lives before its goodput is judged, e.g. goodput_after_s: 600.")
+        out["goodput_after_s"] = float(after)
     return out
 
 

@@ -10,7 +10,7 @@ cross-clock step splits an attempt's time outside its training window between st
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 # The causes, in the order a run meets them; their seconds add up to the run's task-seconds.
 LAUNCH = "launch"                # Start to the first attempt's start: preflight, shipping files
@@ -145,20 +145,27 @@ def account(state, points: list[Point], now: float) -> Goodput:
 def points_from_lines(lines) -> list[Point]:
     """The chief's sync points from parsed metric lines (``metric_line.parse`` results, one
     per worker per sync point): one point per (attempt, step), at the first time written."""
-    seen: dict[tuple[int, int], Point] = {}
-    waits: dict[tuple[int, int], float] = {}
+    return list(fold_points({}, lines).values())
+
+
+def fold_points(seen: dict, lines) -> dict:
+    """``seen`` ((attempt, step) -> Point) with ``lines``' sync points added, for a reader that
+    reads a run's lines as they grow: each point at the first time written, with the slowest
+    worker's input wait (every step's all-reduce waits for that worker's batch)."""
     for line in lines:
         if line is None or not math.isfinite(line.time):
             continue
         key = (int(line.attempt or 0), int(line.step))
         wait = getattr(line, "input_wait", math.nan)
-        if math.isfinite(wait):   # every step's all-reduce waits for the slowest worker's batch
-            waits[key] = max(waits.get(key, 0.0), wait)
-        if key not in seen or line.time < seen[key].time:
+        wait = wait if math.isfinite(wait) else 0.0
+        old = seen.get(key)
+        if old is None or line.time < old.time:
             blocked = getattr(line, "blocked", None) or {}
             seen[key] = Point(key[0], key[1], float(line.time), float(blocked.get("save", 0.0)),
-                              float(blocked.get("validation", 0.0)))
-    return [Point(**{**vars(p), "input_share": waits.get((p.attempt, p.step), 0.0)}) for p in seen.values()]
+                              float(blocked.get("validation", 0.0)), max(wait, old.input_share if old else 0.0))
+        elif wait > old.input_share:
+            seen[key] = replace(old, input_share=wait)
+    return seen
 
 
 def summary(g: Goodput) -> str:

@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+from backend.alerts import outbox
 from backend.client.harness.contract import layout, metric_line
 from backend.errors import ConsoleError
 from backend.records import goodput
@@ -41,6 +42,46 @@ def copies(local_dir: Path) -> tuple[Path, Path]:
 def _account(state, data: bytes, now: float | None) -> goodput.Goodput:
     points = goodput.points_from_lines(_parse(data))
     return goodput.account(state, points, time.time() if now is None else now)
+
+
+LIVE_EVERY_S = 60.0   # how often a live run's goodput is read for its alert
+
+
+class LiveAlert:
+    """``alerts.goodput_below`` while a run lives, for its keeper: from ``goodput_after_s`` of the
+    run's life on (start-up dominates before), its goodput is read every LIVE_EVERY_S, fetching
+    only the chief's new lines each time (folded into one point per sync point); read under
+    the threshold, one alert for the run's life. Never raises: a host that does not answer is
+    asked again at the next poll."""
+
+    def __init__(self, local_dir: Path) -> None:
+        self.watch = outbox.goodput_watch(local_dir)   # (below, after_s), or None: nothing to do
+        self.new, self.points = chief_metrics.NewLines(), {}
+        self.next_at, self.said = 0.0, False
+
+    def check(self, run, now: float) -> goodput.Goodput | None:
+        """The goodput read at this poll, if one was due (and whether it alerted is the outbox's)."""
+        if self.watch is None or self.said or now < self.next_at or now - run.state.created < self.watch[1]:
+            return None
+        try:
+            data, _ = self.new.read(run)
+        except ConsoleError:
+            return None
+        # Kept across a replaced file or a chief moved to a spare: each sync point once, by key.
+        goodput.fold_points(self.points, _parse(data))
+        found = goodput.account(run.state, list(self.points.values()), now)
+        if not found.reported:   # nothing trained yet: look again at the next poll
+            return found
+        self.next_at = now + LIVE_EVERY_S
+        if found.share is not None and found.share < self.watch[0]:
+            self.said = True   # once for the run's life (the outbox's key keeps it once across keepers)
+            try:
+                outbox.on_low_goodput_live(run.local_dir, run.run_id, share=found.share,
+                                           said=goodput.summary(found), attempt=run.state.attempt,
+                                           step=max((p.step for p in self.points.values()), default=None))
+            except OSError:   # the console's disk: the keeper says so on its own
+                pass
+        return found
 
 
 def _local_bytes(local_dir: Path) -> bytes:

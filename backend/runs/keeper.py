@@ -61,6 +61,7 @@ from backend.hosts.pool import Pool
 from backend.hosts.ssh import SSHOptions
 from backend.engines.bundle import harness_bundle
 from backend.runs import failure_log, membership, restorable
+from backend.runs.goodput import LiveAlert
 from backend.runs.detached import FAILURE_LOG, KEEPER_LOCK, POLL_S, keeper_pid, write_pid
 from backend.hosts.pool import parallel
 from backend.hosts.tasks import by_host
@@ -102,6 +103,7 @@ class Keeper:
         self.restart_failing_since: float | None = None   # the next attempt has not started since
         self.full_since: float | None = None   # the console's disk has had no room since
         self.delay = poll_s
+        self.goodput: LiveAlert | None = None   # alerts.goodput_below while the run lives
 
     def run(self, *, take_over: bool = False) -> Phase:
         """Keep the run until it ends. ``take_over``: a keeper still holds the run (a restore's stop
@@ -238,6 +240,8 @@ class Keeper:
             return None   # launch or restore is starting it: look again next poll
         if phase == Phase.RESTARTING:   # our restart is under way, or a keeper died mid-way
             return self._restart(run)
+        self.goodput = self.goodput or LiveAlert(run.local_dir)
+        self.goodput.check(run, time.time())
         if not run.kept:   # watched for its alerts only: settle as any reader, restart nothing
             self._read_progress(run)
             run.settle()

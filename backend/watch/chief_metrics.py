@@ -86,31 +86,51 @@ def keep(run) -> bool:
     return True
 
 
-class Growing:
-    """The chief's metric lines as they grow, for a reader that asks again and again (a sweep's
-    keeper, every poll): each ``read`` fetches only the bytes after the last whole line it read
-    and adds them to one store, where reading the tail again moved the whole file each time
-    (8 MB a poll for a long trial)."""
+class NewLines:
+    """The chief's metric lines as they grow, for a reader that asks again and again: each
+    ``read`` fetches only the bytes after the last whole line it read, where reading the tail
+    again moved the whole file each time (8 MB a poll for a long trial)."""
 
-    def __init__(self, run) -> None:
-        self.run, self.offset, self.store = run, 0, MetricsStore()
+    def __init__(self) -> None:
+        self.offset, self.where = 0, None
 
-    def read(self) -> MetricsStore:
-        """The store with every whole line written so far (a line being written waits)."""
-        host = self.run.remote(self.run.state.chief.name)
+    def read(self, run) -> tuple[bytes, bool]:
+        """(the whole lines written since the last read, whether the reader must start over: the
+        file was replaced, or the chief is now another host's). A line being written waits."""
+        host = run.remote(run.state.chief.name)
+        where, again, out = (host.name, host.run_dir), False, []
+        if where != self.where:
+            self.offset, self.where, again = 0, where, self.where is not None
         while True:
             try:
                 data, size = remote.read_at(host, layout.METRICS, self.offset)
             except remote.NotInstalled:   # the run's folder is not there (yet, or any more)
-                return self.store
+                break
             if size < 0:
-                return self.store   # no metrics yet
+                break   # no metrics yet
             if size < self.offset:   # the file was replaced: read it again from its start
-                self.offset, self.store = 0, MetricsStore()
+                self.offset, out, again = 0, [], True
                 continue
             whole = data[:data.rfind(b"\n") + 1]
             if whole:
-                self.store.add_columns(parse_metric_block(whole)[0])
+                out.append(whole)
                 self.offset += len(whole)
             if not whole or self.offset >= size:
-                return self.store
+                break
+        return b"".join(out), again
+
+
+class Growing:
+    """The chief's metric lines in one store as they grow (a sweep's keeper reads it every poll)."""
+
+    def __init__(self, run) -> None:
+        self.run, self.new, self.store = run, NewLines(), MetricsStore()
+
+    def read(self) -> MetricsStore:
+        """The store with every whole line written so far."""
+        data, again = self.new.read(self.run)
+        if again:
+            self.store = MetricsStore()
+        if data:
+            self.store.add_columns(parse_metric_block(data)[0])
+        return self.store

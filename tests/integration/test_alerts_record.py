@@ -173,9 +173,54 @@ def test_a_run_that_ends_under_its_goodput_threshold_says_so_once(local_cluster,
     assert f"goodput {share:.0%} of" in low["text"] and "(alert below 90%)" in low["text"], low["text"]
 
 
+SLOW_START = """import json, os, sys, time
+run = os.environ["TFCONSOLE_RUN_DIR"]
+sys.path.insert(0, os.path.join(run, "lib"))
+from tfconsole.harness.report import MetricsReporter
+time.sleep(4)   # a long start-up: the goodput read while it trains is low
+if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:   # the chief writes the lines
+    r = MetricsReporter(run, os.environ["TFCONSOLE_RUN_ID"], int(os.environ["TFCONSOLE_ATTEMPT"]))
+    for step in range(1, 121):
+        r.log("worker-0", step, 1, metrics={"loss": 1.0}, global_metrics={"loss": 1.0})
+        time.sleep(0.1)
+    r.close()
+"""
+
+
+def test_a_live_run_under_its_goodput_threshold_says_so_while_it_trains(local_cluster, python_path, tmp_path, hook):
+    """``goodput_after_s``: once the run has lived that long its keeper reads its goodput (the
+    chief's new lines only) and, under ``goodput_below``, alerts once while the run still
+    trains; the end's own alert follows."""
+    receiver = hook()
+    store = RunStore(tmp_path / "runs")
+    spec = job_from_dict({"kind": "command", "command": [python_path, "-c", SLOW_START],
+                          "alerts": {"webhook": receiver.url, "format": "json", "goodput_below": 0.9,
+                                     "goodput_after_s": 3}})
+    run = launcher.launch(local_cluster, spec, store=store, preflight=Preflight.SKIP)
+    live = receiver.wait(1)[0]
+    assert live["event"] == "low_goodput_live" and live["phase"] == "running", receiver.bodies
+    assert store.load(run.run_id).live, "the alert came only after the run had ended"
+    assert "has a low goodput" in live["text"] and "(alert below 90%)" in live["text"], live["text"]
+    share = int(live["text"].split(": goodput ")[1].split("%")[0])
+    assert share < 90, live["text"]
+    run.wait(timeout=120)
+    receiver.wait(3)
+    time.sleep(1.0)   # nothing more comes: the live alert once, however many polls read it low
+    assert sorted(b["event"] for b in receiver.bodies) == ["finished", "low_goodput", "low_goodput_live"], \
+        receiver.bodies
+
+
 def test_a_goodput_threshold_that_is_no_share_is_refused_naming_the_field(python_path):
     from backend.errors import ConsoleError
     with pytest.raises(ConsoleError) as refused:
         job_from_dict({"kind": "command", "command": [python_path, "-c", "pass"],
                        "alerts": {"webhook": "http://127.0.0.1/hook", "goodput_below": 60}})
     assert "alerts.goodput_below" in str(refused.value) and "share between 0 and 1" in str(refused.value)
+    with pytest.raises(ConsoleError) as alone:
+        job_from_dict({"kind": "command", "command": [python_path, "-c", "pass"],
+                       "alerts": {"webhook": "http://127.0.0.1/hook", "goodput_after_s": 60}})
+    assert "alerts.goodput_after_s" in str(alone.value) and "without goodput_below" in str(alone.value)
+    with pytest.raises(ConsoleError) as bad:
+        job_from_dict({"kind": "command", "command": [python_path, "-c", "pass"],
+                       "alerts": {"webhook": "http://127.0.0.1/hook", "goodput_below": 0.5, "goodput_after_s": 0}})
+    assert "alerts.goodput_after_s" in str(bad.value) and "number of seconds" in str(bad.value)
