@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 
 # The causes, in the order a run meets them; their seconds add up to the run's task-seconds.
 LAUNCH = "launch"                # Start to the first attempt's start: preflight, shipping files
-STARTUP = "start-up"             # attempt start to its first sync point: processes, TensorFlow, the first step
+QUEUED = "queued"                # attempt start until its scheduler started the tasks (Slurm pending)
+STARTUP = "start-up"             # then to its first sync point: processes, TensorFlow, the first step
 TRAINING = "training kept"       # sync points' steps whose progress a later attempt kept: the goodput
 INPUT = "input wait"             # inside the kept steps: the slowest worker waiting for its next batch
 LOST = "steps lost"              # trained, then thrown away by a restart from an older checkpoint
@@ -24,7 +25,7 @@ END = "end of attempt"           # last sync point to the attempt's end: final s
 RESTART = "restart"              # one attempt's end to the next one's start: stop, back-off, launch again
 UNREPORTED = "unreported"        # attempts with no metric line: what they did is not known
 UNACCOUNTED = "unaccounted"      # the rest: clocks that disagree (clamped intervals)
-CAUSES = (LAUNCH, STARTUP, TRAINING, INPUT, SAVES, VALIDATION, LOST, END, RESTART, UNREPORTED, UNACCOUNTED)
+CAUSES = (LAUNCH, QUEUED, STARTUP, TRAINING, INPUT, SAVES, VALIDATION, LOST, END, RESTART, UNREPORTED, UNACCOUNTED)
 
 
 @dataclass(frozen=True)
@@ -94,16 +95,20 @@ def account(state, points: list[Point], now: float) -> Goodput:
         if nxt is not None:
             causes[RESTART] += max(0.0, nxt.started - ended) * _tasks(nxt, default)
         pts = sorted(by_attempt.get(a.number, []), key=lambda p: (p.time, p.step))
+        # The scheduler's hold: from the attempt's start to when a reader saw its tasks started
+        # (both on the console's clock).
+        queued = min(span, max(0.0, a.dequeued - a.started)) if getattr(a, "dequeued", None) else 0.0
+        causes[QUEUED] += queued * n
         if not pts:
-            causes[UNREPORTED] += span * n
+            causes[UNREPORTED] += (span - queued) * n
             costs.append(AttemptCost(a.number, n, span * n, 0.0))
             continue
         first, last = pts[0], pts[-1]
-        window = min(span, max(0.0, last.time - first.time))
-        # Start-up and end share what lies outside the window; the split reads two clocks.
-        startup = min(span - window, max(0.0, first.time - a.started))
+        window = min(span - queued, max(0.0, last.time - first.time))
+        # Start-up and end share what lies outside the queue and the window; the split reads two clocks.
+        startup = min(span - queued - window, max(0.0, first.time - a.started - queued))
         causes[STARTUP] += startup * n
-        causes[END] += (span - window - startup) * n
+        causes[END] += (span - queued - window - startup) * n
         trained = max(0, last.step - first.step)
         # What the lines after the first say the chief stood still for (the first one's
         # blocked time lies before the window); every task waits for the chief at the next sync.

@@ -89,6 +89,9 @@ class Attempt:
     # attempt lost for good (host -> seconds it went unanswered), which the next attempt replaces.
     hosts: dict | None = None
     lost: dict | None = None
+    # When its scheduler started the tasks it had held (Slurm pending), on the console's clock
+    # (as read by the first reader that saw it running); None where nothing held them.
+    dequeued: float | None = None
 
 
 @dataclass
@@ -190,7 +193,7 @@ _ATTEMPT_TYPES = {"number": int, "started": NUMBER, "resume_step": (int, type(No
                   "ended": (*NUMBER, type(None)), "reason": (str, type(None)),
                   "last_step": (int, type(None)), "resumed": (dict, type(None)),
                   "first_step": (int, type(None)), "hosts": (dict, type(None)),
-                  "lost": (dict, type(None))}
+                  "lost": (dict, type(None)), "dequeued": (*NUMBER, type(None))}
 
 
 def _checked(data: object, types: dict, where: str) -> dict:

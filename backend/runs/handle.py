@@ -186,7 +186,8 @@ class Run:
         else:
             return
         if self.state.phase != want:
-            self.move(want, when=tuple(p for p in UNDERWAY if p != want))
+            self.move(want, when=tuple(p for p in UNDERWAY if p != want),
+                      **({"on_move": _dequeued} if want == Phase.RUNNING else {}))
 
     def shown_phase(self, statuses: list[TaskStatus]) -> str:
         """The phase as people see it: ``queued (Resources, 1st of 2 waiting)`` while a scheduler
@@ -458,6 +459,12 @@ def _alert(local_dir: Path, state: RunState, to: Phase) -> None:
                        step=last.last_step if last else None, attempt=state.attempt)
     except OSError as err:   # a full disk, say: the run's record matters more than its alert
         print(f"alert for run {state.run_id} not queued: {err}", file=sys.stderr)
+
+
+def _dequeued(state) -> None:
+    """The attempt the scheduler held has started: when, for goodput's queue time."""
+    if state.attempts and state.attempts[-1].dequeued is None:
+        state.attempts[-1].dequeued = time.time()
 
 
 def _saved_job(job: dict, local_dir: Path) -> JobSpec:

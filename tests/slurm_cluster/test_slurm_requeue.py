@@ -6,6 +6,8 @@ step the requeue's SIGTERM saved (the newest checkpoint every task holds), and t
 submits no second job."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from backend.engines.slurm import SlurmEngine
@@ -35,8 +37,10 @@ def test_an_administrators_requeue_is_followed_on_the_same_job_and_resumes_from_
     assert len(state.attempts) == 2, state.attempts          # the requeue is a new attempt
     first = state.attempts[0]
     assert first.reason.startswith(f"requeued by Slurm: job {job_id} "), first
+    seen_queued = time.time()
     # Slurm holds a requeued job for its credential lifetime (121 s by default); let it go now.
     slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+    released = time.time()
     state = wait_for(phase_is("running"), 60, "the requeued job running again")
     assert len(state.attempts) == 2 and SlurmEngine.jobs(run)["2"] == job_id, SlurmEngine.jobs(run)
     state = wait_phase(store, run.run_id, ("finished", "failed", "stopped"), 400)
@@ -54,4 +58,12 @@ def test_an_administrators_requeue_is_followed_on_the_same_job_and_resumes_from_
     assert set(SlurmEngine.jobs(run).values()) == {job_id}, SlurmEngine.jobs(run)
     ids = slurm_cluster.run("squeue", "-h", "-t", "all", "-o", "%i").stdout.split()
     assert ids.count(job_id) == 1 and not [i for i in ids if int(i) > int(job_id)], ids
+    # Goodput (docs/goodput.md): the hold is "queued", from the attempt's start to when a reader
+    # saw its tasks started, at least as long as the test itself held the job.
+    from backend import api
+    found = api.attach(run.run_id, runs=store.root).goodput()
+    assert second.dequeued is not None and second.dequeued - second.started >= released - seen_queued, second
+    want = sum((a.dequeued - a.started) * len(state.tasks) for a in state.attempts if a.dequeued)
+    assert found["causes"]["queued"] == pytest.approx(want, rel=1e-6), (found, state.attempts)
+    assert sum(found["causes"].values()) == pytest.approx(found["total_s"], rel=1e-6)
     assert_nothing_left(run, store)

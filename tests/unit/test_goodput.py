@@ -155,3 +155,16 @@ def test_a_sync_points_input_wait_is_its_slowest_workers():
              metric_line.parse({"task": "worker-1", "attempt": 1, "step": 20, "time": 9.0})]
     points = sorted(g.points_from_lines(lines), key=lambda p: p.step)
     assert [p.input_share for p in points] == [0.7, 0.0]      # 1.5 is no share: not counted
+
+
+def test_the_time_a_scheduler_held_the_tasks_is_queued_not_start_up():
+    # Submitted at 2, held by Slurm until 32 (a reader saw it start), first sync point at 40.
+    state = _run([Attempt(1, started=2.0, ended=150.0, last_step=101, dequeued=32.0)])
+    found = g.account(state, _points(1, range(1, 102), 40.0, 1.0), now=999.0)
+    assert found.causes[g.QUEUED] == pytest.approx(30 * 2)
+    assert found.causes[g.STARTUP] == pytest.approx(8 * 2)
+    assert found.causes[g.TRAINING] == pytest.approx(100 * 2)
+    assert sum(found.causes.values()) == pytest.approx(found.total_s)
+    # A job that never reported: its hold is still queued, the rest unreported.
+    quiet = g.account(_run([Attempt(1, started=0.0, ended=50.0, dequeued=20.0)]), [], now=0)
+    assert quiet.causes[g.QUEUED] == pytest.approx(40) and quiet.causes[g.UNREPORTED] == pytest.approx(60)
