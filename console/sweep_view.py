@@ -10,7 +10,8 @@ import yaml
 
 from backend.errors import ConsoleError
 from backend.hosts.ssh import SSHOptions
-from backend.records.goodput import TRAINING
+from backend.client.harness.contract import JOB_DEFAULTS
+from backend.records.goodput import TRAINING, unrun_cost
 from backend.runs import goodput
 from backend.runs.store import RunStore
 from backend.sweeps import best as best_export, control, keeper
@@ -91,24 +92,46 @@ def goodput_line(runs_root: Path, found: dict) -> str | None:
     From this machine's copies of each trial's lines: no host is asked."""
     store = RunStore(runs_root)
     total = kept = pruned = 0.0
-    counted = 0
+    counted, saved, unknown = 0, 0.0, 0
     for t in found["trials"]:
         if not t["run_id"]:
             continue
         try:
-            g = goodput.here(store.load(t["run_id"]), store.path(t["run_id"]))
+            state = store.load(t["run_id"])
+            g = goodput.here(state, store.path(t["run_id"]))
         except ConsoleError:
             continue
         if not g.reported or not g.total_s:
             continue
         counted += 1
         total, kept = total + g.total_s, kept + g.causes[TRAINING]
-        pruned += g.total_s if t["state"] == "pruned" else 0.0
+        if t["state"] == "pruned":
+            pruned += g.total_s
+            left = unrun_cost(g, t["pruned_step"], _planned_steps(state))
+            saved, unknown = (saved + left, unknown) if left is not None else (saved, unknown + 1)
     if not total:
         return None
-    return (f"Goodput of {counted} trial(s): {kept / total:.0%} of {total:.0f} task-seconds spent in "
+    said = (f"Goodput of {counted} trial(s): {kept / total:.0%} of {total:.0f} task-seconds spent in "
             f"training kept; pruned trials took {pruned:.0f} task-seconds ({pruned / total:.0%}) before "
-            "their prune.")
+            "their prune")
+    if saved:
+        said += (f"; pruning saved about {saved:.0f} task-seconds (the steps they did not run, at "
+                 "each one's own pace)")
+    if unknown:
+        said += f"; what pruning saved is not known for {unknown} (no planned step count: not a harness job)"
+    return said + "."
+
+
+def _planned_steps(state) -> int | None:
+    """A harness trial's planned steps (epochs x steps_per_epoch of its job); None for others."""
+    job = getattr(state, "job", None) or {}
+    if job.get("kind") != "harness":
+        return None
+    params = {**JOB_DEFAULTS, **(job.get("params") or {})}
+    try:
+        return int(params["epochs"]) * int(params["steps_per_epoch"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def best_line(found: dict) -> str:

@@ -173,6 +173,18 @@ def fold_points(seen: dict, lines) -> dict:
     return seen
 
 
+def unrun_cost(g: Goodput, steps_run: int | None, planned: int | None) -> float | None:
+    """Task-seconds the steps a run did not run (``planned - steps_run``) would have cost at its
+    own pace: its in-window seconds (training kept, input wait, saves, validation, steps lost)
+    per step run. What a sweep saved by pruning it; None where either count is not known."""
+    if planned is None or not g.reported or not steps_run or steps_run <= 0:
+        return None
+    if planned <= steps_run:
+        return 0.0
+    in_window = sum(g.causes.get(k, 0.0) for k in (TRAINING, INPUT, SAVES, VALIDATION, LOST))
+    return in_window / steps_run * (planned - steps_run)
+
+
 def summary(g: Goodput) -> str:
     """One line for a terminal or a page: the share and the largest causes of badput."""
     if not g.reported:

@@ -142,14 +142,20 @@ def test_the_sweeps_goodput_adds_its_trials_and_names_what_pruned_ones_took(runs
     real runs in tests/faults/test_faults.py and tests/app/test_runs_page.py); here it is given."""
     from backend.records.goodput import TRAINING, Goodput
     from console import sweep_view
+    from types import SimpleNamespace
     own = {"sweep-a-t0": Goodput(100.0, {TRAINING: 80.0}), "sweep-a-t1": Goodput(60.0, {TRAINING: 30.0}),
            "sweep-a-t2": Goodput(40.0, {TRAINING: 10.0})}
-    monkeypatch.setattr(sweep_view.RunStore, "load", lambda self, run_id: run_id)
-    monkeypatch.setattr(sweep_view.goodput, "here", lambda state, local_dir: own[state])
+    # The pruned trial (t2, pruned at step 2) planned 1 x 12 steps: 10 unrun at 5 task-s a step.
+    job = {"kind": "harness", "params": {"epochs": 1, "steps_per_epoch": 12}}
+    monkeypatch.setattr(sweep_view.RunStore, "load", lambda self, run_id: SimpleNamespace(run_id=run_id, job=job))
+    monkeypatch.setattr(sweep_view.goodput, "here", lambda state, local_dir: own[state.run_id])
     _finished_sweep(runs_dir)
     found, _ = sweep_view.status(runs_dir, "sweep-a")
     said = sweep_view.goodput_line(runs_dir, found)
     assert said.startswith("Goodput of 3 trial(s): 60% of 200 task-seconds"), said
     assert "pruned trials took 40 task-seconds (20%)" in said, said
+    assert "pruning saved about 50 task-seconds" in said, said
+    job = {"kind": "command"}   # a plain script's planned steps are not known
+    assert "what pruning saved is not known for 1" in sweep_view.goodput_line(runs_dir, found)
     monkeypatch.setattr(sweep_view.goodput, "here", lambda state, local_dir: Goodput(0.0, {}, reported=False))
     assert sweep_view.goodput_line(runs_dir, found) is None   # nothing reported yet: no line

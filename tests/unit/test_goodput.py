@@ -168,3 +168,14 @@ def test_the_time_a_scheduler_held_the_tasks_is_queued_not_start_up():
     # A job that never reported: its hold is still queued, the rest unreported.
     quiet = g.account(_run([Attempt(1, started=0.0, ended=50.0, dequeued=20.0)]), [], now=0)
     assert quiet.causes[g.QUEUED] == pytest.approx(40) and quiet.causes[g.UNREPORTED] == pytest.approx(60)
+
+
+def test_what_pruning_saved_is_the_unrun_steps_at_the_trials_own_pace():
+    # 40 steps run in 80 task-seconds of window (training 60, saves 20), 100 planned: the 60
+    # steps it did not run would have cost 2 task-seconds each; start-up is not repeated.
+    ran = g.Goodput(130.0, {**dict.fromkeys(g.CAUSES, 0.0), g.TRAINING: 60.0, g.SAVES: 20.0, g.STARTUP: 50.0})
+    assert g.unrun_cost(ran, 40, 100) == pytest.approx(120.0)
+    assert g.unrun_cost(ran, 100, 100) == 0.0                  # it ran them all
+    assert g.unrun_cost(ran, 40, None) is None                 # planned steps not known
+    assert g.unrun_cost(ran, None, 100) is None                # pruned at an unknown step
+    assert g.unrun_cost(g.Goodput(0.0, {}, reported=False), 40, 100) is None
