@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from backend.alerts import outbox
+from backend.alerts import goodput_alerts
 from backend.client.harness.contract import layout, metric_line
 from backend.errors import ConsoleError
 from backend.records import goodput
@@ -55,7 +55,7 @@ class LiveAlert:
     asked again at the next poll."""
 
     def __init__(self, local_dir: Path) -> None:
-        self.watch = outbox.goodput_watch(local_dir)   # (below, after_s), or None: nothing to do
+        self.watch = goodput_alerts.goodput_watch(local_dir)   # (below, after_s), or None: nothing to do
         self.new, self.points = chief_metrics.NewLines(), {}
         self.next_at, self.said = 0.0, False
 
@@ -76,7 +76,7 @@ class LiveAlert:
         if found.share is not None and found.share < self.watch[0]:
             self.said = True   # once for the run's life (the outbox's key keeps it once across keepers)
             try:
-                outbox.on_low_goodput_live(run.local_dir, run.run_id, share=found.share,
+                goodput_alerts.on_low_goodput_live(run.local_dir, run.run_id, share=found.share,
                                            said=goodput.summary(found), attempt=run.state.attempt,
                                            step=max((p.step for p in self.points.values()), default=None))
             except OSError:   # the console's disk: the keeper says so on its own

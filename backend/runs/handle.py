@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from backend.alerts import outbox, settings as alert_settings
+from backend.alerts import goodput_alerts, outbox, settings as alert_settings
 from backend.runs import aftercare, detached, record
 from backend.hosts import remote
 from backend.engines.base import Engine, StopReport
@@ -107,7 +107,7 @@ class Run:
         self.state, moved = self.store.move(self.run_id, to, **how)
         if moved:   # exactly one mover per change: it queues the alert (the sender is detached)
             _alert(self.local_dir, self.state, to)
-            if to in (Phase.FINISHED, Phase.FAILED) and outbox.wants_goodput(self.local_dir):
+            if to in (Phase.FINISHED, Phase.FAILED) and goodput_alerts.wants_goodput(self.local_dir):
                 self._goodput_alert(to)
         return moved
 
@@ -119,7 +119,7 @@ class Run:
         try:
             found = goodput.of(self)
             last = self.state.attempts[-1] if self.state.attempts else None
-            outbox.on_low_goodput(self.local_dir, self.run_id, phase=str(to), share=found.share,
+            goodput_alerts.on_low_goodput(self.local_dir, self.run_id, phase=str(to), share=found.share,
                                   said=account.summary(found), attempt=self.state.attempt,
                                   step=last.last_step if last else None)
         except (ConsoleError, OSError) as err:
