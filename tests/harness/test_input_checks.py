@@ -1,6 +1,6 @@
 """Input-bound and same-data diagnosis on real two-worker runs (issue 31 items 3 and 4).
 
-One extra run: a job whose dataset sleeps 100 ms per batch in a py_function (a slow store) and
+One extra run: a job whose dataset sleeps 300 ms per batch in a py_function (a slow store) and
 gives every worker the same batches (no sharding). The example job (the shared trained run) is
 the control: it shards by input_context and its input keeps up.
 """
@@ -25,8 +25,8 @@ SLOW_SAME_JOB = textwrap.dedent('''
     import tensorflow as tf
 
     def make_dataset(input_context, batch_size, seed):
-        def slow(i):   # a slow store: 100 ms a batch, one at a time, no prefetch
-            time.sleep(0.1)
+        def slow(i):   # a slow store: 300 ms a batch, one at a time, no prefetch
+            time.sleep(0.3)
             return i
         def batch(i):
             i = tf.py_function(slow, [i], tf.int64)
@@ -72,8 +72,9 @@ def slow_same_run(tmp_path_factory):
 def test_a_slow_unsharded_input_is_named_on_monitor_and_recorded_for_status(slow_same_run):
     run_dir, cluster = slow_same_run
     metrics = read_metrics(run_dir)
-    # 100 ms of sleep against a step of a few ms (tens under load: at 20 ms of sleep a loaded CI
-    # run read shares of 0.2-0.4, so the input must dominate whatever the machine does). Both workers' inputs are slow, but the training is
+    # 300 ms of sleep against a step of a few ms (a hundred or more under load: at 20 ms of sleep
+    # a loaded CI run read shares of 0.2-0.4, and at 100 ms one sync point read 0.34 and 0.13,
+    # so the input must dominate whatever the machine does). Both workers' inputs are slow, but the training is
     # synchronous: the worker that blocks on its data first holds the other in the gradient
     # all-reduce, while that one's pipeline makes its next batch. So at each sync point at least
     # one worker (not always the same) shows the wait; the other's shows in its step time.
