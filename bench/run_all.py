@@ -13,7 +13,7 @@ RUNS = [
     ["export_during_training.py", "--rounds", "3"],
     ["slurm_submit.py", "--rounds", "3"],
     ["sweep_overhead.py", "--trials", "6", "--steps", "60", "--pace", "0.2"],
-    ["cli_latency.py", "--rounds", "5"],
+    ["cli_latency.py", "--rounds", "5"], ["goodput_cost.py"],
 ]
 
 failed = 0
