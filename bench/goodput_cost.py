@@ -1,5 +1,6 @@
 """What Monitor's "where the time went" bar costs the console per refresh: ``goodput.here`` (read
-this machine's copy of the chief's lines, parse them, account) on runs of growing length.
+this machine's copy of the chief's lines whole, parse them, account) against ``Following`` (what
+the bar uses: only the lines added since its last read), on runs of growing length.
 
 Each case writes a metrics file as the chief writes it (two workers' lines per sync point, each
 with ``blocked`` and ``input_wait``) into a run folder's kept copy, then times ``here`` (median
@@ -61,6 +62,13 @@ def main() -> int:
                 found = goodput.here(state, local)
                 wall.append(time.perf_counter() - w)
                 cpu.append(time.process_time() - c)
+            follow = goodput.Following(local)
+            follow.of(state)                      # the first read: the whole copy
+            with open(chief_metrics.kept_path(local), "ab") as fh:
+                fh.write(lines(100))              # then a minute's new lines (100 sync points)
+            w = time.perf_counter()
+            follow.of(state)
+            follow_ms = (time.perf_counter() - w) * 1000
             tail = [metric_line.parse(json.loads(raw)) for raw in data.splitlines()[-200:]]
             seen = account.fold_points({}, [metric_line.parse(json.loads(raw)) for raw in data.splitlines()])
             w = time.perf_counter()
@@ -68,7 +76,8 @@ def main() -> int:
             fold_ms = (time.perf_counter() - w) * 1000
             print(f"{points:>7} sync points ({len(data) / 1e6:.1f} MB): here {statistics.median(wall) * 1000:.1f} ms "
                   f"wall, {statistics.median(cpu) * 1000:.1f} ms CPU (median of {args.repeat}); "
-                  f"goodput {found.share:.1%}; a minute's new lines folded {fold_ms:.2f} ms")
+                  f"goodput {found.share:.1%}; Monitor's next refresh (Following, 100 new sync points) "
+                  f"{follow_ms:.1f} ms; a minute's new lines folded {fold_ms:.2f} ms")
     return 0
 
 

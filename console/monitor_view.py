@@ -342,17 +342,21 @@ def resume_warnings(live: LiveRun) -> list[str]:
     return resume.warnings(live.run.state)
 
 
-GOODPUT_EVERY_S = 30.0   # a live run's goodput is read again at most this often (a whole file)
+GOODPUT_EVERY_S = 30.0   # a live run's goodput is read again at most this often (its new lines)
 
 
 def goodput(live, now: float):
     """The run's goodput from this machine's copies of the chief's lines (no host is asked),
-    kept for ``GOODPUT_EVERY_S`` on a live run, for good once it ended; None before any."""
+    kept for ``GOODPUT_EVERY_S`` on a live run, for good once it ended; None before any. Each
+    read folds only the lines added since the last (``goodput.Following``)."""
     from backend.runs import goodput as reading
     kept = getattr(live, "_goodput", None)
     ended = not live.run.state.live
     if kept is not None and kept[2] == ended and (ended or now - kept[0] < GOODPUT_EVERY_S):
         return kept[1]
-    found = reading.of(live.run, now, here_only=True)
+    follow = getattr(live, "_goodput_lines", None)
+    if follow is None:
+        follow = live._goodput_lines = reading.Following(live.run.local_dir)
+    found = follow.of(live.run.state, now)
     live._goodput = (now, found, ended)
     return found

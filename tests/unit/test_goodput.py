@@ -179,3 +179,39 @@ def test_what_pruning_saved_is_the_unrun_steps_at_the_trials_own_pace():
     assert g.unrun_cost(ran, 40, None) is None                 # planned steps not known
     assert g.unrun_cost(ran, None, 100) is None                # pruned at an unknown step
     assert g.unrun_cost(g.Goodput(0.0, {}, reported=False), 40, 100) is None
+
+
+def test_following_the_local_copies_gives_what_reading_them_whole_gives(tmp_path):
+    """Monitor's bar folds only the lines added since its last read (runs.goodput.Following): at
+    every step it says what ``here`` says from the whole copy, as the copy grows, is replaced
+    by a shorter one, and is overtaken by the other copy; a half-written last line waits."""
+    import json
+    from backend.runs import goodput as reading
+
+    def lines(steps, attempt=1, wait=0.2):
+        return "".join(json.dumps({"task": t, "attempt": attempt, "step": s, "time": 100.0 + s,
+                                   "input_wait": wait if t == "worker-1" else 0.0,
+                                   "blocked": {"save": 0.5} if s % 50 == 0 else {}}) + "\n"
+                       for s in steps for t in ("worker-0", "worker-1")).encode()
+
+    state = _run([Attempt(1, started=90.0, ended=400.0)])
+    kept, mirror = reading.copies(tmp_path)
+    follow = reading.Following(tmp_path)
+    assert follow.of(state, now=500.0).reported is False               # no copy yet
+    kept.write_bytes(lines(range(1, 101)))
+
+    def same():
+        assert follow.of(state, now=500.0).causes == reading.here(state, tmp_path, now=500.0).causes
+    same()
+    with open(kept, "ab") as fh:                                        # grows, the last line half written
+        fh.write(lines(range(101, 201)) + b'{"task": "worker-0", "attempt": 1, "st')
+    same()
+    assert follow.offset == kept.stat().st_size - len(b'{"task": "worker-0", "attempt": 1, "st')
+    replaced = tmp_path / "new"
+    replaced.write_bytes(lines(range(1, 51), wait=0.5))
+    replaced.replace(kept)                                              # a new, shorter copy
+    same()
+    mirror.parent.mkdir(parents=True)
+    mirror.write_bytes(lines(range(1, 301)))                            # the mirror is now the longer
+    same()
+    assert follow.path == mirror
