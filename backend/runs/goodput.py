@@ -55,10 +55,10 @@ class Following:
         self.path, self.inode, self.offset = None, None, 0
 
     def of(self, state, now: float | None = None) -> goodput.Goodput:
-        sizes = [(_size(p), p) for p in copies(self.local_dir)]
-        size, path = max(sizes, key=lambda sp: sp[0])
-        if size >= 0:
-            inode = path.stat().st_ino if path.exists() else None
+        found = [(_stat(p), p) for p in copies(self.local_dir)]
+        st, path = max(found, key=lambda sp: sp[0].st_size if sp[0] else -1)
+        if st is not None:
+            size, inode = st.st_size, st.st_ino
             if path != self.path or inode != self.inode or size < self.offset:
                 self.path, self.inode, self.offset, self.points = path, inode, 0, {}
             with open(path, "rb") as fh:
@@ -70,14 +70,15 @@ class Following:
         return goodput.account(state, list(self.points.values()), time.time() if now is None else now)
 
 
-def _size(path: Path) -> int:
+def _stat(path: Path):
     try:
-        return path.stat().st_size
+        return path.stat()
     except OSError:
-        return -1
+        return None
 
 
 LIVE_EVERY_S = 60.0   # how often a live run's goodput is read for its alert
+UNREPORTED_AGAIN_S = 5.0   # ... and how soon again while it has reported no step yet
 
 
 class LiveAlert:
@@ -103,9 +104,10 @@ class LiveAlert:
         # Kept across a replaced file or a chief moved to a spare: each sync point once, by key.
         goodput.fold_points(self.points, _parse(data))
         found = goodput.account(run.state, list(self.points.values()), now)
-        if not found.reported:   # nothing trained yet: look again at the next poll
+        # Nothing trained yet: look again soon, not at every poll (each read is a host command).
+        self.next_at = now + (LIVE_EVERY_S if found.reported else UNREPORTED_AGAIN_S)
+        if not found.reported:
             return found
-        self.next_at = now + LIVE_EVERY_S
         if found.share is not None and found.share < self.watch[0]:
             self.said = True   # once for the run's life (the outbox's key keeps it once across keepers)
             try:
